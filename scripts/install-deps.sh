@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Maru needs to build, test and benchmark.
+# Idempotent: installs only what is missing. Run as root.
+set -euo pipefail
+
+packages=(
+  build-essential g++ meson ninja-build pkg-config
+  libfuse3-dev fuse3
+  libnuma-dev libdaxctl-dev
+  librocksdb-dev
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libgtest-dev
+  libxxhash-dev libucx-dev
+  fio tmux man-db groff-base iproute2 rsync
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install-deps: must run as root to install packages" >&2
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,223 @@
+#include "alloc/pool_device.h"
+
+#include <fcntl.h>
+#include <numa.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "alloc/dax_device.h"
+#include "util/units.h"
+
+namespace maru {
+namespace {
+
+constexpr uint64_t kFileUnit = 64u << 10;
+constexpr uint64_t kDaxUnit = 2u << 20;
+
+uint64_t RoundUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+std::string HowToFormat(const std::string &path) {
+  return "format it with: maructl mkpool " + path + " --size SIZE";
+}
+
+struct DeviceGeometry {
+  bool devdax = false;
+  uint64_t size = 0;
+  uint64_t align = 0;
+};
+
+Result<DeviceGeometry> Probe(int fd, const std::string &path) {
+  struct stat st;
+  if (fstat(fd, &st) < 0) return Status::Error(errno, "cannot stat " + path);
+  DeviceGeometry g;
+  if (S_ISCHR(st.st_mode)) {
+    Result<DaxGeometry> dax = ProbeDaxDevice(path);
+    if (!dax.ok()) return dax.status();
+    g.devdax = true;
+    g.size = dax->size;
+    g.align = dax->align;
+  } else if (S_ISREG(st.st_mode)) {
+    g.size = st.st_size;
+    g.align = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  } else {
+    return Status::Error(EINVAL, path + " is neither a regular file nor a devdax device");
+  }
+  return g;
+}
+
+// Allocates the file's memory now: with fallocate, or by touching each page
+// under an mbind policy when the memory must come from one NUMA node.
+Status Preallocate(int fd, uint64_t size, int numa_node, const std::string &path) {
+  if (numa_node < 0) {
+    if (fallocate(fd, 0, 0, size) == 0 || errno == EOPNOTSUPP) return Status::Ok();
+    return Status::Error(errno, "cannot allocate " + FormatSize(size) + " for " + path);
+  }
+  if (numa_available() < 0) return Status::Error(ENOTSUP, "NUMA is not available on this host");
+  if (numa_node > numa_max_node()) return Status::Error(EINVAL, "no NUMA node " + std::to_string(numa_node));
+  void *p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return Status::Error(errno, "cannot map " + path);
+  numa_tonode_memory(p, size, numa_node);
+  const long page = sysconf(_SC_PAGESIZE);
+  for (uint64_t off = 0; off < size; off += page) static_cast<volatile uint8_t *>(p)[off] = 0;
+  munmap(p, size);
+  return Status::Ok();
+}
+
+Status WriteAll(int fd, const uint8_t *buf, size_t len, off_t off) {
+  while (len > 0) {
+    ssize_t n = pwrite(fd, buf, len, off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return Status::Error(n < 0 ? errno : EIO, "cannot write the superblock");
+    buf += n;
+    len -= n;
+    off += n;
+  }
+  return Status::Ok();
+}
+
+Status ReadAll(int fd, uint8_t *buf, size_t len, off_t off) {
+  while (len > 0) {
+    ssize_t n = pread(fd, buf, len, off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::Error(errno, "cannot read the superblock");
+    if (n == 0) return Status::Error(EINVAL, "device too small to hold a superblock");
+    buf += n;
+    len -= n;
+    off += n;
+  }
+  return Status::Ok();
+}
+
+class FdCloser {
+ public:
+  explicit FdCloser(int fd) : fd_(fd) {}
+  ~FdCloser() {
+    if (fd_ >= 0) close(fd_);
+  }
+  int release() { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_;
+};
+
+Result<Superblock> ReadFromFd(int fd, const std::string &path, uint64_t device_size) {
+  if (device_size < kSuperblockBytes)
+    return Status::Error(EINVAL, path + " holds no Maru pool (too small); " + HowToFormat(path));
+  std::vector<uint8_t> buf(kSuperblockBytes);
+  MARU_RETURN_IF_ERROR(ReadAll(fd, buf.data(), buf.size(), 0));
+  Result<Superblock> sb = Superblock::Decode(buf.data(), device_size);
+  if (!sb.ok()) return Status::Error(EINVAL, path + ": " + sb.status().message() + "; " + HowToFormat(path));
+  return sb;
+}
+
+}  // namespace
+
+Result<Superblock> FormatPool(const std::string &path, const FormatOptions &options) {
+  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, options.mode);
+  if (fd < 0) return Status::Error(errno, "cannot open " + path);
+  FdCloser closer(fd);
+  Result<DeviceGeometry> geo = Probe(fd, path);
+  if (!geo.ok()) return geo.status();
+
+  Superblock sb;
+  sb.pool_uuid = NewUuid();
+  if (geo->size >= kSuperblockBytes) {
+    Result<Superblock> old = ReadFromFd(fd, path, geo->size);
+    if (old.ok()) {
+      if (!options.force)
+        return Status::Error(EEXIST, path + " already holds a Maru pool (uuid " +
+                                         UuidToString(old->pool_uuid) +
+                                         "); add --force to reformat it and lose its chunks");
+      sb.pool_uuid = old->pool_uuid;  // same pool, new epoch: servers drop stale metadata
+    }
+  }
+
+  uint64_t size = options.size;
+  if (geo->devdax) {
+    if (size == 0 || size > geo->size) size = geo->size;
+    size = size / geo->align * geo->align;
+  } else if (size == 0) {
+    return Status::Error(EINVAL, "--size is required for a file pool");
+  }
+  sb.alignment = geo->align;
+  sb.unit = options.unit ? options.unit : (geo->devdax ? kDaxUnit : kFileUnit);
+  if (sb.unit & (sb.unit - 1) || sb.unit < 4096)
+    return Status::Error(EINVAL, "allocation unit must be a power of two of at least 4K");
+  if (geo->devdax && sb.unit < geo->align)
+    return Status::Error(EINVAL, "allocation unit must be at least the device alignment (" +
+                                     FormatSize(geo->align) + ")");
+  sb.data_offset = RoundUp(kSuperblockBytes, std::max(sb.unit, sb.alignment));
+  size = size / sb.unit * sb.unit;
+  if (size < sb.data_offset + sb.unit)
+    return Status::Error(EINVAL, "pool too small: at least " + FormatSize(sb.data_offset + sb.unit) +
+                                     " with a " + FormatSize(sb.unit) + " unit");
+  sb.size = size;
+  sb.device_uuid = NewUuid();
+  sb.epoch = NewEpoch();
+  sb.created_ns = RealtimeNs();
+  sb.numa_node = options.numa_node;
+  sb.label = options.label.substr(0, 63);
+
+  if (!geo->devdax) {
+    if (ftruncate(fd, static_cast<off_t>(size)) < 0)
+      return Status::Error(errno, "cannot resize " + path);
+    MARU_RETURN_IF_ERROR(Preallocate(fd, size, options.numa_node, path));
+  }
+  std::vector<uint8_t> buf(kSuperblockBytes);
+  sb.Encode(buf.data());
+  MARU_RETURN_IF_ERROR(WriteAll(fd, buf.data(), buf.size(), 0));
+  if (fsync(fd) < 0 && errno != EINVAL) return Status::Error(errno, "cannot sync " + path);
+  return sb;
+}
+
+Result<Superblock> ReadSuperblock(const std::string &path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::Error(errno, "cannot open pool " + path);
+  FdCloser closer(fd);
+  Result<DeviceGeometry> geo = Probe(fd, path);
+  if (!geo.ok()) return geo.status();
+  return ReadFromFd(fd, path, geo->size);
+}
+
+Result<std::unique_ptr<PoolDevice>> PoolDevice::Open(const std::string &path,
+                                                     const OpenOptions &options) {
+  int fd = open(path.c_str(), (options.writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+  if (fd < 0) return Status::Error(errno, "cannot open pool " + path);
+  FdCloser closer(fd);
+  Result<DeviceGeometry> geo = Probe(fd, path);
+  if (!geo.ok()) return geo.status();
+  Result<Superblock> sb = ReadFromFd(fd, path, geo->size);
+  if (!sb.ok()) return sb.status();
+
+  int prot = PROT_READ | (options.writable ? PROT_WRITE : 0);
+  int flags = MAP_SHARED | (options.populate ? MAP_POPULATE : 0);
+  void *base = mmap(nullptr, sb->size, prot, flags, fd, 0);
+  if (base == MAP_FAILED) return Status::Error(errno, "cannot map pool " + path);
+
+  std::unique_ptr<PoolDevice> dev(new PoolDevice());
+  dev->path_ = path;
+  dev->superblock_ = *sb;
+  dev->fd_ = closer.release();
+  dev->base_ = static_cast<uint8_t *>(base);
+  dev->mapped_ = sb->size;
+  dev->devdax_ = geo->devdax;
+  return dev;
+}
+
+PoolDevice::~PoolDevice() {
+  if (base_) munmap(base_, mapped_);
+  if (fd_ >= 0) close(fd_);
+}
+
+bool PoolDevice::Contains(const void *p, uint64_t len) const {
+  auto *b = static_cast<const uint8_t *>(p);
+  return b >= base_ && len <= mapped_ && b - base_ <= static_cast<ptrdiff_t>(mapped_ - len);
+}
+
+}  // namespace maru

@@ -1,0 +1,67 @@
+// A pool device mapped into this process: a file (e.g. in /dev/shm, the
+// emulated pool), or a devdax character device (/dev/daxX.Y). Every process
+// maps each device once, whole, and shares the mapping between threads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "alloc/superblock.h"
+#include "util/status.h"
+
+namespace maru {
+
+struct FormatOptions {
+  uint64_t size = 0;      // required for files; devdax: 0 = whole device
+  uint64_t unit = 0;      // 0: 2 MiB on devdax, 64 KiB on files
+  int numa_node = -1;     // bind the file's memory to this node
+  uint32_t mode = 0660;   // permissions of a created pool file
+  std::string label;
+  bool force = false;     // reformat a device that already holds a pool
+};
+
+// Writes a fresh superblock (maructl mkpool). Creates or resizes a file
+// pool and allocates its memory up front, so no client pays first-touch
+// faults later. Refuses to overwrite a valid pool unless options.force, in
+// which case the pool keeps its uuid but gets a new epoch.
+Result<Superblock> FormatPool(const std::string &path, const FormatOptions &options);
+
+// Reads and validates the superblock without mapping the data.
+Result<Superblock> ReadSuperblock(const std::string &path);
+
+class PoolDevice {
+ public:
+  struct OpenOptions {
+    bool writable = true;
+    bool populate = false;  // prefault the whole mapping (MAP_POPULATE)
+  };
+
+  // Opens and maps the device; fails with a message that says how to format
+  // it when the superblock is missing or invalid.
+  static Result<std::unique_ptr<PoolDevice>> Open(const std::string &path,
+                                                  const OpenOptions &options);
+  ~PoolDevice();
+  PoolDevice(const PoolDevice &) = delete;
+  PoolDevice &operator=(const PoolDevice &) = delete;
+
+  const std::string &path() const { return path_; }
+  const Superblock &superblock() const { return superblock_; }
+  uint8_t *base() const { return base_; }
+  uint64_t mapped_bytes() const { return mapped_; }
+  int fd() const { return fd_; }
+  bool is_devdax() const { return devdax_; }
+  // True if [p, p+len) lies inside this mapping.
+  bool Contains(const void *p, uint64_t len) const;
+
+ private:
+  PoolDevice() = default;
+  std::string path_;
+  Superblock superblock_;
+  int fd_ = -1;
+  uint8_t *base_ = nullptr;
+  uint64_t mapped_ = 0;
+  bool devdax_ = false;
+};
+
+}  // namespace maru

@@ -1,0 +1,152 @@
+#include "alloc/superblock.h"
+
+#include <sys/random.h>
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+
+#include "util/checksum.h"
+#include "util/units.h"
+
+namespace maru {
+namespace {
+
+constexpr char kMagic[8] = {'M', 'A', 'R', 'U', 'P', 'O', 'O', 'L'};
+
+// On-device layout, little-endian (the only byte order Maru runs on).
+struct __attribute__((packed)) RawSuperblock {
+  char magic[8];
+  uint32_t version;
+  uint32_t header_bytes;
+  uint8_t pool_uuid[16];
+  uint8_t device_uuid[16];
+  uint64_t size;
+  uint64_t alignment;
+  uint64_t unit;
+  uint64_t data_offset;
+  uint64_t epoch;
+  int64_t created_ns;
+  int32_t numa_node;
+  char label[64];
+  uint32_t crc;  // CRC32C of every byte above
+};
+static_assert(sizeof(RawSuperblock) <= kSuperblockBytes);
+
+bool IsPowerOfTwo(uint64_t v) { return v && !(v & (v - 1)); }
+
+void RandomBytes(void *out, size_t len) {
+  auto *p = static_cast<uint8_t *>(out);
+  while (len > 0) {
+    ssize_t n = getrandom(p, len, 0);
+    if (n <= 0) continue;
+    p += n;
+    len -= n;
+  }
+}
+
+}  // namespace
+
+void Superblock::Encode(uint8_t *out) const {
+  memset(out, 0, kSuperblockBytes);
+  RawSuperblock raw{};
+  memcpy(raw.magic, kMagic, sizeof(kMagic));
+  raw.version = kSuperblockVersion;
+  raw.header_bytes = sizeof(RawSuperblock);
+  memcpy(raw.pool_uuid, pool_uuid.data(), 16);
+  memcpy(raw.device_uuid, device_uuid.data(), 16);
+  raw.size = size;
+  raw.alignment = alignment;
+  raw.unit = unit;
+  raw.data_offset = data_offset;
+  raw.epoch = epoch;
+  raw.created_ns = created_ns;
+  raw.numa_node = numa_node;
+  snprintf(raw.label, sizeof(raw.label), "%s", label.c_str());
+  raw.crc = Crc32c(&raw, offsetof(RawSuperblock, crc));
+  memcpy(out, &raw, sizeof(raw));
+}
+
+Result<Superblock> Superblock::Decode(const uint8_t *in, uint64_t device_size) {
+  RawSuperblock raw;
+  memcpy(&raw, in, sizeof(raw));
+  if (memcmp(raw.magic, kMagic, sizeof(kMagic)) != 0)
+    return Status::Error(EINVAL, "no Maru superblock (bad magic)");
+  if (raw.version != kSuperblockVersion)
+    return Status::Error(EINVAL, "unsupported superblock version " + std::to_string(raw.version));
+  if (raw.header_bytes != sizeof(RawSuperblock))
+    return Status::Error(EINVAL, "superblock header size mismatch");
+  if (Crc32c(&raw, offsetof(RawSuperblock, crc)) != raw.crc)
+    return Status::Error(EINVAL, "superblock CRC mismatch (corrupted)");
+  if (!IsPowerOfTwo(raw.unit) || !IsPowerOfTwo(raw.alignment) || raw.data_offset % raw.unit ||
+      raw.data_offset < kSuperblockBytes || raw.data_offset >= raw.size)
+    return Status::Error(EINVAL, "superblock geometry is inconsistent");
+  if (raw.size > device_size)
+    return Status::Error(EINVAL, "device is smaller (" + FormatSize(device_size) +
+                                     ") than its superblock says (" + FormatSize(raw.size) +
+                                     "): truncated pool");
+  Superblock sb;
+  memcpy(sb.pool_uuid.data(), raw.pool_uuid, 16);
+  memcpy(sb.device_uuid.data(), raw.device_uuid, 16);
+  sb.size = raw.size;
+  sb.alignment = raw.alignment;
+  sb.unit = raw.unit;
+  sb.data_offset = raw.data_offset;
+  sb.epoch = raw.epoch;
+  sb.created_ns = raw.created_ns;
+  sb.numa_node = raw.numa_node;
+  raw.label[sizeof(raw.label) - 1] = '\0';
+  sb.label = raw.label;
+  return sb;
+}
+
+std::string Superblock::Describe() const {
+  char buf[1024];
+  time_t created = created_ns / 1000000000;
+  char when[64];
+  tm t;
+  gmtime_r(&created, &t);
+  strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &t);
+  snprintf(buf, sizeof(buf),
+           "version:      %u\n"
+           "pool uuid:    %s\n"
+           "device uuid:  %s\n"
+           "label:        %s\n"
+           "size:         %" PRIu64 " (%s)\n"
+           "data:         %" PRIu64 " bytes from offset %" PRIu64 "\n"
+           "unit:         %" PRIu64 " (%s)\n"
+           "alignment:    %" PRIu64 "\n"
+           "epoch:        %016" PRIx64 "\n"
+           "numa node:    %d\n"
+           "created:      %s\n",
+           kSuperblockVersion, UuidToString(pool_uuid).c_str(), UuidToString(device_uuid).c_str(),
+           label.c_str(), size, FormatSize(size).c_str(), data_bytes(), data_offset, unit,
+           FormatSize(unit).c_str(), alignment, epoch, numa_node, when);
+  return buf;
+}
+
+Uuid NewUuid() {
+  Uuid u;
+  RandomBytes(u.data(), u.size());
+  u[6] = (u[6] & 0x0f) | 0x40;  // version 4
+  u[8] = (u[8] & 0x3f) | 0x80;  // RFC 4122 variant
+  return u;
+}
+
+uint64_t NewEpoch() {
+  uint64_t e = 0;
+  while (e == 0) RandomBytes(&e, sizeof(e));
+  return e;
+}
+
+std::string UuidToString(const Uuid &u) {
+  char buf[40];
+  snprintf(buf, sizeof(buf),
+           "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
+           u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14],
+           u[15]);
+  return buf;
+}
+
+}  // namespace maru

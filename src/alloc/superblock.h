@@ -1,0 +1,44 @@
+// The pool superblock: the first aligned block of every pool device. Only
+// `maructl mkpool` writes it; daemons read and validate it and refuse a
+// device without a valid one.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "util/status.h"
+
+namespace maru {
+
+using Uuid = std::array<uint8_t, 16>;
+
+constexpr uint32_t kSuperblockVersion = 1;
+constexpr uint64_t kSuperblockBytes = 4096;
+
+struct Superblock {
+  Uuid pool_uuid{};
+  Uuid device_uuid{};
+  uint64_t size = 0;         // device bytes, superblock included
+  uint64_t alignment = 0;    // mapping alignment (devdax align, else the page size)
+  uint64_t unit = 0;         // allocation unit; extents are multiples of it
+  uint64_t data_offset = 0;  // first allocatable byte (a multiple of unit)
+  uint64_t epoch = 0;        // changes whenever the memory may have lost its contents
+  int64_t created_ns = 0;
+  int32_t numa_node = -1;    // node the memory was bound to at format time, -1 if none
+  std::string label;         // up to 63 bytes
+
+  uint64_t data_bytes() const { return size - data_offset; }
+
+  // Serializes into exactly kSuperblockBytes bytes, with a CRC32C.
+  void Encode(uint8_t *out) const;
+  // Parses and validates magic, version, CRC and geometry; says what is wrong.
+  static Result<Superblock> Decode(const uint8_t *in, uint64_t device_size);
+  std::string Describe() const;
+};
+
+Uuid NewUuid();
+uint64_t NewEpoch();
+std::string UuidToString(const Uuid &uuid);
+
+}  // namespace maru

@@ -1,0 +1,101 @@
+#include "meta/inode.h"
+
+namespace maru {
+namespace {
+
+void ToRecordVersion(const Version &v, schema::Version *out) {
+  out->set_gen(v.gen);
+  out->set_size(v.size);
+  ToRecordExtents(v.extents, out->mutable_extents());
+  out->set_checksum_type(v.checksum_type);
+  out->set_checksum(v.checksum);
+  out->set_writer_session(v.writer_session);
+  out->set_request_id(v.request_id);
+  out->set_created_ns(v.created_ns);
+}
+
+Version FromRecordVersion(const schema::Version &r) {
+  Version v;
+  v.gen = r.gen();
+  v.size = r.size();
+  v.extents = FromRecordExtents(r.extents());
+  v.checksum_type = static_cast<rpc::ChecksumType>(r.checksum_type());
+  v.checksum = r.checksum();
+  v.writer_session = r.writer_session();
+  v.request_id = r.request_id();
+  v.created_ns = r.created_ns();
+  return v;
+}
+
+}  // namespace
+
+void ToRecordExtents(const ExtentList &extents,
+                     google::protobuf::RepeatedPtrField<schema::Extent> *out) {
+  out->Reserve(static_cast<int>(extents.size()));
+  for (const Extent &e : extents) {
+    schema::Extent *x = out->Add();
+    x->set_device(e.device);
+    x->set_offset(e.offset);
+    x->set_length(e.length);
+  }
+}
+
+ExtentList FromRecordExtents(const google::protobuf::RepeatedPtrField<schema::Extent> &in) {
+  ExtentList out;
+  out.reserve(in.size());
+  for (const schema::Extent &x : in) out.push_back(Extent{x.device(), x.offset(), x.length()});
+  return out;
+}
+
+void ToWireExtents(const ExtentList &extents,
+                   google::protobuf::RepeatedPtrField<rpc::Extent> *out) {
+  out->Reserve(static_cast<int>(extents.size()));
+  for (const Extent &e : extents) {
+    rpc::Extent *x = out->Add();
+    x->set_device(e.device);
+    x->set_offset(e.offset);
+    x->set_length(e.length);
+  }
+}
+
+schema::Inode ToRecord(const Inode &inode) {
+  schema::Inode r;
+  r.set_ino(inode.ino);
+  r.set_parent(inode.parent);
+  r.set_name(inode.name);
+  r.set_mode(inode.mode);
+  r.set_uid(inode.uid);
+  r.set_gid(inode.gid);
+  r.set_atime_ns(inode.atime_ns);
+  r.set_mtime_ns(inode.mtime_ns);
+  r.set_ctime_ns(inode.ctime_ns);
+  if (inode.current) ToRecordVersion(*inode.current, r.mutable_current());
+  if (inode.pending) ToRecordVersion(*inode.pending, r.mutable_pending());
+  r.set_parent_chunk(inode.parent_chunk);
+  r.set_pinned(inode.pinned);
+  r.set_pin_expiry_ns(inode.pin_expiry_ns);
+  r.set_hits(inode.hits);
+  return r;
+}
+
+Inode FromRecord(const schema::Inode &r) {
+  Inode inode;
+  inode.ino = r.ino();
+  inode.parent = r.parent();
+  inode.name = r.name();
+  inode.mode = r.mode();
+  inode.uid = r.uid();
+  inode.gid = r.gid();
+  inode.atime_ns = r.atime_ns();
+  inode.mtime_ns = r.mtime_ns();
+  inode.ctime_ns = r.ctime_ns();
+  if (r.has_current()) inode.current = FromRecordVersion(r.current());
+  if (r.has_pending()) inode.pending = FromRecordVersion(r.pending());
+  inode.parent_chunk = r.parent_chunk();
+  inode.pinned = r.pinned();
+  inode.pin_expiry_ns = r.pin_expiry_ns();
+  inode.hits = r.hits();
+  return inode;
+}
+
+}  // namespace maru

@@ -1,0 +1,61 @@
+// In-memory form of a file or directory. The namespace owns inodes; the
+// durable form is schema::Inode, written through MetaDb.
+#pragma once
+
+#include <sys/stat.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "alloc/extent.h"
+#include "maru.pb.h"
+#include "schema.pb.h"
+
+namespace maru {
+
+// One generation of a file's content. Generations are unique across the
+// whole server, so a generation names a set of extents unambiguously.
+struct Version {
+  uint64_t gen = 0;
+  uint64_t size = 0;
+  ExtentList extents;
+  rpc::ChecksumType checksum_type = rpc::CHECKSUM_NONE;
+  uint64_t checksum = 0;
+  uint64_t writer_session = 0;  // reservations only
+  uint64_t request_id = 0;      // reservations only
+  int64_t created_ns = 0;
+};
+
+struct Inode {
+  uint64_t ino = 0;
+  uint64_t parent = 0;
+  std::string name;
+  uint32_t mode = 0;
+  uint32_t uid = 0, gid = 0;
+  int64_t atime_ns = 0, mtime_ns = 0, ctime_ns = 0;
+  std::optional<Version> current;  // sealed content
+  std::optional<Version> pending;  // reservation being written
+  uint64_t parent_chunk = 0;
+  bool pinned = false;
+  int64_t pin_expiry_ns = 0;
+  uint64_t hits = 0;
+  std::map<std::string, uint64_t> children;  // directories only
+  uint32_t subdirs = 0;                       // directories only: for nlink
+
+  bool is_dir() const { return S_ISDIR(mode); }
+  bool is_file() const { return S_ISREG(mode); }
+  // A file nobody can open yet: created, not sealed.
+  bool writing_only() const { return !current && pending; }
+};
+
+schema::Inode ToRecord(const Inode &inode);
+Inode FromRecord(const schema::Inode &record);
+void ToRecordExtents(const ExtentList &extents,
+                     google::protobuf::RepeatedPtrField<schema::Extent> *out);
+ExtentList FromRecordExtents(const google::protobuf::RepeatedPtrField<schema::Extent> &in);
+void ToWireExtents(const ExtentList &extents,
+                   google::protobuf::RepeatedPtrField<rpc::Extent> *out);
+
+}  // namespace maru

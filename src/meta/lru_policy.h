@@ -1,0 +1,26 @@
+// Least recently used first: every read moves a chunk to the front.
+#pragma once
+
+#include "meta/eviction_policy.h"
+
+namespace maru {
+
+class LruPolicy : public EvictionPolicy {
+ public:
+  void OnInsert(uint64_t ino, uint64_t parent) override;
+  void OnAccess(uint64_t ino) override;
+  void OnRemove(uint64_t ino) override;
+  uint64_t Victim(const std::function<bool(uint64_t)> &evictable) override;
+  bool EvictsDescendants() const override { return false; }
+  const char *name() const override { return "lru"; }
+
+ protected:
+  // From least to most recently used, first that `accept` takes.
+  uint64_t Oldest(const std::function<bool(uint64_t)> &accept) const;
+
+ private:
+  std::list<uint64_t> order_;  // front: most recent
+  std::unordered_map<uint64_t, std::list<uint64_t>::iterator> where_;
+};
+
+}  // namespace maru

@@ -1,0 +1,99 @@
+#include "meta/meta_db.h"
+
+#include <rocksdb/db.h>
+#include <rocksdb/options.h>
+#include <rocksdb/write_batch.h>
+
+namespace maru {
+namespace {
+
+constexpr char kInodePrefix = 'i';
+constexpr char kRetiredPrefix = 'f';
+constexpr const char *kIdentityKey = "m:identity";
+constexpr const char *kCountersKey = "m:counters";
+
+std::string NumberKey(char prefix, uint64_t n) {
+  std::string key(9, '\0');
+  key[0] = prefix;
+  for (int i = 0; i < 8; ++i) key[1 + i] = static_cast<char>(n >> (56 - 8 * i));
+  return key;
+}
+
+std::string Serialize(const google::protobuf::MessageLite &m) {
+  std::string out;
+  m.SerializeToString(&out);
+  return out;
+}
+
+Status FromRocks(const rocksdb::Status &s, const char *what) {
+  if (s.ok()) return Status::Ok();
+  return Status::Error(EIO, std::string(what) + ": " + s.ToString());
+}
+
+}  // namespace
+
+MetaDb::Batch::Batch() : batch_(std::make_unique<rocksdb::WriteBatch>()) {}
+MetaDb::Batch::~Batch() = default;
+
+void MetaDb::Batch::PutInode(const schema::Inode &inode) {
+  batch_->Put(NumberKey(kInodePrefix, inode.ino()), Serialize(inode));
+}
+void MetaDb::Batch::DeleteInode(uint64_t ino) { batch_->Delete(NumberKey(kInodePrefix, ino)); }
+void MetaDb::Batch::PutRetired(const schema::Retired &r) {
+  batch_->Put(NumberKey(kRetiredPrefix, r.gen()), Serialize(r));
+}
+void MetaDb::Batch::DeleteRetired(uint64_t gen) { batch_->Delete(NumberKey(kRetiredPrefix, gen)); }
+void MetaDb::Batch::PutIdentity(const schema::PoolIdentity &id) {
+  batch_->Put(kIdentityKey, Serialize(id));
+}
+void MetaDb::Batch::PutCounters(const schema::Counters &c) { batch_->Put(kCountersKey, Serialize(c)); }
+bool MetaDb::Batch::empty() const { return batch_->Count() == 0; }
+
+Result<std::unique_ptr<MetaDb>> MetaDb::Open(const std::string &dir, bool sync_writes) {
+  rocksdb::Options options;
+  options.create_if_missing = true;
+  options.IncreaseParallelism(2);
+  options.keep_log_file_num = 4;
+  options.max_log_file_size = 8 << 20;
+  rocksdb::DB *raw = nullptr;
+  rocksdb::Status s = rocksdb::DB::Open(options, dir, &raw);
+  if (!s.ok()) {
+    int err = s.IsIOError() && s.ToString().find("lock") != std::string::npos ? EBUSY : EIO;
+    return Status::Error(err, "cannot open metadata database " + dir + ": " + s.ToString());
+  }
+  std::unique_ptr<MetaDb> db(new MetaDb());
+  db->db_.reset(raw);
+  db->sync_ = sync_writes;
+  return db;
+}
+
+MetaDb::~MetaDb() = default;
+
+Result<MetaDb::Contents> MetaDb::Load() {
+  Contents c;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    rocksdb::Slice key = it->key(), value = it->value();
+    bool parsed = true;
+    if (key.size() == 9 && key[0] == kInodePrefix) {
+      parsed = c.inodes.emplace_back().ParseFromArray(value.data(), static_cast<int>(value.size()));
+    } else if (key.size() == 9 && key[0] == kRetiredPrefix) {
+      parsed = c.retired.emplace_back().ParseFromArray(value.data(), static_cast<int>(value.size()));
+    } else if (key == kIdentityKey) {
+      parsed = c.identity.emplace().ParseFromArray(value.data(), static_cast<int>(value.size()));
+    } else if (key == kCountersKey) {
+      parsed = c.counters.ParseFromArray(value.data(), static_cast<int>(value.size()));
+    }
+    if (!parsed) return Status::Error(EIO, "corrupted metadata record " + key.ToString(true));
+  }
+  MARU_RETURN_IF_ERROR(FromRocks(it->status(), "reading the metadata database"));
+  return c;
+}
+
+Status MetaDb::Write(Batch &batch) {
+  rocksdb::WriteOptions options;
+  options.sync = sync_;
+  return FromRocks(db_->Write(options, batch.batch_.get()), "writing metadata");
+}
+
+}  // namespace maru

@@ -1,0 +1,146 @@
+// MetaEngine: every metadata operation of maru-server, independent of gRPC.
+//
+// State lives in memory (namespace, sessions, leases, free space) and each
+// change is written through to RocksDB before the reply leaves, so a
+// restarted server finds every sealed chunk and every unfinished
+// reservation again. One mutex serializes all operations: they are short
+// (microseconds) and the RPC layer costs far more.
+//
+// Every operation takes the caller's identity (decided by the transport)
+// and a request, and fills a reply whose `error` is a positive errno.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "maru.pb.h"
+#include "meta/access.h"
+#include "meta/eviction_policy.h"
+#include "meta/lease_table.h"
+#include "meta/meta_db.h"
+#include "meta/namespace_tree.h"
+#include "meta/op_stats.h"
+#include "meta/session_table.h"
+#include "meta/space_manager.h"
+
+namespace maru {
+
+struct EngineOptions {
+  std::vector<std::string> pool_paths;
+  std::string db_dir;
+  bool sync_writes = false;
+  int64_t session_timeout_ms = 15000;
+  uint32_t heartbeat_ms = 3000;
+  uint32_t root_mode = 01777;
+  // After a restart, freed extents wait this long (default: the session
+  // timeout) so readers from before the restart can renew their leases.
+  int64_t grace_ms = -1;
+  double high_watermark = 0.95;  // start evicting above this fraction used
+  double low_watermark = 0.90;   // ... until usage is below this
+  std::string eviction = "lru";  // "lru" or "prefix"
+  uint32_t max_fragments = 64;   // extents per chunk before a create fails
+};
+
+class MetaEngine {
+ public:
+  static Result<std::unique_ptr<MetaEngine>> Open(const EngineOptions &options);
+  ~MetaEngine();
+
+  void OpenSession(const Caller &c, const rpc::OpenSessionRequest &req, rpc::OpenSessionReply *rep);
+  void Heartbeat(const Caller &c, const rpc::HeartbeatRequest &req, rpc::HeartbeatReply *rep);
+  void CloseSession(const Caller &c, const rpc::HeartbeatRequest &req, rpc::ErrorReply *rep);
+
+  void GetAttr(const Caller &c, const rpc::RefRequest &req, rpc::AttrReply *rep);
+  void Mkdir(const Caller &c, const rpc::MkdirRequest &req, rpc::AttrReply *rep);
+  void Rmdir(const Caller &c, const rpc::RefRequest &req, rpc::ErrorReply *rep);
+  void Unlink(const Caller &c, const rpc::RefRequest &req, rpc::ErrorReply *rep);
+  void Rename(const Caller &c, const rpc::RenameRequest &req, rpc::ErrorReply *rep);
+  void Readdir(const Caller &c, const rpc::ReaddirRequest &req, rpc::ReaddirReply *rep);
+  void SetAttr(const Caller &c, const rpc::SetAttrRequest &req, rpc::AttrReply *rep);
+  void Statfs(const Caller &c, const rpc::StatfsRequest &req, rpc::StatfsReply *rep);
+
+  void Create(const Caller &c, const rpc::CreateRequest &req, rpc::ChunkReply *rep);
+  void Extend(const Caller &c, const rpc::ExtendRequest &req, rpc::ChunkReply *rep);
+  void Seal(const Caller &c, const rpc::SealRequest &req, rpc::ChunkReply *rep);
+  void Abort(const Caller &c, const rpc::HandleRequest &req, rpc::ErrorReply *rep);
+  void Open(const Caller &c, const rpc::RefRequest &req, rpc::ChunkReply *rep);
+  void Release(const Caller &c, const rpc::ReleaseRequest &req, rpc::ErrorReply *rep);
+  void LookupPrefix(const Caller &c, const rpc::LookupPrefixRequest &req,
+                    rpc::LookupPrefixReply *rep);
+
+  void Pin(const Caller &c, const rpc::PinRequest &req, rpc::AttrReply *rep);
+  void ListSessions(const Caller &c, const rpc::StatsRequest &req, rpc::SessionsReply *rep);
+  void Stats(const Caller &c, const rpc::StatsRequest &req, rpc::StatsReply *rep);
+  void ListChunks(const Caller &c, const rpc::ListChunksRequest &req, rpc::ListChunksReply *rep);
+  void Evict(const Caller &c, const rpc::EvictRequest &req, rpc::EvictReply *rep);
+  void Fsck(const Caller &c, const rpc::StatsRequest &req, rpc::FsckReply *rep);
+
+  // What Stats reports, without a session (for /metrics).
+  void Snapshot(rpc::StatsReply *rep);
+
+  // Housekeeping, called periodically: expires dead sessions and pins,
+  // frees retired extents whose readers are gone, evicts above the high
+  // watermark.
+  void Tick();
+
+  OpStats &op_stats() { return op_stats_; }
+  const EngineOptions &options() const { return options_; }
+
+ private:
+  class Txn;
+  explicit MetaEngine(const EngineOptions &options);
+
+  Status Load();
+  Status CheckPoolIdentity(MetaDb::Contents *contents, MetaDb::Batch *batch);
+  void RestoreInodes(MetaDb::Contents &contents, MetaDb::Batch *batch);
+
+  template <typename Req, typename Rep, typename Op>
+  void RunOp(const Req &req, Rep *rep, Op &&op);
+  Session *LiveSession(uint64_t id);
+  uint64_t NextIno(Txn &txn);
+  uint64_t NextGen(Txn &txn);
+  void FillAttr(const Inode &inode, rpc::Attr *attr) const;
+  void FillChunk(const Inode &inode, const Version &v, uint64_t lease, rpc::ChunkReply *rep) const;
+  Result<Inode *> MakeDirectory(Txn &txn, Inode *dir, const std::string &name, uint32_t mode,
+                                const Caller &c);
+  NamespaceTree::MakeDir DirMaker(Txn &txn, const Caller &c);
+  void TouchDir(Txn &txn, Inode *dir);
+  Status OpenForRead(const Caller &c, Session *s, Inode *inode, rpc::ChunkReply *rep);
+  Result<ExtentList> AllocateWithEviction(Txn &txn, uint64_t bytes);
+  void RemoveFile(Txn &txn, Inode *inode);
+  void RemoveTree(Txn &txn, Inode *inode);
+  void DropPending(Txn &txn, Inode *inode, bool keep_inode_record);
+  void ExpireSession(Txn &txn, uint64_t id);
+  void UnrefGen(Txn &txn, uint64_t gen);
+  bool Evictable(const Inode &inode, int64_t now_ns) const;
+  uint64_t EvictChunk(Txn &txn, Inode *inode, const char *reason);
+  uint64_t EvictBytes(Txn &txn, uint64_t bytes, const char *reason);
+  uint64_t Used() const;
+  void FillStats(rpc::StatsReply *rep);
+
+  EngineOptions options_;
+  std::unique_ptr<MetaDb> db_;
+  std::mutex mu_;
+  NamespaceTree tree_;
+  SessionTable sessions_;
+  LeaseTable leases_;
+  SpaceManager space_;
+  std::unique_ptr<EvictionPolicy> eviction_;
+  OpStats op_stats_;
+  std::string pool_uuid_;
+  uint64_t next_ino_ = 2, ino_limit_ = 0;
+  uint64_t next_gen_ = 1, gen_limit_ = 0;
+  int64_t started_ns_ = 0;
+  uint64_t reserved_bytes_ = 0;
+  uint64_t pins_ = 0;
+  // Counters for stats and metrics.
+  uint64_t lookups_ = 0, lookup_hits_ = 0;
+  uint64_t evictions_ = 0, evicted_bytes_ = 0;
+  uint64_t bytes_stored_ = 0, bytes_loaded_ = 0;
+  std::map<std::string, uint64_t> evictions_by_reason_;
+};
+
+}  // namespace maru

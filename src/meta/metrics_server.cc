@@ -1,0 +1,165 @@
+#include "meta/metrics_server.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <sstream>
+
+#include "meta/meta_engine.h"
+#include "util/address.h"
+#include "util/log.h"
+
+namespace maru {
+namespace {
+
+void Metric(std::ostringstream &out, const char *name, const char *type, const char *help) {
+  out << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n";
+}
+
+std::string Escape(const std::string &v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string RenderPrometheus(const rpc::StatsReply &st) {
+  std::ostringstream out;
+  out.precision(10);
+  Metric(out, "maru_operations_total", "counter", "Requests served, by operation.");
+  for (const auto &op : st.ops()) out << "maru_operations_total{op=\"" << op.op() << "\"} " << op.count() << "\n";
+  Metric(out, "maru_operation_errors_total", "counter", "Requests answered with an error, by operation.");
+  for (const auto &op : st.ops()) out << "maru_operation_errors_total{op=\"" << op.op() << "\"} " << op.errors() << "\n";
+  Metric(out, "maru_operation_duration_seconds", "histogram", "Time to serve a request, by operation.");
+  for (const auto &op : st.ops()) {
+    uint64_t cumulative = 0;
+    for (int i = 0; i < op.buckets_size(); ++i) {
+      cumulative += op.buckets(i);
+      out << "maru_operation_duration_seconds_bucket{op=\"" << op.op() << "\",le=\"";
+      if (i < st.bucket_bounds_us_size()) out << st.bucket_bounds_us(i) / 1e6;
+      else out << "+Inf";
+      out << "\"} " << cumulative << "\n";
+    }
+    out << "maru_operation_duration_seconds_sum{op=\"" << op.op() << "\"} " << op.sum_us() / 1e6 << "\n";
+    out << "maru_operation_duration_seconds_count{op=\"" << op.op() << "\"} " << op.count() << "\n";
+  }
+  Metric(out, "maru_stored_bytes_total", "counter", "Bytes of chunks sealed.");
+  out << "maru_stored_bytes_total " << st.bytes_stored() << "\n";
+  Metric(out, "maru_loaded_bytes_total", "counter", "Bytes of chunks opened for reading.");
+  out << "maru_loaded_bytes_total " << st.bytes_loaded() << "\n";
+  Metric(out, "maru_lookups_total", "counter", "Chunks asked for by prefix lookups.");
+  out << "maru_lookups_total " << st.lookups() << "\n";
+  Metric(out, "maru_lookup_hits_total", "counter", "Chunks found by prefix lookups.");
+  out << "maru_lookup_hits_total " << st.lookup_hits() << "\n";
+  Metric(out, "maru_evictions_total", "counter", "Chunks evicted, by reason.");
+  for (const auto &[reason, n] : st.evictions_by_reason())
+    out << "maru_evictions_total{reason=\"" << Escape(reason) << "\"} " << n << "\n";
+  Metric(out, "maru_evicted_bytes_total", "counter", "Bytes of chunks evicted.");
+  out << "maru_evicted_bytes_total " << st.evicted_bytes() << "\n";
+  Metric(out, "maru_pool_capacity_bytes", "gauge", "Allocatable bytes, by pool device.");
+  for (const auto &d : st.devices())
+    out << "maru_pool_capacity_bytes{device=\"" << d.index() << "\",path=\"" << Escape(d.path()) << "\"} " << d.size() << "\n";
+  Metric(out, "maru_pool_used_bytes", "gauge", "Allocated bytes, by pool device.");
+  for (const auto &d : st.devices())
+    out << "maru_pool_used_bytes{device=\"" << d.index() << "\",path=\"" << Escape(d.path()) << "\"} " << d.used() << "\n";
+  Metric(out, "maru_chunks", "gauge", "Sealed chunks.");
+  out << "maru_chunks " << st.chunks() << "\n";
+  Metric(out, "maru_sessions", "gauge", "Client sessions.");
+  out << "maru_sessions " << st.sessions() << "\n";
+  Metric(out, "maru_leases", "gauge", "Read leases held.");
+  out << "maru_leases " << st.leases() << "\n";
+  Metric(out, "maru_pins", "gauge", "Pinned chunks.");
+  out << "maru_pins " << st.pins() << "\n";
+  Metric(out, "maru_uptime_seconds", "gauge", "Seconds since the server started.");
+  out << "maru_uptime_seconds " << static_cast<double>(st.uptime_ns()) / 1e9 << "\n";
+  return out.str();
+}
+
+Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string &host_port,
+                                                            MetaEngine *engine) {
+  Result<Address> addr = ParseAddress("tcp://" + host_port);
+  if (!addr.ok()) return Status::Error(EINVAL, "--metrics-listen takes HOST:PORT");
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  if (getaddrinfo(addr->host.c_str(), std::to_string(addr->port).c_str(), &hints, &res) != 0)
+    return Status::Error(EINVAL, "cannot resolve " + host_port);
+  std::unique_ptr<MetricsServer> m(new MetricsServer());
+  m->engine_ = engine;
+  m->fd_ = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int one = 1;
+  setsockopt(m->fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  int rc = bind(m->fd_, res->ai_addr, res->ai_addrlen);
+  freeaddrinfo(res);
+  if (rc < 0 || listen(m->fd_, 64) < 0) return Status::Error(errno, "cannot listen on " + host_port);
+  if (pipe2(m->wake_, O_CLOEXEC) < 0) return Status::Error(errno, "pipe");
+  m->thread_ = std::thread([raw = m.get()] { raw->Serve(); });
+  return m;
+}
+
+MetricsServer::~MetricsServer() {
+  if (thread_.joinable()) {
+    char b = 0;
+    (void)!write(wake_[1], &b, 1);
+    thread_.join();
+  }
+  for (int fd : {fd_, wake_[0], wake_[1]})
+    if (fd >= 0) close(fd);
+}
+
+void MetricsServer::Serve() {
+  for (;;) {
+    pollfd fds[2] = {{fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
+    if (poll(fds, 2, -1) < 0 && errno != EINTR) return;
+    if (fds[1].revents) return;
+    if (!(fds[0].revents & POLLIN)) continue;
+    int conn = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (conn < 0) continue;
+    Answer(conn);
+    close(conn);
+  }
+}
+
+void MetricsServer::Answer(int conn) {
+  timeval tv{2, 0};
+  setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  char buf[4096];
+  ssize_t n = recv(conn, buf, sizeof(buf) - 1, 0);
+  if (n <= 0) return;
+  buf[n] = '\0';
+  std::string body, status = "200 OK", type = "text/plain; version=0.0.4; charset=utf-8";
+  if (strncmp(buf, "GET /metrics", 12) == 0 && (buf[12] == ' ' || buf[12] == '?')) {
+    rpc::StatsReply stats;
+    engine_->Snapshot(&stats);
+    body = RenderPrometheus(stats);
+  } else {
+    status = "404 Not Found";
+    type = "text/plain";
+    body = "try /metrics\n";
+  }
+  std::string reply = "HTTP/1.0 " + status + "\r\nContent-Type: " + type +
+                      "\r\nContent-Length: " + std::to_string(body.size()) +
+                      "\r\nConnection: close\r\n\r\n" + body;
+  size_t off = 0;
+  while (off < reply.size()) {
+    ssize_t w = send(conn, reply.data() + off, reply.size() - off, MSG_NOSIGNAL);
+    if (w <= 0) return;
+    off += static_cast<size_t>(w);
+  }
+}
+
+}  // namespace maru

@@ -1,0 +1,153 @@
+#include "meta/namespace_tree.h"
+
+#include <algorithm>
+
+#include "util/path.h"
+
+namespace maru {
+
+Inode *NamespaceTree::Find(uint64_t ino) const {
+  auto it = inodes_.find(ino);
+  return it == inodes_.end() ? nullptr : it->second.get();
+}
+
+Inode *NamespaceTree::Child(const Inode &dir, const std::string &name) const {
+  auto it = dir.children.find(name);
+  return it == dir.children.end() ? nullptr : Find(it->second);
+}
+
+Inode *NamespaceTree::Adopt(std::unique_ptr<Inode> inode) {
+  Inode *raw = inode.get();
+  inodes_[raw->ino] = std::move(inode);
+  return raw;
+}
+
+std::unique_ptr<Inode> NamespaceTree::Release(uint64_t ino) {
+  auto it = inodes_.find(ino);
+  if (it == inodes_.end()) return nullptr;
+  std::unique_ptr<Inode> out = std::move(it->second);
+  inodes_.erase(it);
+  return out;
+}
+
+void NamespaceTree::Link(Inode *dir, Inode *child, const std::string &name) {
+  child->parent = dir->ino;
+  child->name = name;
+  dir->children[name] = child->ino;
+  if (child->is_dir()) ++dir->subdirs;
+}
+
+void NamespaceTree::Unlink(Inode *child) {
+  if (Inode *dir = Find(child->parent)) {
+    auto it = dir->children.find(child->name);
+    if (it != dir->children.end() && it->second == child->ino) {
+      dir->children.erase(it);
+      if (child->is_dir()) --dir->subdirs;
+    }
+  }
+}
+
+std::vector<Inode *> NamespaceTree::LinkAll() {
+  std::vector<Inode *> orphans;
+  for (auto &[ino, inode] : inodes_) {
+    if (ino == kRootIno) continue;
+    Inode *dir = Find(inode->parent);
+    if (!dir || !dir->is_dir() || dir->children.count(inode->name)) {
+      orphans.push_back(inode.get());
+      continue;
+    }
+    dir->children[inode->name] = ino;
+    if (inode->is_dir()) ++dir->subdirs;
+  }
+  return orphans;
+}
+
+Result<Inode *> NamespaceTree::SearchableDir(uint64_t ino, const Caller &caller) const {
+  Inode *dir = Find(ino);
+  if (!dir) return Status::Error(ESTALE, "no such directory inode");
+  if (!dir->is_dir()) return Status::Error(ENOTDIR);
+  if (!MayAccess(*dir, caller, kMayExec)) return Status::Error(EACCES);
+  return dir;
+}
+
+Result<Inode *> NamespaceTree::Walk(Inode *dir, const std::vector<std::string> &names,
+                                    size_t count, const Caller &caller,
+                                    const MakeDir &make_dir) const {
+  for (size_t i = 0; i < count; ++i) {
+    if (!dir->is_dir()) return Status::Error(ENOTDIR);
+    if (!MayAccess(*dir, caller, kMayExec)) return Status::Error(EACCES);
+    Inode *next = Child(*dir, names[i]);
+    if (!next) {
+      if (!make_dir) return Status::Error(ENOENT);
+      Result<Inode *> made = make_dir(dir, names[i]);
+      if (!made.ok()) return made.status();
+      next = *made;
+    }
+    dir = next;
+  }
+  return dir;
+}
+
+Result<Inode *> NamespaceTree::Resolve(const rpc::Ref &ref, const Caller &caller) const {
+  if (!ref.path().empty()) {
+    Result<std::vector<std::string>> names = SplitPath(ref.path());
+    if (!names.ok()) return names.status();
+    return Walk(root(), *names, names->size(), caller, nullptr);
+  }
+  if (!ref.name().empty()) {
+    MARU_RETURN_IF_ERROR(ValidateName(ref.name()));
+    Result<Inode *> dir = SearchableDir(ref.ino(), caller);
+    if (!dir.ok()) return dir.status();
+    Inode *child = Child(**dir, ref.name());
+    if (!child) return Status::Error(ENOENT);
+    return child;
+  }
+  Inode *inode = Find(ref.ino() ? ref.ino() : kRootIno);
+  if (!inode) return Status::Error(ESTALE, "no such inode");
+  return inode;
+}
+
+Result<NamespaceTree::ParentAndName> NamespaceTree::ResolveParent(const rpc::Ref &ref,
+                                                                  const Caller &caller,
+                                                                  const MakeDir &make_dir) const {
+  if (!ref.path().empty()) {
+    Result<std::vector<std::string>> names = SplitPath(ref.path());
+    if (!names.ok()) return names.status();
+    if (names->empty()) return Status::Error(EEXIST, "the root directory");
+    Result<Inode *> dir = Walk(root(), *names, names->size() - 1, caller, make_dir);
+    if (!dir.ok()) return dir.status();
+    if (!(*dir)->is_dir()) return Status::Error(ENOTDIR);
+    return ParentAndName{*dir, names->back()};
+  }
+  if (ref.name().empty()) return Status::Error(EINVAL, "a name is needed");
+  MARU_RETURN_IF_ERROR(ValidateName(ref.name()));
+  Inode *dir = Find(ref.ino());
+  if (!dir) return Status::Error(ESTALE, "no such directory inode");
+  if (!dir->is_dir()) return Status::Error(ENOTDIR);
+  return ParentAndName{dir, ref.name()};
+}
+
+std::string NamespaceTree::PathOf(const Inode &inode) const {
+  std::vector<const std::string *> names;
+  const Inode *at = &inode;
+  while (at && at->ino != kRootIno) {
+    names.push_back(&at->name);
+    at = Find(at->parent);
+  }
+  if (names.empty()) return "/";
+  std::string path;
+  for (auto it = names.rbegin(); it != names.rend(); ++it) path += "/" + **it;
+  return path;
+}
+
+bool NamespaceTree::IsAncestor(const Inode &ancestor, const Inode &inode) const {
+  const Inode *at = &inode;
+  while (at) {
+    if (at->ino == ancestor.ino) return true;
+    if (at->ino == kRootIno) return false;
+    at = Find(at->parent);
+  }
+  return false;
+}
+
+}  // namespace maru

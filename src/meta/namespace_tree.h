@@ -1,0 +1,73 @@
+// The directory tree: inodes by number, names within directories, and the
+// resolution of a Ref (path, directory+name, or inode) with the permission
+// checks a path walk implies. Purely in memory and not thread-safe: the
+// engine serializes access.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "meta/access.h"
+#include "meta/inode.h"
+#include "maru.pb.h"
+#include "util/status.h"
+
+namespace maru {
+
+constexpr uint64_t kRootIno = 1;
+
+class NamespaceTree {
+ public:
+  // Creates a missing directory during a walk (mkdir -p); supplied by the
+  // engine, which also persists it.
+  using MakeDir = std::function<Result<Inode *>(Inode *parent, const std::string &name)>;
+
+  struct ParentAndName {
+    Inode *dir = nullptr;
+    std::string name;
+  };
+
+  Inode *Find(uint64_t ino) const;
+  Inode *root() const { return Find(kRootIno); }
+  Inode *Child(const Inode &dir, const std::string &name) const;
+  size_t size() const { return inodes_.size(); }
+
+  // Takes ownership without linking it under a name.
+  Inode *Adopt(std::unique_ptr<Inode> inode);
+  // Gives the inode up; it must already be unlinked.
+  std::unique_ptr<Inode> Release(uint64_t ino);
+  // Puts `child` under `dir` as `name`.
+  void Link(Inode *dir, Inode *child, const std::string &name);
+  // Takes `child` out of its directory.
+  void Unlink(Inode *child);
+  // Rebuilds every directory's entries from the inodes' parent and name,
+  // after a load. Inodes whose parent is missing are returned.
+  std::vector<Inode *> LinkAll();
+
+  // The inode `ref` names. Searching a directory needs exec permission.
+  Result<Inode *> Resolve(const rpc::Ref &ref, const Caller &caller) const;
+  // The directory that holds (or would hold) what `ref` names, and the
+  // name. With `make_dir`, missing directories on the way are created.
+  Result<ParentAndName> ResolveParent(const rpc::Ref &ref, const Caller &caller,
+                                      const MakeDir &make_dir = nullptr) const;
+
+  std::string PathOf(const Inode &inode) const;
+  // True if `ancestor` is `inode` or lies on its way to the root.
+  bool IsAncestor(const Inode &ancestor, const Inode &inode) const;
+
+  template <typename F>
+  void ForEach(F &&f) const {
+    for (const auto &[ino, inode] : inodes_) f(*inode);
+  }
+
+ private:
+  Result<Inode *> Walk(Inode *dir, const std::vector<std::string> &names, size_t count,
+                       const Caller &caller, const MakeDir &make_dir) const;
+  Result<Inode *> SearchableDir(uint64_t ino, const Caller &caller) const;
+
+  std::unordered_map<uint64_t, std::unique_ptr<Inode>> inodes_;
+};
+
+}  // namespace maru

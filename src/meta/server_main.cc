@@ -1,0 +1,182 @@
+// maru-server: the metadata server. See man/maru-server.8.
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <thread>
+
+#include "meta/meta_engine.h"
+#include "meta/meta_service.h"
+#include "meta/metrics_server.h"
+#include "meta/unix_listener.h"
+#include "util/address.h"
+#include "util/flags.h"
+#include "util/log.h"
+
+using namespace maru;
+
+namespace {
+
+constexpr const char *kDefaultConfig = "/etc/maru/maru-server.conf";
+
+struct ServerFlags {
+  std::vector<std::string> pools, listen;
+  std::string db = "/var/lib/maru/db";
+  std::string config;
+  std::string log_level = "info";
+  std::string root_mode = "1777";
+  std::string eviction = "lru";
+  std::string metrics_listen;
+  int64_t session_timeout_ms = 15000;
+  int64_t heartbeat_ms = 3000;
+  int64_t grace_ms = -1;
+  int64_t max_fragments = 64;
+  double high_watermark = 0.95, low_watermark = 0.90;
+  bool sync = false, squash_tcp = false;
+};
+
+int Fail(const std::string &message) {
+  fprintf(stderr, "maru-server: %s\n", message.c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  SetLogTag("maru-server");
+  ServerFlags f;
+  Flags flags("maru-server --pool PATH [--pool PATH...] [OPTIONS]",
+              "Serves the namespace, extents, sessions and leases of a Maru pool over gRPC.");
+  flags.Strings("pool", &f.pools, "pool device: a file formatted by 'maructl mkpool' or /dev/daxX.Y (repeatable)");
+  flags.String("db", &f.db, "RocksDB directory for the metadata");
+  flags.Strings("listen", &f.listen, "unix:///PATH or tcp://HOST:PORT to serve on (repeatable; default unix:///run/maru/maru.sock)");
+  flags.String("config", &f.config, "configuration file of 'option = value' lines; flags override it (default: /etc/maru/maru-server.conf if it exists)");
+  flags.Int("session-timeout-ms", &f.session_timeout_ms, "a client silent this long loses its leases and unfinished writes");
+  flags.Int("heartbeat-ms", &f.heartbeat_ms, "how often clients are asked to heartbeat");
+  flags.Int("grace-ms", &f.grace_ms, "after a restart, keep freed extents this long for returning readers (-1: the session timeout)");
+  flags.Double("high-watermark", &f.high_watermark, "evict when the pool is fuller than this fraction");
+  flags.Double("low-watermark", &f.low_watermark, "... until it is below this fraction");
+  flags.String("eviction", &f.eviction, "eviction policy: lru or prefix");
+  flags.Int("max-fragments", &f.max_fragments, "most extents one chunk may span");
+  flags.String("root-mode", &f.root_mode, "permissions of the root directory when the database is new (octal)");
+  flags.Bool("sync", &f.sync, "fsync every metadata write (survives power loss, slower)");
+  flags.Bool("tcp-squash", &f.squash_tcp, "treat every TCP caller as nobody instead of trusting the identity it asserts");
+  flags.String("metrics-listen", &f.metrics_listen, "HOST:PORT to serve Prometheus metrics on at /metrics");
+  flags.String("log-level", &f.log_level, "error, warn, info or debug");
+  std::vector<std::string> positional;
+  Status s = flags.Parse(argc, argv, 1, &positional);
+  if (!s.ok()) return Fail(s.message());
+  if (flags.help_requested()) {
+    fputs(flags.Help().c_str(), stdout);
+    return 0;
+  }
+  if (!positional.empty()) return Fail("unexpected argument '" + positional[0] + "' (see --help)");
+  if (!f.config.empty() || access(kDefaultConfig, R_OK) == 0) {
+    s = flags.ParseConfigFile(f.config.empty() ? kDefaultConfig : f.config);
+    if (!s.ok()) return Fail(s.message());
+  }
+  if (!SetLogLevel(f.log_level)) return Fail("unknown log level '" + f.log_level + "'");
+  if (f.pools.empty()) return Fail("--pool is required (format one with: maructl mkpool /dev/shm/maru.pool --size 4G)");
+  if (f.listen.empty()) f.listen.push_back(kDefaultServerAddress);
+  if (f.session_timeout_ms < 100 || f.heartbeat_ms < 10 || f.heartbeat_ms >= f.session_timeout_ms)
+    return Fail("need --heartbeat-ms < --session-timeout-ms, and a timeout of at least 100 ms");
+
+  EngineOptions options;
+  options.pool_paths = f.pools;
+  options.db_dir = f.db;
+  options.sync_writes = f.sync;
+  options.session_timeout_ms = f.session_timeout_ms;
+  options.heartbeat_ms = static_cast<uint32_t>(f.heartbeat_ms);
+  options.grace_ms = f.grace_ms;
+  options.high_watermark = f.high_watermark;
+  options.low_watermark = f.low_watermark;
+  options.eviction = f.eviction;
+  options.max_fragments = static_cast<uint32_t>(std::max<int64_t>(1, f.max_fragments));
+  char *end = nullptr;
+  options.root_mode = static_cast<uint32_t>(strtoul(f.root_mode.c_str(), &end, 8));
+  if (*end || options.root_mode > 07777) return Fail("--root-mode takes octal permissions");
+
+  std::vector<Address> addresses;
+  for (const std::string &l : f.listen) {
+    Result<Address> a = ParseAddress(l);
+    if (!a.ok()) return Fail(a.status().message());
+    addresses.push_back(*a);
+  }
+
+  // Signals are taken synchronously by the main thread.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  Result<std::unique_ptr<MetaEngine>> engine = MetaEngine::Open(options);
+  if (!engine.ok()) return Fail(engine.status().message());
+
+  PeerRegistry peers;
+  MetaService service(engine->get(), &peers, IdentityPolicy{f.squash_tcp});
+  grpc::ServerBuilder builder;
+  builder.RegisterService(&service);
+  builder.SetMaxReceiveMessageSize(64 << 20);
+  builder.SetMaxSendMessageSize(64 << 20);
+  std::vector<std::unique_ptr<UnixListener>> unix_listeners;
+  std::vector<int> ports(addresses.size(), 0);
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    if (addresses[i].kind == Address::Kind::kUnix) {
+      auto l = std::make_unique<UnixListener>(addresses[i].path, &peers);
+      s = l->Bind();
+      if (!s.ok()) return Fail(s.message());
+      unix_listeners.push_back(std::move(l));
+    } else {
+      builder.AddListeningPort(addresses[i].GrpcTarget(), grpc::InsecureServerCredentials(), &ports[i]);
+    }
+  }
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server) return Fail("cannot start the gRPC server (is a TCP port in use?)");
+  for (size_t i = 0; i < addresses.size(); ++i)
+    if (addresses[i].kind == Address::Kind::kTcp && ports[i] == 0)
+      return Fail("cannot listen on " + addresses[i].ToString());
+  for (auto &l : unix_listeners) l->Start(server.get());
+
+  std::unique_ptr<MetricsServer> metrics;
+  if (!f.metrics_listen.empty()) {
+    Result<std::unique_ptr<MetricsServer>> m = MetricsServer::Start(f.metrics_listen, engine->get());
+    if (!m.ok()) return Fail(m.status().message());
+    metrics = std::move(*m);
+  }
+
+  std::mutex tick_mu;
+  std::condition_variable tick_cv;
+  bool stopping = false;
+  const auto tick_every = std::chrono::milliseconds(std::clamp<int64_t>(f.session_timeout_ms / 4, 20, 500));
+  std::thread ticker([&] {
+    std::unique_lock<std::mutex> lock(tick_mu);
+    while (!tick_cv.wait_for(lock, tick_every, [&] { return stopping; })) {
+      lock.unlock();
+      (*engine)->Tick();
+      lock.lock();
+    }
+  });
+
+  std::string where;
+  for (const Address &a : addresses) where += " " + a.ToString();
+  LOG_INFO("serving%s", where.c_str());
+
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  LOG_INFO("stopping on signal %d", sig);
+  {
+    std::lock_guard<std::mutex> lock(tick_mu);
+    stopping = true;
+  }
+  tick_cv.notify_all();
+  ticker.join();
+  for (auto &l : unix_listeners) l->Stop();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  metrics.reset();
+  return 0;
+}

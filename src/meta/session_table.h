@@ -1,0 +1,48 @@
+// Client sessions. Every client (a library user, a FUSE daemon, a tool)
+// opens one and keeps it alive with heartbeats; what it holds (leases,
+// reservations) is released when it closes or stops heartbeating.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+namespace maru {
+
+struct Session {
+  uint64_t id = 0;
+  std::string client;
+  std::string hostname;
+  uint32_t pid = 0;
+  uint32_t uid = 0;
+  int64_t since_ns = 0;      // realtime, for display
+  int64_t last_seen_ns = 0;  // monotonic
+  // Known only from reservations found in the database at start; waits
+  // for its client to come back (resume) until it times out.
+  bool orphaned = false;
+  std::unordered_set<uint64_t> leases;        // lease ids
+  std::unordered_set<uint64_t> reservations;  // inodes whose pending version it writes
+  // Generations it is still writing whose file was unlinked or replaced.
+  std::unordered_set<uint64_t> orphan_gens;
+};
+
+class SessionTable {
+ public:
+  Session *Create(uint64_t id);
+  Session *Find(uint64_t id);
+  void Remove(uint64_t id);
+  // Sessions not seen for `timeout_ns` as of `now_ns`.
+  std::vector<uint64_t> Expired(int64_t now_ns, int64_t timeout_ns) const;
+  size_t size() const { return sessions_.size(); }
+  template <typename F>
+  void ForEach(F &&f) const {
+    for (const auto &[id, s] : sessions_) f(s);
+  }
+
+ private:
+  std::unordered_map<uint64_t, Session> sessions_;
+};
+
+}  // namespace maru

@@ -1,0 +1,45 @@
+#include "path.h"
+
+namespace maru {
+
+Status ValidateName(std::string_view name) {
+  if (name.empty()) return Status::Error(EINVAL, "empty path component");
+  if (name == "." || name == "..") return Status::Error(EINVAL, "'.' and '..' are not allowed");
+  if (name.size() > kMaxNameLength)
+    return Status::Error(ENAMETOOLONG, "path component longer than 255 bytes");
+  for (char c : name) {
+    if (c == '/' || c == '\0') return Status::Error(EINVAL, "'/' or NUL in a name");
+  }
+  return Status::Ok();
+}
+
+Result<std::vector<std::string>> SplitPath(std::string_view path) {
+  if (path.empty()) return Status::Error(EINVAL, "empty path");
+  if (path.front() != '/') return Status::Error(EINVAL, "path must be absolute");
+  if (path.size() > kMaxPathLength) return Status::Error(ENAMETOOLONG, "path too long");
+  std::vector<std::string> parts;
+  size_t pos = 0;
+  while (pos < path.size()) {
+    while (pos < path.size() && path[pos] == '/') ++pos;
+    if (pos == path.size()) break;
+    size_t end = path.find('/', pos);
+    if (end == std::string_view::npos) end = path.size();
+    std::string_view name = path.substr(pos, end - pos);
+    MARU_RETURN_IF_ERROR(ValidateName(name));
+    parts.emplace_back(name);
+    pos = end;
+  }
+  return parts;
+}
+
+std::string JoinPath(const std::vector<std::string> &components) {
+  if (components.empty()) return "/";
+  std::string out;
+  for (const auto &c : components) {
+    out += '/';
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace maru
