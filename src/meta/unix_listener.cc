@@ -74,7 +74,7 @@ void UnixListener::AcceptLoop() {
       return;
     }
     if (fds[1].revents) return;
-    int conn = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    int conn = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);  // gRPC needs non-blocking
     if (conn < 0) {
       if (errno != EINTR && errno != EAGAIN && errno != ECONNABORTED)
         LOG_WARN("accept on %s: %s", path_.c_str(), strerror(errno));
@@ -85,6 +85,7 @@ void UnixListener::AcceptLoop() {
       close(conn);
       continue;
     }
+    LOG_DEBUG("connection fd %d from pid %d uid %u", conn, creds->pid, creds->uid);
     peers_->Set(conn, *creds);
     grpc::AddInsecureChannelFromFd(server_, conn);
   }

@@ -1,0 +1,145 @@
+/*
+ * libmaru_direct: store and load KV-cache chunks in a shared Maru pool with
+ * plain memory access.
+ *
+ * A chunk is a file in the Maru namespace ("/llama/abc" here is the file
+ * MOUNT/llama/abc of a mounted maru-fuse). Its bytes live in pool memory
+ * that every process on the host (or behind the CXL switch) maps; only
+ * metadata travels to maru-server. maru_chunk_data() points straight into
+ * that shared mapping: a chunk one process stores is read by another with
+ * no copy.
+ *
+ * Rules of the pool:
+ *  - Write, then publish. maru_create() reserves space only this chunk
+ *    handle may write; maru_seal() publishes it. Until sealed, no one else
+ *    can open it (-EBUSY). First writer wins: creating an existing or
+ *    in-progress path fails with -EEXIST.
+ *  - Sealed chunks are immutable. A chunk handle holds a lease: the bytes
+ *    it points to are never reused for anything else until it is released,
+ *    even if the file is unlinked, replaced or evicted meanwhile.
+ *  - A process that dies or stops heartbeating loses its leases and its
+ *    unsealed reservations (after the server's session timeout).
+ *
+ * Errors: functions returning int return 0 or a negative errno.
+ *   -EINVAL        bad argument or path (relative, empty, "." or ".."
+ *                  component), size 0
+ *   -ENAMETOOLONG  a path component over 255 bytes, or a path over 4095
+ *   -ENOENT        no such chunk or directory
+ *   -EEXIST        the path exists or is being written
+ *   -EBUSY         the chunk is being written and not sealed yet
+ *   -EACCES/-EPERM permissions (checked against the caller's uid/gid)
+ *   -ENOSPC        the pool is full and nothing can be evicted
+ *   -EFBIG         the chunk is larger than any pool device
+ *   -ENOTCONN      the server is unreachable (after waiting for it to come
+ *                  back, MARU_RETRY_MS, default 30000)
+ *   -ECONNREFUSED  no server at the address when connecting
+ *   -ESTALE        the chunk's lease or reservation was lost (the session
+ *                  expired, or the server restarted and could not renew it)
+ *
+ * Threads and processes: a maru_t may be shared by any number of threads.
+ * A maru_chunk_t belongs to one thread at a time. Handles do not survive
+ * fork(): a child connects anew. Any number of processes may connect to the
+ * same server.
+ *
+ * Environment: MARU_SERVER (the default target when maru_connect gets NULL),
+ * MARU_POPULATE=0 (do not prefault the pool mapping at connect),
+ * MARU_TIMEOUT_MS (one call's deadline, default 10000), MARU_RETRY_MS.
+ */
+#ifndef MARU_DIRECT_H
+#define MARU_DIRECT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct maru maru_t;
+typedef struct maru_chunk maru_chunk_t;
+
+/* --- Connections -------------------------------------------------------- */
+
+/* Connects to maru-server at "unix:///path" or "tcp://host:port" (NULL:
+ * $MARU_SERVER, else unix:///run/maru/maru.sock), opens a session and maps
+ * the pool, once for the whole process. */
+int maru_connect(const char *target, maru_t **out);
+
+/* Releases every lease, aborts unsealed chunks, closes the session and
+ * unmaps the pool. Chunk handles of `m` must not be used afterwards. */
+void maru_disconnect(maru_t *m);
+
+/* --- Storing ------------------------------------------------------------ */
+
+/* Reserves `size` bytes for a new chunk at absolute `path`, creating
+ * missing parent directories. Fill maru_chunk_data(*out), then maru_seal(),
+ * or maru_release() to abandon it. */
+int maru_create(maru_t *m, const char *path, uint64_t size, maru_chunk_t **out);
+
+enum maru_checksum { MARU_CHECKSUM_NONE = 0, MARU_CHECKSUM_XXH3 = 1, MARU_CHECKSUM_CRC32C = 2 };
+
+typedef struct maru_create_opts {
+  uint32_t mode;      /* permission bits; 0 means 0644 */
+  const char *parent; /* the chunk this one extends (a prefix chain), or NULL */
+  int checksum;       /* enum maru_checksum, computed at seal */
+} maru_create_opts_t;
+
+/* maru_create() with options; `opts` may be NULL. */
+int maru_create_ex(maru_t *m, const char *path, uint64_t size, const maru_create_opts_t *opts,
+                   maru_chunk_t **out);
+
+/* maru_create() of a chunk that extends the chunk at `parent`: eviction
+ * takes the tails of such chains first, and the whole tail with a prefix. */
+int maru_create_child(maru_t *m, const char *path, const char *parent, uint64_t size,
+                      maru_chunk_t **out);
+
+/* Publishes a chunk created by this handle. Afterwards the handle is a
+ * read handle (with a lease) until maru_release(). */
+int maru_seal(maru_chunk_t *c);
+
+/* --- Loading ------------------------------------------------------------ */
+
+/* Opens a sealed chunk for reading, with a lease. */
+int maru_open(maru_t *m, const char *path, maru_chunk_t **out);
+
+/* Opens the longest prefix of paths[0..n) that exists, in one round trip:
+ * stops at the first path that is missing (or unreadable). out[0..*hits)
+ * receive read handles, each to be released; out[*hits..n) are set to
+ * NULL. Returns 0 even when *hits < n. */
+int maru_lookup_prefix(maru_t *m, const char *const *paths, size_t n, maru_chunk_t **out,
+                       size_t *hits);
+
+/* The chunk's bytes: contiguous, in shared memory, valid until release.
+ * Writable only before maru_seal(). */
+void *maru_chunk_data(maru_chunk_t *c);
+uint64_t maru_chunk_size(const maru_chunk_t *c);
+
+/* Copies chunk bytes [off, off+len) into `dst`. -EINVAL if out of range. */
+int maru_read_into(maru_chunk_t *c, void *dst, uint64_t off, uint64_t len);
+
+/* Recomputes the checksum recorded at seal. 0 if it matches or none was
+ * recorded, -EBADMSG if the bytes differ. */
+int maru_verify(maru_chunk_t *c);
+
+/* Drops the lease (or aborts an unsealed chunk) and frees the handle. */
+int maru_release(maru_chunk_t *c);
+
+/* --- Namespace and lifecycle -------------------------------------------- */
+
+/* Removes a chunk. Readers holding it keep reading their bytes. */
+int maru_unlink(maru_t *m, const char *path);
+
+/* Pins a chunk against eviction until unpinned; maru_pin_ttl() pins it for
+ * ttl_ms milliseconds at most. */
+int maru_pin(maru_t *m, const char *path);
+int maru_pin_ttl(maru_t *m, const char *path, uint64_t ttl_ms);
+int maru_unpin(maru_t *m, const char *path);
+
+/* A static description of a negative (or positive) errno. */
+const char *maru_strerror(int err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MARU_DIRECT_H */

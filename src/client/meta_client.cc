@@ -1,0 +1,206 @@
+#include "client/meta_client.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "util/address.h"
+#include "util/log.h"
+#include "util/units.h"
+
+namespace maru {
+namespace {
+
+constexpr size_t kReleaseBatch = 256;
+
+std::string Hostname() {
+  char buf[256] = {0};
+  gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+
+}  // namespace
+
+int64_t MonotonicMs() { return MonotonicNs() / 1000000; }
+
+int GrpcErrno(const grpc::Status &status) {
+  switch (status.error_code()) {
+    case grpc::StatusCode::OK: return 0;
+    case grpc::StatusCode::UNAVAILABLE: return -ENOTCONN;
+    case grpc::StatusCode::DEADLINE_EXCEEDED: return -ETIMEDOUT;
+    case grpc::StatusCode::RESOURCE_EXHAUSTED: return -E2BIG;
+    case grpc::StatusCode::UNIMPLEMENTED: return -ENOSYS;
+    case grpc::StatusCode::CANCELLED: return -ECANCELED;
+    default: return -EIO;
+  }
+}
+
+MetaClient::MetaClient(std::string address, ClientOptions options)
+    : address_(std::move(address)), options_(std::move(options)) {}
+
+Result<std::unique_ptr<MetaClient>> MetaClient::Connect(const std::string &address,
+                                                        const ClientOptions &options) {
+  Result<Address> addr = ParseAddress(address);
+  if (!addr.ok()) return addr.status();
+  if (addr->kind == Address::Kind::kUnix) {
+    struct stat st;
+    if (stat(addr->path.c_str(), &st) < 0)
+      return Status::Error(errno, "no server socket at " + addr->path);
+  }
+  std::unique_ptr<MetaClient> client(new MetaClient(addr->ToString(), options));
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 50);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
+  args.SetMaxReceiveMessageSize(64 << 20);
+  args.SetMaxSendMessageSize(64 << 20);
+  // Each client its own connection: subchannel sharing would make forked
+  // processes and threads of separate clients contend on one socket.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  client->channel_ =
+      grpc::CreateCustomChannel(addr->GrpcTarget(), grpc::InsecureChannelCredentials(), args);
+  if (!client->channel_->WaitForConnected(std::chrono::system_clock::now() +
+                                          std::chrono::milliseconds(options.connect_timeout_ms)))
+    return Status::Error(ECONNREFUSED, "no server answers at " + addr->ToString());
+  client->stub_ = rpc::Meta::NewStub(client->channel_);
+  int rc = client->OpenSession(false);
+  if (rc < 0) return Status::Error(-rc, "cannot open a session with " + addr->ToString());
+  if (options.heartbeat) client->background_ = std::thread([c = client.get()] { c->Background(); });
+  return client;
+}
+
+MetaClient::~MetaClient() {
+  {
+    std::lock_guard<std::mutex> lock(bg_mu_);
+    stopping_ = true;
+  }
+  bg_cv_.notify_all();
+  if (background_.joinable()) background_.join();
+  FlushReleases();
+  rpc::HeartbeatRequest req;
+  req.mutable_header()->set_session(session_.load());
+  rpc::ErrorReply rep;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(1000));
+  if (stub_) stub_->CloseSession(&ctx, req, &rep);
+}
+
+rpc::OpenSessionReply MetaClient::session_info() const {
+  std::lock_guard<std::mutex> lock(session_mu_);
+  return info_;
+}
+
+int MetaClient::OpenSession(bool resume) {
+  rpc::OpenSessionRequest req;
+  req.set_client(options_.client_name);
+  req.set_hostname(Hostname());
+  req.set_pid(static_cast<uint32_t>(getpid()));
+  if (resume) {
+    req.set_resume(session_.load());
+    std::lock_guard<std::mutex> lock(lease_mu_);
+    for (const auto &[handle, t] : tracked_) {
+      rpc::HeldLease *h = req.add_held();
+      h->set_lease(t.lease);
+      h->set_ino(t.ino);
+      h->set_gen(t.gen);
+    }
+  }
+  rpc::OpenSessionReply rep;
+  int rc = CallOnce(&Stub::OpenSession, req, &rep);
+  if (rc < 0) return rc;
+  if (resume) {
+    // Leases were renewed under new ids; ones not renewed are gone, and
+    // their readers find out when they next check (never silently reuse).
+    std::unordered_map<uint64_t, uint64_t> renewed;
+    for (const rpc::HeldLease &r : rep.renewed()) renewed[r.lease()] = r.ino();
+    std::lock_guard<std::mutex> lock(lease_mu_);
+    for (auto &[handle, t] : tracked_) {
+      auto it = renewed.find(t.lease);
+      t.lease = it == renewed.end() ? 0 : it->second;
+    }
+  }
+  std::lock_guard<std::mutex> lock(session_mu_);
+  info_ = rep;
+  session_.store(rep.session());
+  return 0;
+}
+
+int MetaClient::Resume(uint64_t failed_session) {
+  std::lock_guard<std::mutex> lock(resume_mu_);
+  if (session_.load() != failed_session) return 0;  // another thread already did
+  int rc = OpenSession(true);
+  if (rc == 0) {
+    LOG_INFO("session %016lx resumed with %s", session_.load(), address_.c_str());
+    if (on_resume_) on_resume_();
+  }
+  return rc;
+}
+
+uint64_t MetaClient::TrackLease(uint64_t lease, uint64_t ino, uint64_t gen) {
+  std::lock_guard<std::mutex> lock(lease_mu_);
+  uint64_t handle = next_handle_++;
+  tracked_[handle] = Tracked{lease, ino, gen};
+  return handle;
+}
+
+void MetaClient::ReleaseLease(uint64_t handle) {
+  bool flush_now;
+  {
+    std::lock_guard<std::mutex> lock(lease_mu_);
+    auto it = tracked_.find(handle);
+    if (it == tracked_.end()) return;
+    if (it->second.lease) to_release_.push_back(it->second.lease);
+    tracked_.erase(it);
+    flush_now = to_release_.size() >= kReleaseBatch || !options_.heartbeat;
+  }
+  if (flush_now) {
+    FlushReleases();
+  } else if (!release_pending_.exchange(true)) {
+    bg_cv_.notify_all();
+  }
+}
+
+void MetaClient::FlushReleases() {
+  rpc::ReleaseRequest req;
+  {
+    std::lock_guard<std::mutex> lock(lease_mu_);
+    if (to_release_.empty()) return;
+    for (uint64_t l : to_release_) req.add_leases(l);
+    to_release_.clear();
+  }
+  rpc::ErrorReply rep;
+  req.mutable_header()->set_session(session_.load());
+  // Best effort: a lease the server already forgot needs no release.
+  CallOnce(&Stub::Release, req, &rep);
+}
+
+void MetaClient::Background() {
+  int64_t next_beat = 0;
+  std::unique_lock<std::mutex> lock(bg_mu_);
+  while (!stopping_) {
+    const int64_t wait_ms = std::max<int64_t>(0, next_beat - MonotonicMs());
+    bg_cv_.wait_for(lock, std::chrono::milliseconds(wait_ms),
+                    [&] { return stopping_ || release_pending_.load(); });
+    if (stopping_) break;
+    lock.unlock();
+    if (release_pending_.load()) {
+      // Gather releases for a moment: one RPC carries many.
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      release_pending_.store(false);
+      FlushReleases();
+    }
+    const int64_t now = MonotonicMs();
+    if (now >= next_beat) {
+      uint32_t every = session_info().heartbeat_ms();
+      next_beat = now + (every ? every : 1000);
+      rpc::HeartbeatRequest req;
+      rpc::HeartbeatReply rep;
+      req.mutable_header()->set_session(session_.load());
+      int rc = CallOnce(&Stub::Heartbeat, req, &rep);
+      if (rc == -ENOTCONN && rep.error() == ENOTCONN) Resume(req.header().session());
+      if (rc == -ENOTCONN && rep.error() == 0) next_beat = now + 100;  // server away: retry soon
+    }
+    lock.lock();
+  }
+}
+
+}  // namespace maru

@@ -1,0 +1,148 @@
+// MetaClient: a client's session with maru-server, shared by libmaru_direct,
+// maru-fuse and the tools.
+//
+// It owns the gRPC channel and the session: heartbeats keep the session
+// alive; when the server restarts, calls wait (up to a window) for it to come
+// back, then the session is resumed under the same id, with the leases this
+// client still holds renewed, so unfinished writes and open chunks survive.
+// Every call is bounded by a deadline: nothing hangs on a dead server.
+//
+// Thread-safe: one MetaClient serves all threads of a process.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "maru.grpc.pb.h"
+#include "util/status.h"
+
+namespace maru {
+
+struct ClientOptions {
+  std::string client_name = "maru-client";
+  int64_t connect_timeout_ms = 3000;  // to reach the server at connect time
+  int64_t call_timeout_ms = 10000;    // one attempt of one call
+  int64_t retry_window_ms = 30000;    // how long a call waits for a restarting server
+  bool heartbeat = true;
+};
+
+// Converts a gRPC transport failure into a negative errno.
+int GrpcErrno(const grpc::Status &status);
+
+class MetaClient {
+ public:
+  using Stub = rpc::Meta::Stub;
+  template <typename Req, typename Rep>
+  using Method = grpc::Status (Stub::*)(grpc::ClientContext *, const Req &, Rep *);
+
+  // Connects and opens a session. -ENOENT when a Unix socket does not
+  // exist, -ECONNREFUSED / -ETIMEDOUT when no server answers in time.
+  static Result<std::unique_ptr<MetaClient>> Connect(const std::string &address,
+                                                     const ClientOptions &options);
+  // Releases what is pending and closes the session.
+  ~MetaClient();
+
+  // Calls `method`, filling in the session (and `as`, the identity a
+  // trusted daemon asserts for its caller). Returns 0 or a negative errno,
+  // from the reply's `error` or from the transport.
+  template <typename Req, typename Rep>
+  int Call(Method<Req, Rep> method, Req &req, Rep *rep, const rpc::Caller *as = nullptr);
+
+  // Leases this client holds. Tracking them lets a resumed session renew
+  // them; the handle stays valid across renewals.
+  uint64_t TrackLease(uint64_t lease, uint64_t ino, uint64_t gen);
+  // Stops tracking and releases the lease in the background (batched).
+  void ReleaseLease(uint64_t handle);
+  // Sends pending releases now.
+  void FlushReleases();
+
+  uint64_t session() const { return session_.load(); }
+  // The session's description from the server (devices, timeouts).
+  rpc::OpenSessionReply session_info() const;
+  const std::string &address() const { return address_; }
+  // Called after the session was resumed under a restarted server.
+  void set_on_resume(std::function<void()> f) { on_resume_ = std::move(f); }
+
+ private:
+  struct Tracked {
+    uint64_t lease, ino, gen;
+  };
+
+  MetaClient(std::string address, ClientOptions options);
+  int OpenSession(bool resume);
+  int Resume(uint64_t failed_session);
+  void Background();
+  template <typename Req, typename Rep>
+  int CallOnce(Method<Req, Rep> method, const Req &req, Rep *rep);
+
+  const std::string address_;
+  const ClientOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<Stub> stub_;
+  std::atomic<uint64_t> session_{0};
+  mutable std::mutex session_mu_;  // guards info_
+  std::mutex resume_mu_;           // one resume at a time
+  rpc::OpenSessionReply info_;
+  std::function<void()> on_resume_;
+
+  std::mutex lease_mu_;
+  uint64_t next_handle_ = 1;
+  std::unordered_map<uint64_t, Tracked> tracked_;
+  std::vector<uint64_t> to_release_;
+  std::atomic<bool> release_pending_{false};
+
+  std::mutex bg_mu_;
+  std::condition_variable bg_cv_;
+  bool stopping_ = false;
+  std::thread background_;
+};
+
+// --- Implementation of the call template ---------------------------------------
+
+template <typename Req, typename Rep>
+int MetaClient::CallOnce(Method<Req, Rep> method, const Req &req, Rep *rep) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::milliseconds(options_.call_timeout_ms));
+  rep->Clear();
+  grpc::Status st = (stub_.get()->*method)(&ctx, req, rep);
+  if (!st.ok()) return GrpcErrno(st);
+  return -rep->error();
+}
+
+int64_t MonotonicMs();
+
+template <typename Req, typename Rep>
+int MetaClient::Call(Method<Req, Rep> method, Req &req, Rep *rep, const rpc::Caller *as) {
+  if (as) *req.mutable_header()->mutable_caller() = *as;
+  const int64_t give_up = MonotonicMs() + options_.retry_window_ms;
+  int64_t backoff_ms = 20;
+  bool resumed = false;
+  for (;;) {
+    const uint64_t session = session_.load();
+    req.mutable_header()->set_session(session);
+    int rc = CallOnce(method, req, rep);
+    if (rc == -ENOTCONN && rep->error() == ENOTCONN && !resumed) {
+      // The server does not know our session: it restarted, or we were
+      // silent too long. Take the session back and try once more.
+      resumed = true;
+      rc = Resume(session);
+      if (rc == 0) continue;
+    }
+    if (rc != -ENOTCONN || rep->error() == ENOTCONN || MonotonicMs() >= give_up) return rc;
+    // The server is unreachable: wait for it to come back.
+    std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
+    backoff_ms = std::min<int64_t>(backoff_ms * 2, 500);
+  }
+}
+
+}  // namespace maru
