@@ -119,6 +119,7 @@ int maru_create_ex(maru_t *m, const char *path, uint64_t size, const maru_create
   *out = nullptr;
   if (int rc = CheckPath(path); rc < 0) return rc;
   if (size == 0) return -EINVAL;
+  if (!m->pool->writable()) return -EROFS;
   if (opts && opts->parent)
     if (int rc = CheckPath(opts->parent); rc < 0) return rc;
   if (opts && (opts->checksum < MARU_CHECKSUM_NONE || opts->checksum > MARU_CHECKSUM_CRC32C))

@@ -33,13 +33,17 @@
  *   -ENOTCONN      the server is unreachable (after waiting for it to come
  *                  back, MARU_RETRY_MS, default 30000)
  *   -ECONNREFUSED  no server at the address when connecting
+ *   -EROFS         this process may only read the pool (no write
+ *                  permission on the pool device)
  *   -ESTALE        the chunk's lease or reservation was lost (the session
  *                  expired, or the server restarted and could not renew it)
  *
  * Threads and processes: a maru_t may be shared by any number of threads.
  * A maru_chunk_t belongs to one thread at a time. Handles do not survive
- * fork(): a child connects anew. Any number of processes may connect to the
- * same server.
+ * fork(), and a child forked after maru_connect() must exec before it uses
+ * the library (the RPC runtime shares its event loop with the parent until
+ * then); multiprocessing "spawn" and fork+exec are fine. Any number of
+ * processes may connect to the same server.
  *
  * Environment: MARU_SERVER (the default target when maru_connect gets NULL),
  * MARU_POPULATE=0 (do not prefault the pool mapping at connect),

@@ -127,6 +127,7 @@ Result<Superblock> FormatPool(const std::string &path, const FormatOptions &opti
 
   Superblock sb;
   sb.pool_uuid = NewUuid();
+  sb.device_uuid = NewUuid();
   if (geo->size >= kSuperblockBytes) {
     Result<Superblock> old = ReadFromFd(fd, path, geo->size);
     if (old.ok()) {
@@ -134,7 +135,9 @@ Result<Superblock> FormatPool(const std::string &path, const FormatOptions &opti
         return Status::Error(EEXIST, path + " already holds a Maru pool (uuid " +
                                          UuidToString(old->pool_uuid) +
                                          "); add --force to reformat it and lose its chunks");
-      sb.pool_uuid = old->pool_uuid;  // same pool, new epoch: servers drop stale metadata
+      // Same pool and device, new epoch: servers drop the stale metadata.
+      sb.pool_uuid = old->pool_uuid;
+      sb.device_uuid = old->device_uuid;
     }
   }
 
@@ -158,13 +161,13 @@ Result<Superblock> FormatPool(const std::string &path, const FormatOptions &opti
     return Status::Error(EINVAL, "pool too small: at least " + FormatSize(sb.data_offset + sb.unit) +
                                      " with a " + FormatSize(sb.unit) + " unit");
   sb.size = size;
-  sb.device_uuid = NewUuid();
   sb.epoch = NewEpoch();
   sb.created_ns = RealtimeNs();
   sb.numa_node = options.numa_node;
   sb.label = options.label.substr(0, 63);
 
   if (!geo->devdax) {
+    if (fchmod(fd, options.mode) < 0) return Status::Error(errno, "cannot set the mode of " + path);
     if (ftruncate(fd, static_cast<off_t>(size)) < 0)
       return Status::Error(errno, "cannot resize " + path);
     MARU_RETURN_IF_ERROR(Preallocate(fd, size, options.numa_node, path));

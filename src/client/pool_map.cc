@@ -17,6 +17,10 @@ Result<std::unique_ptr<PoolMap>> PoolMap::Open(const rpc::OpenSessionReply &sess
   auto map = std::make_unique<PoolMap>();
   for (const rpc::Device &d : session.devices()) {
     Result<std::unique_ptr<PoolDevice>> dev = PoolDevice::Open(d.path(), {true, populate});
+    if (!dev.ok() && dev.status().errnum() == EACCES) {
+      dev = PoolDevice::Open(d.path(), {false, populate});
+      map->writable_ = false;
+    }
     if (!dev.ok()) return dev.status();
     const Superblock &sb = (*dev)->superblock();
     if (std::string(sb.device_uuid.begin(), sb.device_uuid.end()) != d.device_uuid() ||
@@ -55,7 +59,8 @@ Result<uint8_t *> PoolMap::Address(const ExtentList &extents, std::unique_ptr<Ch
   uint64_t at = 0;
   for (const Extent &e : extents) {
     void *want = static_cast<uint8_t *>(base) + at;
-    void *got = mmap(want, e.length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_POPULATE,
+    const int prot = PROT_READ | (writable_ ? PROT_WRITE : 0);
+    void *got = mmap(want, e.length, prot, MAP_SHARED | MAP_FIXED | MAP_POPULATE,
                      device(e.device)->fd(), static_cast<off_t>(e.offset));
     if (got == MAP_FAILED) return Status::Error(errno, "cannot map a chunk extent");
     at += e.length;

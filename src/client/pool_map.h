@@ -40,11 +40,15 @@ class PoolMap {
   // is made and returned through `view`, which must outlive the address.
   Result<uint8_t *> Address(const ExtentList &extents, std::unique_ptr<ChunkView> *view) const;
   const PoolDevice *device(uint32_t index) const;
+  // False when this process may only read the pool (no write permission on
+  // a device): it can load chunks but not store them.
+  bool writable() const { return writable_; }
   // True if [p, p+len) lies in one device mapping.
   bool Contains(const void *p, uint64_t len) const;
 
  private:
   std::vector<std::unique_ptr<PoolDevice>> devices_;  // by device index
+  bool writable_ = true;
 };
 
 ExtentList FromWire(const google::protobuf::RepeatedPtrField<rpc::Extent> &extents);

@@ -1,0 +1,199 @@
+// ExtentAllocator against a model, superblock encoding, pool formatting.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <map>
+#include <random>
+#include <vector>
+
+#include "alloc/extent_allocator.h"
+#include "alloc/pool_device.h"
+#include "alloc/superblock.h"
+#include "harness.h"
+
+namespace maru {
+namespace {
+
+constexpr uint64_t kUnit = 4096;
+
+// The model: one bool per unit.
+struct Model {
+  std::vector<bool> used;
+  uint64_t begin;
+  // Free runs as (offset, length) in bytes.
+  std::map<uint64_t, uint64_t> Runs() const {
+    std::map<uint64_t, uint64_t> runs;
+    for (size_t i = 0; i < used.size();) {
+      if (used[i]) {
+        ++i;
+        continue;
+      }
+      size_t j = i;
+      while (j < used.size() && !used[j]) ++j;
+      runs[begin + i * kUnit] = (j - i) * kUnit;
+      i = j;
+    }
+    return runs;
+  }
+};
+
+TEST(ExtentAllocator, MatchesModelUnderRandomAllocAndFree) {
+  const uint64_t begin = 16 * kUnit, units = 2048;
+  ExtentAllocator alloc(0, begin, begin + units * kUnit, kUnit);
+  Model model{std::vector<bool>(units, false), begin};
+  std::mt19937_64 rng(42);
+  std::vector<ExtentList> live;
+  for (int step = 0; step < 20000; ++step) {
+    bool do_alloc = live.empty() || rng() % 100 < 55;
+    if (do_alloc) {
+      uint64_t bytes = 1 + rng() % (64 * kUnit);
+      uint64_t need = (bytes + kUnit - 1) / kUnit * kUnit;
+      auto runs = model.Runs();
+      uint64_t best = 0, free = 0;
+      for (auto &[off, len] : runs) {
+        free += len;
+        if (len >= need && (best == 0 || len < best)) best = len;
+      }
+      Result<ExtentList> got = alloc.Allocate(bytes);
+      if (need > free) {
+        ASSERT_FALSE(got.ok());
+        EXPECT_EQ(got.status().errnum(), ENOSPC);
+        continue;
+      }
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      EXPECT_EQ(TotalLength(*got), need);
+      if (best) {
+        // Best fit: one extent, cut from the smallest run that holds it.
+        ASSERT_EQ(got->size(), 1u);
+        auto it = runs.upper_bound((*got)[0].offset);
+        --it;
+        EXPECT_EQ(it->second, best);
+      }
+      for (const Extent &e : *got) {
+        for (uint64_t o = e.offset; o < e.end(); o += kUnit) {
+          size_t u = (o - begin) / kUnit;
+          ASSERT_FALSE(model.used[u]) << "overlap at unit " << u;
+          model.used[u] = true;
+        }
+      }
+      live.push_back(*got);
+    } else {
+      size_t i = rng() % live.size();
+      for (const Extent &e : live[i]) {
+        ASSERT_TRUE(alloc.Free(e).ok());
+        for (uint64_t o = e.offset; o < e.end(); o += kUnit) model.used[(o - begin) / kUnit] = false;
+      }
+      live.erase(live.begin() + static_cast<long>(i));
+    }
+    // Same free space, run for run: coalescing is complete.
+    ASSERT_EQ(alloc.free_map(), model.Runs()) << "step " << step;
+  }
+  for (const ExtentList &l : live)
+    for (const Extent &e : l) ASSERT_TRUE(alloc.Free(e).ok());
+  EXPECT_EQ(alloc.free_runs(), 1u);
+  EXPECT_EQ(alloc.free_bytes(), units * kUnit);
+}
+
+TEST(ExtentAllocator, RejectsDoubleFreeAndMisalignment) {
+  ExtentAllocator alloc(0, kUnit, 64 * kUnit, kUnit);
+  Result<ExtentList> a = alloc.Allocate(3 * kUnit);
+  ASSERT_TRUE(a.ok());
+  Extent e = (*a)[0];
+  EXPECT_TRUE(alloc.Free(e).ok());
+  EXPECT_EQ(alloc.Free(e).errnum(), EINVAL);
+  EXPECT_EQ(alloc.Free(Extent{0, kUnit + 1, kUnit}).errnum(), EINVAL);
+  EXPECT_EQ(alloc.Free(Extent{1, kUnit, kUnit}).errnum(), EINVAL);
+  EXPECT_EQ(alloc.Free(Extent{0, 100 * kUnit, kUnit}).errnum(), EINVAL);
+  EXPECT_EQ(alloc.free_bytes(), 63 * kUnit);
+}
+
+TEST(ExtentAllocator, RebuildByMarkingUsedDetectsOverlap) {
+  ExtentAllocator alloc(0, 0, 64 * kUnit, kUnit);
+  EXPECT_TRUE(alloc.MarkUsed(Extent{0, 4 * kUnit, 4 * kUnit}).ok());
+  EXPECT_TRUE(alloc.MarkUsed(Extent{0, 10 * kUnit, 2 * kUnit}).ok());
+  EXPECT_EQ(alloc.MarkUsed(Extent{0, 5 * kUnit, 2 * kUnit}).errnum(), EINVAL);
+  EXPECT_EQ(alloc.free_bytes(), 58 * kUnit);
+  EXPECT_EQ(alloc.free_runs(), 3u);
+}
+
+TEST(ExtentAllocator, SplitsOnlyWhenNoRunFits) {
+  ExtentAllocator alloc(0, 0, 10 * kUnit, kUnit);
+  // Leave free runs of 2, 3 and 1 units.
+  ASSERT_TRUE(alloc.MarkUsed(Extent{0, 2 * kUnit, kUnit}).ok());
+  ASSERT_TRUE(alloc.MarkUsed(Extent{0, 6 * kUnit, 3 * kUnit}).ok());
+  Result<ExtentList> got = alloc.Allocate(5 * kUnit);
+  ASSERT_TRUE(got.ok());
+  EXPECT_GT(got->size(), 1u);
+  EXPECT_EQ(TotalLength(*got), 5 * kUnit);
+  EXPECT_EQ(alloc.Allocate(2 * kUnit).status().errnum(), ENOSPC);
+  EXPECT_EQ(alloc.Allocate(100 * kUnit).status().errnum(), EFBIG);
+}
+
+TEST(Superblock, RoundTripsAndDetectsCorruption) {
+  Superblock sb;
+  sb.pool_uuid = NewUuid();
+  sb.device_uuid = NewUuid();
+  sb.size = 1 << 30;
+  sb.alignment = 4096;
+  sb.unit = 65536;
+  sb.data_offset = 65536;
+  sb.epoch = NewEpoch();
+  sb.label = "test";
+  std::vector<uint8_t> buf(kSuperblockBytes);
+  sb.Encode(buf.data());
+  Result<Superblock> back = Superblock::Decode(buf.data(), sb.size);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->pool_uuid, sb.pool_uuid);
+  EXPECT_EQ(back->epoch, sb.epoch);
+  EXPECT_EQ(back->label, "test");
+  EXPECT_EQ(Superblock::Decode(buf.data(), sb.size / 2).status().errnum(), EINVAL);  // truncated
+  buf[40] ^= 1;
+  Result<Superblock> bad = Superblock::Decode(buf.data(), sb.size);
+  EXPECT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("CRC"), std::string::npos);
+  buf[0] = 'X';
+  EXPECT_NE(Superblock::Decode(buf.data(), sb.size).status().message().find("magic"), std::string::npos);
+}
+
+TEST(FormatPool, CreatesRefusesAndReformats) {
+  std::string path = "/dev/shm/" + maru_test::UniqueName("maru-format") + ".pool";
+  FormatOptions options;
+  options.size = 8 << 20;
+  Result<Superblock> first = FormatPool(path, options);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(first->unit, 64u << 10);
+  Result<Superblock> again = FormatPool(path, options);
+  EXPECT_EQ(again.status().errnum(), EEXIST);
+  options.force = true;
+  Result<Superblock> forced = FormatPool(path, options);
+  ASSERT_TRUE(forced.ok());
+  EXPECT_EQ(forced->pool_uuid, first->pool_uuid);
+  EXPECT_EQ(forced->device_uuid, first->device_uuid);
+  EXPECT_NE(forced->epoch, first->epoch);
+  // A truncated pool is refused, saying why and how to fix it.
+  ASSERT_EQ(truncate(path.c_str(), 4 << 20), 0);
+  Result<Superblock> truncated = ReadSuperblock(path);
+  ASSERT_FALSE(truncated.ok());
+  EXPECT_NE(truncated.status().message().find("truncated"), std::string::npos);
+  EXPECT_NE(truncated.status().message().find("maructl mkpool"), std::string::npos);
+  unlink(path.c_str());
+  options.force = false;
+  options.size = 4096;
+  EXPECT_EQ(FormatPool(path, options).status().errnum(), EINVAL);  // too small
+  unlink(path.c_str());
+}
+
+TEST(FormatPool, PlainFileWithoutSuperblockIsRefused) {
+  std::string path = "/dev/shm/" + maru_test::UniqueName("maru-blank") + ".pool";
+  int fd = open(path.c_str(), O_CREAT | O_RDWR, 0600);
+  ASSERT_EQ(ftruncate(fd, 1 << 20), 0);
+  close(fd);
+  Result<std::unique_ptr<PoolDevice>> dev = PoolDevice::Open(path, {});
+  ASSERT_FALSE(dev.ok());
+  EXPECT_NE(dev.status().message().find("maructl mkpool"), std::string::npos);
+  unlink(path.c_str());
+}
+
+}  // namespace
+}  // namespace maru

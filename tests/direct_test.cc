@@ -1,0 +1,297 @@
+// libmaru_direct against a real maru-server, from several processes.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "harness.h"
+#include "maru_direct.h"
+#include "pattern.h"
+
+namespace {
+
+using maru_test::Server;
+using maru_test::TestPool;
+
+using maru_test::CheckPattern;
+using maru_test::FillPattern;
+using maru_test::RunClient;
+
+int Store(maru_t *m, const std::string &path, uint64_t size) {
+  maru_chunk_t *c;
+  int rc = maru_create(m, path.c_str(), size, &c);
+  if (rc) return rc;
+  FillPattern(maru_chunk_data(c), size, path);
+  rc = maru_seal(c);
+  maru_release(c);
+  return rc;
+}
+
+// 0 if the chunk holds its pattern and lies in the pool mapping.
+int Load(maru_t *m, const std::string &path, uint64_t size, const std::string &pool) {
+  maru_chunk_t *c;
+  int rc = maru_open(m, path.c_str(), &c);
+  if (rc) return rc;
+  if (maru_chunk_size(c) != size) rc = 101;
+  else if (!CheckPattern(maru_chunk_data(c), size, path)) rc = 102;
+  else if (!maru_test::MappedFrom(maru_chunk_data(c), size, pool)) rc = 103;
+  maru_release(c);
+  return rc;
+}
+
+class DirectTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(server_.Start()); }
+
+  maru_t *Connect() {
+    maru_t *m = nullptr;
+    int rc = maru_connect(server_.address().c_str(), &m);
+    EXPECT_EQ(rc, 0) << maru_strerror(rc);
+    return m;
+  }
+
+  TestPool pool_{256ull << 20};
+  Server server_{pool_.path(),
+                 {"--session-timeout-ms", "1500", "--heartbeat-ms", "300", "--high-watermark", "1",
+                  "--low-watermark", "1"}};
+};
+
+TEST_F(DirectTest, StoreInOneProcessLoadInAnotherInPlace) {
+  std::string store, load, lookup;
+  for (int i = 0; i < 8; ++i) {
+    std::string p = "/llama/chunk" + std::to_string(i);
+    store += " + store " + p + " 1048576";
+    load += " + load " + p + " 1048576 " + pool_.path();
+    lookup += " " + (i == 5 ? std::string("/llama/missing") : p);
+  }
+  ASSERT_EQ(RunClient(server_.address(), store), 0);
+  // Another process reads them in place, and one batched lookup stops at the
+  // first miss.
+  ASSERT_EQ(RunClient(server_.address(), load + " + lookup 5" + lookup), 0);
+}
+
+
+TEST_F(DirectTest, ReaderSeesWritesOfAnotherProcessWithoutCopy) {
+  // The writer keeps its handle after sealing; the reader's pointer maps the
+  // very same pool bytes, so the two processes share one copy.
+  maru_t *m = Connect();
+  maru_chunk_t *c;
+  ASSERT_EQ(maru_create(m, "/shared/one", 65536, &c), 0);
+  FillPattern(maru_chunk_data(c), 65536, "/shared/one");
+  ASSERT_EQ(maru_seal(c), 0);
+  std::string out;
+  ASSERT_EQ(RunClient(server_.address(), "offset /shared/one " + pool_.path(), &out), 0);
+  uint64_t mine = maru_test::OffsetInFile(maru_chunk_data(c), pool_.path());
+  EXPECT_NE(mine, ~0ull);
+  EXPECT_EQ(strtoull(out.c_str(), nullptr, 10), mine);
+  maru_release(c);
+  maru_disconnect(m);
+}
+
+
+TEST_F(DirectTest, FirstWriterWinsAndUnsealedChunksStayHidden) {
+  maru_t *m = Connect();
+  maru_chunk_t *c;
+  ASSERT_EQ(maru_create(m, "/race/k", 4096, &c), 0);
+  EXPECT_EQ(RunClient(server_.address(),
+                      "create-errno /race/k 4096 " + std::to_string(EEXIST) +
+                          " + open-errno /race/k " + std::to_string(EBUSY) + " + lookup 0 /race/k"),
+            0);
+  ASSERT_EQ(maru_seal(c), 0);
+  maru_chunk_t *x;
+  EXPECT_EQ(maru_create(m, "/race/k", 4096, &x), -EEXIST);
+  // Abandoning an unsealed chunk frees its name.
+  ASSERT_EQ(maru_create(m, "/race/abandoned", 4096, &x), 0);
+  ASSERT_EQ(maru_release(x), 0);
+  ASSERT_EQ(maru_create(m, "/race/abandoned", 4096, &x), 0);
+  maru_release(x);
+  maru_release(c);
+  maru_disconnect(m);
+}
+
+
+TEST_F(DirectTest, BadInputGetsClearErrors) {
+  maru_t *m = Connect();
+  maru_chunk_t *c = nullptr;
+  EXPECT_EQ(maru_create(m, "relative/x", 4096, &c), -EINVAL);
+  EXPECT_EQ(maru_create(m, "", 4096, &c), -EINVAL);
+  EXPECT_EQ(maru_create(m, nullptr, 4096, &c), -EINVAL);
+  EXPECT_EQ(maru_create(m, "/a/../b", 4096, &c), -EINVAL);
+  EXPECT_EQ(maru_create(m, "/a/./b", 4096, &c), -EINVAL);
+  EXPECT_EQ(maru_create(m, "/", 4096, &c), -EINVAL);
+  EXPECT_EQ(maru_create(m, ("/" + std::string(256, 'k')).c_str(), 4096, &c), -ENAMETOOLONG);
+  EXPECT_EQ(maru_create(m, "/x/zero", 0, &c), -EINVAL);
+  EXPECT_EQ(maru_create(m, "/x/huge", 1ull << 40, &c), -EFBIG);
+  EXPECT_EQ(maru_open(m, "/x/missing", &c), -ENOENT);
+  EXPECT_EQ(maru_open(m, "/", &c), -EINVAL);
+  EXPECT_EQ(maru_unlink(m, "/x/missing"), -ENOENT);
+  EXPECT_EQ(c, nullptr);
+  const std::string key =
+      "/lmcache/meta-llama%2FLlama-3.1-8B@8@3@5a1f0c9e7d2b4e6f8a0c1e3d5f7b9a2c4e6f8a0c1e3d5f7b9a2c4e6f8a0c1e3d5f7b@bfloat16.data";
+  EXPECT_EQ(Store(m, key, 8192), 0);
+  EXPECT_EQ(Load(m, key, 8192, pool_.path()), 0);
+  EXPECT_STRNE(maru_strerror(-EBUSY), "");
+  maru_disconnect(m);
+}
+
+TEST_F(DirectTest, PoolFullIsEnospcAndLosesNothing) {
+  maru_t *m = Connect();
+  maru_chunk_t *pinned;
+  ASSERT_EQ(maru_create(m, "/full/pinned", 200 << 20, &pinned), 0);
+  maru_chunk_t *c = nullptr;
+  // Nothing sealed can be evicted: the unsealed reservation holds the space.
+  EXPECT_EQ(maru_create(m, "/full/more", 100 << 20, &c), -ENOSPC);
+  FillPattern(maru_chunk_data(pinned), 200 << 20, "/full/pinned");
+  ASSERT_EQ(maru_seal(pinned), 0);
+  EXPECT_TRUE(CheckPattern(maru_chunk_data(pinned), 200 << 20, "/full/pinned"));
+  maru_release(pinned);
+  maru_disconnect(m);
+}
+
+TEST_F(DirectTest, UnknownServerFailsFast) {
+  maru_t *m = nullptr;
+  EXPECT_EQ(maru_connect("unix:///nonexistent/maru.sock", &m), -ENOENT);
+  EXPECT_EQ(maru_connect("tcp://127.0.0.1:1", &m), -ECONNREFUSED);
+  EXPECT_EQ(maru_connect("bogus://x", &m), -EINVAL);
+  EXPECT_EQ(m, nullptr);
+}
+
+TEST_F(DirectTest, HungOrDeadServerGivesAnErrnoNotAHang) {
+  setenv("MARU_TIMEOUT_MS", "300", 1);
+  setenv("MARU_RETRY_MS", "300", 1);
+  maru_t *m = Connect();
+  unsetenv("MARU_TIMEOUT_MS");
+  unsetenv("MARU_RETRY_MS");
+  ASSERT_EQ(Store(m, "/hang/a", 4096), 0);
+  // Freeze the server: the call times out.
+  pid_t pid = server_.pid();
+  ASSERT_GT(pid, 0);
+  kill(pid, SIGSTOP);
+  maru_chunk_t *c;
+  EXPECT_EQ(maru_open(m, "/hang/a", &c), -ETIMEDOUT);
+  kill(pid, SIGCONT);
+  server_.Kill9();
+  EXPECT_EQ(maru_open(m, "/hang/a", &c), -ENOTCONN);
+  maru_disconnect(m);
+}
+
+TEST_F(DirectTest, KillDashNineAndRestartLosesNoSealedChunk) {
+  maru_t *m = Connect();
+  std::string load;
+  for (int i = 0; i < 20; ++i) {
+    std::string p = "/persist/c" + std::to_string(i);
+    ASSERT_EQ(Store(m, p, 256 << 10), 0);
+    load += " + load " + p + " 262144 " + pool_.path();
+  }
+  maru_chunk_t *unfinished;
+  ASSERT_EQ(maru_create(m, "/persist/unfinished", 4096, &unfinished), 0);
+  server_.Kill9();
+  ASSERT_TRUE(server_.Start());
+  // A fresh client reads everything back.
+  EXPECT_EQ(RunClient(server_.address(), load), 0);
+  // The old client carries on: its session and its reservation come back.
+  EXPECT_EQ(Load(m, "/persist/c3", 256 << 10, pool_.path()), 0);
+  FillPattern(maru_chunk_data(unfinished), 4096, "/persist/unfinished");
+  EXPECT_EQ(maru_seal(unfinished), 0);
+  maru_release(unfinished);
+  EXPECT_EQ(Load(m, "/persist/unfinished", 4096, pool_.path()), 0);
+  maru_disconnect(m);
+}
+
+
+TEST_F(DirectTest, KilledWriterReleasesItsReservation) {
+  EXPECT_EQ(RunClient(server_.address(), "create-and-die /crash/k 67108864"), 128 + SIGKILL);
+  maru_t *m = Connect();
+  maru_chunk_t *c;
+  EXPECT_EQ(maru_create(m, "/crash/k", 4096, &c), -EEXIST);
+  // Within the session timeout the name becomes free again.
+  EXPECT_TRUE(maru_test::WaitFor([&] {
+    int rc = maru_create(m, "/crash/k", 4096, &c);
+    if (rc == 0) maru_release(c);
+    return rc == 0;
+  }, 10000));
+  maru_disconnect(m);
+}
+
+
+TEST_F(DirectTest, UnlinkedChunkStaysReadableWhileHeld) {
+  maru_t *m = Connect();
+  ASSERT_EQ(Store(m, "/held/a", 8 << 20), 0);
+  maru_chunk_t *r;
+  ASSERT_EQ(maru_open(m, "/held/a", &r), 0);
+  ASSERT_EQ(maru_unlink(m, "/held/a"), 0);
+  // Fill the pool with other chunks; none may land on the held bytes.
+  for (int i = 0; i < 40; ++i) {
+    int rc = Store(m, "/held/fill" + std::to_string(i), 8 << 20);
+    if (rc == -ENOSPC) break;
+    ASSERT_EQ(rc, 0);
+  }
+  EXPECT_TRUE(CheckPattern(maru_chunk_data(r), 8 << 20, "/held/a"));
+  maru_release(r);
+  maru_disconnect(m);
+}
+
+TEST_F(DirectTest, PermissionsUseTheCallersIdentity) {
+  maru_t *m = Connect();
+  ASSERT_EQ(Store(m, "/root-only/secret", 4096), 0);
+  maru_disconnect(m);
+  EXPECT_EQ(RunClient(server_.address(),
+                      "uid 65534 + create-errno /root-only/mine 4096 " + std::to_string(EACCES) +
+                          " + unlink-errno /root-only/secret " + std::to_string(EACCES) +
+                          " + open-errno /root-only/secret 0"
+                          " + store /nobody/own 4096"),  // the root directory is 1777
+            0);
+}
+
+
+TEST_F(DirectTest, OneConnectionManyThreads) {
+  maru_t *m = Connect();
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 50; ++i) {
+        std::string path = "/threads/t" + std::to_string(t) + "/c" + std::to_string(i);
+        if (Store(m, path, 65536) || Load(m, path, 65536, pool_.path())) ++failures;
+      }
+    });
+  }
+  for (auto &t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  maru_disconnect(m);
+}
+
+TEST_F(DirectTest, FragmentedChunkIsContiguousForTheCaller) {
+  maru_t *m = Connect();
+  // Fill the pool with 1 MiB chunks, then free every other one: no run
+  // larger than 1 MiB is left but the tail, so a 16 MiB chunk must be split.
+  const int n = 250;
+  for (int i = 0; i < n; ++i) ASSERT_EQ(Store(m, "/frag/c" + std::to_string(i), 1 << 20), 0);
+  for (int i = 0; i < n; i += 2) ASSERT_EQ(maru_unlink(m, ("/frag/c" + std::to_string(i)).c_str()), 0);
+  ASSERT_EQ(Store(m, "/frag/big", 16 << 20), 0);
+  EXPECT_EQ(RunClient(server_.address(), "load /frag/big 16777216 " + pool_.path()), 0);
+  maru_disconnect(m);
+}
+
+
+TEST(ServerStart, RefusesAPoolWithoutValidSuperblock) {
+  TestPool pool(16 << 20);
+  ASSERT_EQ(truncate(pool.path().c_str(), 8 << 20), 0);
+  Server server(pool.path());
+  std::string out;
+  EXPECT_NE(server.RunToExit(&out), 0);
+  EXPECT_NE(out.find("truncated"), std::string::npos) << out;
+  FILE *f = fopen(pool.path().c_str(), "r+");
+  ASSERT_NE(f, nullptr);
+  fputs("garbage!", f);
+  fclose(f);
+  EXPECT_NE(server.RunToExit(&out), 0);
+  EXPECT_NE(out.find("maructl mkpool"), std::string::npos) << out;
+}
+
+}  // namespace

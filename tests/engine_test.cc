@@ -1,0 +1,285 @@
+// MetaEngine without the RPC layer: namespace rules, permissions, leases,
+// reservations, sessions, and what survives a reload from RocksDB.
+#include <gtest/gtest.h>
+
+#include "alloc/pool_device.h"
+#include "harness.h"
+#include "meta/meta_engine.h"
+
+namespace maru {
+namespace {
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Reopen(); }
+
+  void Reopen(int64_t grace_ms = 0) {
+    engine_.reset();
+    EngineOptions options;
+    options.pool_paths = {pool_.path()};
+    options.db_dir = dir_.path() + "/db";
+    options.session_timeout_ms = 200;
+    options.grace_ms = grace_ms;
+    Result<std::unique_ptr<MetaEngine>> e = MetaEngine::Open(options);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    engine_ = std::move(*e);
+    session_ = NewSession(root_);
+  }
+
+  uint64_t NewSession(const Caller &c) {
+    rpc::OpenSessionRequest req;
+    rpc::OpenSessionReply rep;
+    engine_->OpenSession(c, req, &rep);
+    return rep.session();
+  }
+
+  template <typename Req>
+  Req With(uint64_t session) {
+    Req r;
+    r.mutable_header()->set_session(session);
+    return r;
+  }
+
+  rpc::ChunkReply Create(const std::string &path, uint64_t size, const Caller &c, uint64_t s,
+                         bool truncate = false) {
+    auto req = With<rpc::CreateRequest>(s);
+    req.mutable_ref()->set_path(path);
+    req.set_size(size);
+    req.set_mode(0644);
+    req.set_parents(true);
+    req.set_truncate(truncate);
+    rpc::ChunkReply rep;
+    engine_->Create(c, req, &rep);
+    return rep;
+  }
+
+  rpc::ChunkReply Seal(const rpc::ChunkReply &created, const Caller &c, uint64_t s, bool keep = false) {
+    auto req = With<rpc::SealRequest>(s);
+    req.set_ino(created.attr().ino());
+    req.set_gen(created.attr().gen());
+    req.set_size(created.attr().size());
+    req.set_keep_lease(keep);
+    rpc::ChunkReply rep;
+    engine_->Seal(c, req, &rep);
+    return rep;
+  }
+
+  rpc::ChunkReply Open(const std::string &path, const Caller &c, uint64_t s) {
+    auto req = With<rpc::RefRequest>(s);
+    req.mutable_ref()->set_path(path);
+    rpc::ChunkReply rep;
+    engine_->Open(c, req, &rep);
+    return rep;
+  }
+
+  int Unlink(const std::string &path, const Caller &c, uint64_t s) {
+    auto req = With<rpc::RefRequest>(s);
+    req.mutable_ref()->set_path(path);
+    rpc::ErrorReply rep;
+    engine_->Unlink(c, req, &rep);
+    return rep.error();
+  }
+
+  int Rename(const std::string &from, const std::string &to, const Caller &c, uint64_t s,
+             bool noreplace = false) {
+    auto req = With<rpc::RenameRequest>(s);
+    req.mutable_from()->set_path(from);
+    req.mutable_to()->set_path(to);
+    req.set_noreplace(noreplace);
+    rpc::ErrorReply rep;
+    engine_->Rename(c, req, &rep);
+    return rep.error();
+  }
+
+  rpc::StatfsReply Statfs() {
+    auto req = With<rpc::StatfsRequest>(session_);
+    rpc::StatfsReply rep;
+    engine_->Statfs(root_, req, &rep);
+    return rep;
+  }
+
+  std::vector<std::string> Fsck() {
+    auto req = With<rpc::StatsRequest>(session_);
+    rpc::FsckReply rep;
+    engine_->Fsck(root_, req, &rep);
+    return {rep.problems().begin(), rep.problems().end()};
+  }
+
+  maru_test::TempDir dir_;
+  maru_test::TestPool pool_{64ull << 20};
+  std::unique_ptr<MetaEngine> engine_;
+  Caller root_{0, 0, {}, 0};
+  Caller alice_{1000, 1000, {}, 0};
+  Caller bob_{1001, 1001, {}, 0};
+  uint64_t session_ = 0;
+};
+
+TEST_F(EngineTest, FirstWriterWinsAndUnsealedIsInvisible) {
+  rpc::ChunkReply a = Create("/m/k", 1 << 20, root_, session_);
+  ASSERT_EQ(a.error(), 0);
+  uint64_t other = NewSession(root_);
+  EXPECT_EQ(Create("/m/k", 1 << 20, root_, other).error(), EEXIST);
+  EXPECT_EQ(Open("/m/k", root_, other).error(), EBUSY);
+  ASSERT_EQ(Seal(a, root_, session_).error(), 0);
+  rpc::ChunkReply r = Open("/m/k", root_, other);
+  ASSERT_EQ(r.error(), 0);
+  EXPECT_EQ(r.attr().size(), 1u << 20);
+  EXPECT_EQ(r.extents(0).offset(), a.extents(0).offset());
+  EXPECT_EQ(Create("/m/k", 1 << 20, root_, other).error(), EEXIST);
+}
+
+TEST_F(EngineTest, CreateIsIdempotentForItsRequestId) {
+  auto req = With<rpc::CreateRequest>(session_);
+  req.mutable_ref()->set_path("/x");
+  req.set_size(4096);
+  req.set_request_id(7);
+  rpc::ChunkReply a, b;
+  engine_->Create(root_, req, &a);
+  engine_->Create(root_, req, &b);
+  EXPECT_EQ(a.error(), 0);
+  EXPECT_EQ(b.error(), 0);
+  EXPECT_EQ(a.attr().gen(), b.attr().gen());
+}
+
+TEST_F(EngineTest, PermissionsFollowModeBits) {
+  uint64_t as = NewSession(alice_), bs = NewSession(bob_);
+  rpc::ChunkReply a = Create("/alice/private", 4096, alice_, as);
+  ASSERT_EQ(a.error(), 0);
+  ASSERT_EQ(Seal(a, alice_, as).error(), 0);
+  // Bob can read (0644) but not remove from alice's 0755 directory.
+  EXPECT_EQ(Open("/alice/private", bob_, bs).error(), 0);
+  EXPECT_EQ(Unlink("/alice/private", bob_, bs), EACCES);
+  EXPECT_EQ(Create("/alice/other", 4096, bob_, bs).error(), EACCES);
+  auto chmod = With<rpc::SetAttrRequest>(as);
+  chmod.mutable_ref()->set_path("/alice/private");
+  chmod.set_set_mode(true);
+  chmod.set_mode(0600);
+  rpc::AttrReply rep;
+  engine_->SetAttr(bob_, chmod, &rep);
+  EXPECT_EQ(rep.error(), EPERM);  // not the owner
+  engine_->SetAttr(alice_, chmod, &rep);
+  EXPECT_EQ(rep.error(), 0);
+  EXPECT_EQ(Open("/alice/private", bob_, bs).error(), EACCES);
+  EXPECT_EQ(Open("/alice/private", root_, session_).error(), 0);
+  // The root directory is sticky: bob cannot remove alice's top directory.
+  auto rm = With<rpc::RefRequest>(bs);
+  rm.mutable_ref()->set_path("/alice");
+  rpc::ErrorReply err;
+  engine_->Rmdir(bob_, rm, &err);
+  EXPECT_EQ(err.error(), EPERM);
+}
+
+TEST_F(EngineTest, RenameReplacesAtomicallyAndChecksShapes) {
+  ASSERT_EQ(Seal(Create("/d/a", 4096, root_, session_), root_, session_).error(), 0);
+  ASSERT_EQ(Seal(Create("/d/b", 8192, root_, session_), root_, session_).error(), 0);
+  EXPECT_EQ(Rename("/d/a", "/d/b", root_, session_, true), EEXIST);
+  EXPECT_EQ(Rename("/d/a", "/d/b", root_, session_), 0);
+  EXPECT_EQ(Open("/d/a", root_, session_).error(), ENOENT);
+  EXPECT_EQ(Open("/d/b", root_, session_).attr().size(), 4096u);
+  ASSERT_EQ(Seal(Create("/e/f", 4096, root_, session_), root_, session_).error(), 0);
+  EXPECT_EQ(Rename("/d", "/d/b/x", root_, session_), ENOTDIR);
+  EXPECT_EQ(Rename("/d", "/e", root_, session_), ENOTEMPTY);
+  EXPECT_EQ(Rename("/e/f", "/d", root_, session_), EISDIR);
+  auto mk = With<rpc::MkdirRequest>(session_);
+  mk.mutable_ref()->set_path("/d/sub");
+  mk.set_mode(0755);
+  rpc::AttrReply rep;
+  engine_->Mkdir(root_, mk, &rep);
+  ASSERT_EQ(rep.error(), 0);
+  EXPECT_EQ(Rename("/d", "/d/sub/inner", root_, session_), EINVAL);
+  EXPECT_TRUE(Fsck().empty());
+}
+
+TEST_F(EngineTest, UnlinkedChunkKeepsItsExtentsWhileLeased) {
+  rpc::ChunkReply a = Create("/k", 32 << 20, root_, session_);
+  ASSERT_EQ(Seal(a, root_, session_).error(), 0);
+  uint64_t reader = NewSession(root_);
+  rpc::ChunkReply r = Open("/k", root_, reader);
+  ASSERT_EQ(r.error(), 0);
+  uint64_t free_before = Statfs().free();
+  ASSERT_EQ(Unlink("/k", root_, session_), 0);
+  EXPECT_EQ(Statfs().free(), free_before);  // still leased
+  EXPECT_EQ(Statfs().deferred(), 32u << 20);
+  // New chunks never land on the leased extents.
+  for (int i = 0; i < 3; ++i) {
+    rpc::ChunkReply n = Create("/fill" + std::to_string(i), 8 << 20, root_, session_);
+    ASSERT_EQ(n.error(), 0);
+    for (const auto &e : n.extents()) {
+      bool overlaps = e.offset() < r.extents(0).offset() + r.extents(0).length() &&
+                      r.extents(0).offset() < e.offset() + e.length();
+      EXPECT_FALSE(overlaps);
+    }
+  }
+  auto rel = With<rpc::ReleaseRequest>(reader);
+  rel.add_leases(r.lease());
+  rpc::ErrorReply rep;
+  engine_->Release(root_, rel, &rep);
+  EXPECT_EQ(Statfs().deferred(), 0u);
+  EXPECT_TRUE(Fsck().empty());
+}
+
+TEST_F(EngineTest, ExpiredSessionAbortsReservationsAndDropsLeases) {
+  uint64_t writer = NewSession(root_);
+  ASSERT_EQ(Create("/w", 1 << 20, root_, writer).error(), 0);
+  uint64_t free_during = Statfs().free();
+  // Keep our own session alive while the writer falls silent.
+  ASSERT_TRUE(maru_test::WaitFor([&] {
+    Statfs();
+    engine_->Tick();
+    return Create("/w", 1 << 20, root_, session_).error() == 0;
+  }, 5000));
+  EXPECT_EQ(Statfs().free(), free_during);  // the old reservation went back
+  EXPECT_TRUE(Fsck().empty());
+}
+
+TEST_F(EngineTest, ReloadRestoresSealedChunksAndUnfinishedWrites) {
+  rpc::ChunkReply a = Create("/keep/a", 3 << 20, root_, session_);
+  ASSERT_EQ(Seal(a, root_, session_).error(), 0);
+  rpc::ChunkReply w = Create("/keep/writing", 1 << 20, root_, session_);
+  ASSERT_EQ(w.error(), 0);
+  uint64_t writer = session_;
+  uint64_t free_before = Statfs().free();
+  Reopen();
+  rpc::ChunkReply r = Open("/keep/a", root_, session_);
+  ASSERT_EQ(r.error(), 0);
+  EXPECT_EQ(r.extents(0).offset(), a.extents(0).offset());
+  EXPECT_EQ(Open("/keep/writing", root_, session_).error(), EBUSY);
+  EXPECT_EQ(Statfs().free(), free_before);
+  // The writer comes back under its old session id and finishes.
+  rpc::OpenSessionRequest resume;
+  resume.set_resume(writer);
+  rpc::OpenSessionReply rep;
+  engine_->OpenSession(root_, resume, &rep);
+  EXPECT_TRUE(rep.resumed());
+  EXPECT_EQ(Seal(w, root_, writer).error(), 0);
+  EXPECT_EQ(Open("/keep/writing", root_, session_).error(), 0);
+  EXPECT_TRUE(Fsck().empty());
+}
+
+TEST_F(EngineTest, PoolEpochChangeDropsChunksLoudly) {
+  ASSERT_EQ(Seal(Create("/gone/a", 1 << 20, root_, session_), root_, session_).error(), 0);
+  engine_.reset();
+  FormatOptions options;
+  options.size = 64ull << 20;
+  options.force = true;
+  ASSERT_TRUE(FormatPool(pool_.path(), options).ok());
+  Reopen();
+  EXPECT_EQ(Open("/gone/a", root_, session_).error(), ENOENT);
+  auto st = With<rpc::RefRequest>(session_);
+  st.mutable_ref()->set_path("/gone");
+  rpc::AttrReply rep;
+  engine_->GetAttr(root_, st, &rep);
+  EXPECT_EQ(rep.error(), 0);  // directories are kept
+  EXPECT_EQ(Statfs().free(), Statfs().total());
+}
+
+TEST_F(EngineTest, UnknownSessionIsRefused) {
+  auto req = With<rpc::RefRequest>(12345);
+  req.mutable_ref()->set_path("/");
+  rpc::AttrReply rep;
+  engine_->GetAttr(root_, req, &rep);
+  EXPECT_EQ(rep.error(), ENOTCONN);
+}
+
+}  // namespace
+}  // namespace maru

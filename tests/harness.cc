@@ -1,0 +1,234 @@
+#include "harness.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace maru_test {
+
+std::string UniqueName(const std::string &prefix) {
+  static std::atomic<int> counter{0};
+  return prefix + "-" + std::to_string(getpid()) + "-" + std::to_string(counter++);
+}
+
+TempDir::TempDir() {
+  std::string tmpl = "/tmp/maru-test-XXXXXX";
+  if (!mkdtemp(tmpl.data())) abort();
+  path_ = tmpl;
+  chmod(path_.c_str(), 0755);
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+TestPool::TestPool(uint64_t size, uint64_t unit) {
+  path_ = "/dev/shm/" + UniqueName("maru-test") + ".pool";
+  std::string out;
+  int rc = Run(MaructlBinary() + " mkpool " + path_ + " --size " + std::to_string(size) +
+                   " --unit " + std::to_string(unit) + " --mode 666",
+               &out);
+  if (rc != 0) {
+    fprintf(stderr, "mkpool failed: %s\n", out.c_str());
+    abort();
+  }
+}
+
+TestPool::~TestPool() { unlink(path_.c_str()); }
+
+std::string BinDir(const std::string &name) { return std::string(MARU_BUILD_ROOT) + "/" + name; }
+std::string ServerBinary() { return BinDir("src/meta/maru-server"); }
+std::string MaructlBinary() { return BinDir("tools/maructl"); }
+
+bool WaitFor(const std::function<bool()> &condition, int timeout_ms) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return condition();
+}
+
+pid_t Fork(const std::function<int()> &body) {
+  fflush(nullptr);
+  pid_t pid = fork();
+  if (pid == 0) _exit(body());
+  return pid;
+}
+
+int Wait(pid_t pid) {
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return -1;
+}
+
+int Run(const std::string &command, std::string *output) {
+  std::string full = command + " 2>&1";
+  FILE *p = popen(full.c_str(), "r");
+  if (!p) return -1;
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  int status = pclose(p);
+  if (output) *output = out;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+Server::Server(const std::string &pool, std::vector<std::string> extra_args)
+    : pool_(pool), extra_(std::move(extra_args)) {
+  socket_ = dir_.path() + "/maru.sock";
+  db_ = dir_.path() + "/db";
+  log_ = dir_.path() + "/server.log";
+}
+
+Server::~Server() {
+  if (pid_ > 0) {
+    kill(pid_, SIGTERM);
+    if (!WaitFor([&] { return waitpid(pid_, nullptr, WNOHANG) == pid_; }, 5000)) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+}
+
+static bool Answers(const std::string &path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  bool ok = connect(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) == 0;
+  close(fd);
+  return ok;
+}
+
+static std::vector<std::string> ServerArgs(const std::string &pool, const std::string &db,
+                                           const std::string &socket,
+                                           const std::vector<std::string> &extra) {
+  std::vector<std::string> args = {ServerBinary(), "--pool", pool, "--db", db,
+                                   "--listen", "unix://" + socket};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+static void Exec(const std::vector<std::string> &args) {
+  std::vector<char *> argv;
+  for (const auto &a : args) argv.push_back(const_cast<char *>(a.c_str()));
+  argv.push_back(nullptr);
+  execv(argv[0], argv.data());
+  _exit(127);
+}
+
+bool Server::Start() {
+  std::vector<std::string> args = ServerArgs(pool_, db_, socket_, extra_);
+  pid_ = fork();
+  if (pid_ == 0) {
+    int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    dup2(fd, 2);
+    dup2(fd, 1);
+    Exec(args);
+  }
+  bool up = WaitFor([&] {
+    if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
+      pid_ = -1;
+      return true;
+    }
+    return Answers(socket_);
+  }, 20000);
+  if (!up || pid_ < 0) {
+    fprintf(stderr, "maru-server did not start:\n%s\n", log().c_str());
+    return false;
+  }
+  return true;
+}
+
+void Server::Stop() {
+  if (pid_ <= 0) return;
+  kill(pid_, SIGTERM);
+  waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+}
+
+void Server::Kill9() {
+  if (pid_ <= 0) return;
+  kill(pid_, SIGKILL);
+  waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+}
+
+std::string Server::log() const {
+  std::ifstream in(log_);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+int Server::RunToExit(std::string *output) {
+  std::string cmd;
+  for (const auto &a : ServerArgs(pool_, db_, socket_, extra_)) cmd += "'" + a + "' ";
+  return Run("timeout 20 " + cmd, output);
+}
+
+bool MappedFrom(const void *p, uint64_t len, const std::string &file) {
+  // Every byte must lie in some mapping of `file`; a fragmented chunk spans
+  // several mappings back to back.
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  uintptr_t at = reinterpret_cast<uintptr_t>(p), end = at + len;
+  std::vector<std::pair<uintptr_t, uintptr_t>> ranges;
+  while (std::getline(maps, line)) {
+    uintptr_t lo, hi;
+    if (sscanf(line.c_str(), "%lx-%lx", &lo, &hi) == 2 && line.find(file) != std::string::npos)
+      ranges.emplace_back(lo, hi);
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (auto [lo, hi] : ranges)
+    if (lo <= at && at < hi) at = hi;
+  return at >= end;
+}
+
+}  // namespace maru_test
+
+namespace maru_test {
+
+uint64_t OffsetInFile(const void *p, const std::string &file) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  auto a = reinterpret_cast<uintptr_t>(p);
+  while (std::getline(maps, line)) {
+    uintptr_t lo, hi;
+    unsigned long long off;
+    if (sscanf(line.c_str(), "%lx-%lx %*s %llx", &lo, &hi, &off) == 3 && a >= lo && a < hi &&
+        line.find(file) != std::string::npos)
+      return off + (a - lo);
+  }
+  return ~0ull;
+}
+
+int RunClient(const std::string &address, const std::string &script, std::string *out) {
+  std::string output;
+  int rc = Run(BinDir("tests/direct_client") + " " + address + " " + script, &output);
+  if (rc != 0) fprintf(stderr, "direct_client %s -> %d: %s\n", script.c_str(), rc, output.c_str());
+  if (out) *out = output;
+  return rc;
+}
+
+}  // namespace maru_test

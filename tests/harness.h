@@ -1,0 +1,90 @@
+// Test harness: real pools in /dev/shm, real maru-server processes, temp
+// directories. Everything a test creates carries a unique name and is
+// removed (and every process it started, stopped by pid) when the test ends,
+// also when it fails.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace maru_test {
+
+// A directory under /tmp, removed with its contents.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string &path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// A pool file in /dev/shm formatted by `maructl mkpool`, removed at the end.
+class TestPool {
+ public:
+  explicit TestPool(uint64_t size = 256ull << 20, uint64_t unit = 64u << 10);
+  ~TestPool();
+  const std::string &path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// A maru-server process on a pool, listening on a Unix socket in a temp dir.
+class Server {
+ public:
+  Server(const std::string &pool, std::vector<std::string> extra_args = {});
+  ~Server();  // stops it (SIGTERM, then SIGKILL) if running
+
+  // Starts and waits until it serves; false (with the log) if it exited.
+  bool Start();
+  void Stop();   // SIGTERM and wait
+  void Kill9();  // SIGKILL and wait
+  bool running() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
+  std::string address() const { return "unix://" + socket_; }
+  const std::string &socket_path() const { return socket_; }
+  const std::string &db() const { return db_; }
+  std::string log() const;
+  // Runs the server in the foreground to completion; returns its exit code
+  // and puts its stderr in `output` (for start-up refusals).
+  int RunToExit(std::string *output);
+
+ private:
+  TempDir dir_;
+  std::string pool_, socket_, db_, log_;
+  std::vector<std::string> extra_;
+  pid_t pid_ = -1;
+};
+
+// Forks; the child runs `body` and exits with its return value. Returns the
+// child's pid.
+pid_t Fork(const std::function<int()> &body);
+// Waits for `pid`; returns its exit code, or 128+signal.
+int Wait(pid_t pid);
+// Runs a command line through /bin/sh; returns the exit code and output.
+int Run(const std::string &command, std::string *output = nullptr);
+// Polls `condition` every few ms until it holds or `timeout_ms` passes.
+bool WaitFor(const std::function<bool()> &condition, int timeout_ms = 10000);
+
+// Paths of the built binaries.
+std::string ServerBinary();
+std::string MaructlBinary();
+std::string BinDir(const std::string &name);
+std::string UniqueName(const std::string &prefix);
+
+// True if [p, p+len) lies in a mapping of `file` in /proc/self/maps.
+bool MappedFrom(const void *p, uint64_t len, const std::string &file);
+// The offset in `file` that address `p` maps, or ~0 if none.
+uint64_t OffsetInFile(const void *p, const std::string &file);
+
+// Runs tests/direct_client (a separate client process) against `address`
+// with a script of commands; returns its exit code, output in `out`.
+int RunClient(const std::string &address, const std::string &script, std::string *out = nullptr);
+
+}  // namespace maru_test

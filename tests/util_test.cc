@@ -1,0 +1,93 @@
+// Path rules, sizes, addresses, checksums, flags.
+#include <gtest/gtest.h>
+
+#include "util/address.h"
+#include "util/checksum.h"
+#include "util/flags.h"
+#include "util/path.h"
+#include "util/units.h"
+
+namespace maru {
+namespace {
+
+TEST(Path, AcceptsAbsolutePathsAndLmcacheKeys) {
+  Result<std::vector<std::string>> p = SplitPath("/llama/meta-llama@8@0@a1b2%3d.c@bfloat16.data");
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->size(), 2u);
+  EXPECT_EQ((*p)[1], "meta-llama@8@0@a1b2%3d.c@bfloat16.data");
+  EXPECT_EQ(SplitPath("//a///b/")->size(), 2u);
+  EXPECT_TRUE(SplitPath("/")->empty());
+  EXPECT_EQ(JoinPath(*SplitPath("//a//b")), "/a/b");
+}
+
+TEST(Path, RejectsBadPaths) {
+  EXPECT_EQ(SplitPath("").status().errnum(), EINVAL);
+  EXPECT_EQ(SplitPath("relative/x").status().errnum(), EINVAL);
+  EXPECT_EQ(SplitPath("/a/../b").status().errnum(), EINVAL);
+  EXPECT_EQ(SplitPath("/a/./b").status().errnum(), EINVAL);
+  EXPECT_EQ(SplitPath("/" + std::string(256, 'x')).status().errnum(), ENAMETOOLONG);
+  EXPECT_TRUE(SplitPath("/" + std::string(255, 'x')).ok());
+  EXPECT_EQ(SplitPath(std::string(5000, '/')).status().errnum(), ENAMETOOLONG);
+  EXPECT_EQ(ValidateName(std::string("a\0b", 3)).errnum(), EINVAL);
+}
+
+TEST(Units, ParsesAndFormatsSizes) {
+  EXPECT_EQ(*ParseSize("4096"), 4096u);
+  EXPECT_EQ(*ParseSize("512M"), 512ull << 20);
+  EXPECT_EQ(*ParseSize("4G"), 4ull << 30);
+  EXPECT_EQ(*ParseSize("2GiB"), 2ull << 30);
+  EXPECT_EQ(*ParseSize("64k"), 64ull << 10);
+  EXPECT_FALSE(ParseSize("").ok());
+  EXPECT_FALSE(ParseSize("12Q").ok());
+  EXPECT_FALSE(ParseSize("-1").ok());
+  EXPECT_EQ(ParseSize("99999999999T").status().errnum(), ERANGE);
+  EXPECT_EQ(FormatSize(32ull << 20), "32M");
+  EXPECT_EQ(FormatSize(1536), "1.5K");
+}
+
+TEST(Address, ParsesUnixAndTcp) {
+  Result<Address> u = ParseAddress("unix:///run/maru/maru.sock");
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->GrpcTarget(), "unix:/run/maru/maru.sock");
+  Result<Address> t = ParseAddress("tcp://127.0.0.1:7000");
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->GrpcTarget(), "127.0.0.1:7000");
+  EXPECT_EQ(ParseAddress("tcp://[::1]:7000")->GrpcTarget(), "ipv6:[::1]:7000");
+  EXPECT_FALSE(ParseAddress("tcp://host").ok());
+  EXPECT_FALSE(ParseAddress("tcp://host:99999").ok());
+  EXPECT_FALSE(ParseAddress("http://x").ok());
+  EXPECT_FALSE(ParseAddress("unix://relative").ok());
+}
+
+TEST(Checksum, KnownValues) {
+  // The CRC32C check value of "123456789".
+  EXPECT_EQ(Crc32c("123456789", 9), 0xe3069283u);
+  std::string data(100000, 'x');
+  EXPECT_EQ(Checksum(ChecksumKind::kCrc32c, data.data(), data.size()), Crc32c(data.data(), data.size()));
+  EXPECT_NE(Xxh3(data.data(), data.size()), Xxh3(data.data(), data.size() - 1));
+}
+
+TEST(Flags, ParsesValuesRepeatsAndConfig) {
+  std::string name;
+  std::vector<std::string> many;
+  bool on = false;
+  int64_t n = 3;
+  Flags flags("t", "test");
+  flags.String("name", &name, "");
+  flags.Strings("many", &many, "");
+  flags.Bool("on", &on, "");
+  flags.Int("n", &n, "");
+  const char *argv[] = {"t", "--name=x", "--many", "a", "--many", "b", "--on", "pos"};
+  std::vector<std::string> positional;
+  ASSERT_TRUE(flags.Parse(8, const_cast<char **>(argv), 1, &positional).ok());
+  EXPECT_EQ(name, "x");
+  EXPECT_EQ(many.size(), 2u);
+  EXPECT_TRUE(on);
+  EXPECT_EQ(positional, std::vector<std::string>{"pos"});
+  const char *bad[] = {"t", "--nope"};
+  Flags flags2("t", "test");
+  EXPECT_FALSE(flags2.Parse(2, const_cast<char **>(bad), 1, &positional).ok());
+}
+
+}  // namespace
+}  // namespace maru
