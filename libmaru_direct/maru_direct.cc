@@ -1,4 +1,5 @@
 // libmaru_direct: the C API over MetaClient (control) and PoolMap (data).
+#include <google/protobuf/arena.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -15,12 +16,7 @@
 #include "util/checksum.h"
 #include "util/path.h"
 
-// The C API names its handle `struct maru`, which C++ cannot have beside
-// namespace maru. Inside the library the struct takes another tag; C
-// struct tags are not part of the ABI, so callers see no difference.
-#define maru maru_handle
-#include "maru_direct.h"
-#undef maru
+#include "maru_direct_internal.h"
 
 using maru::MetaClient;
 using Stub = maru::rpc::Meta::Stub;
@@ -205,13 +201,16 @@ int maru_lookup_prefix(maru_t *m, const char *const *paths, size_t n, maru_chunk
   if (!m || (!paths && n) || (!out && n) || !hits) return -EINVAL;
   *hits = 0;
   for (size_t i = 0; i < n; ++i) out[i] = nullptr;
-  maru::rpc::LookupPrefixRequest req;
+  // One arena for the whole call: a lookup of many keys builds many small
+  // messages, and the arena frees them at once.
+  google::protobuf::Arena arena;
+  auto &req = *google::protobuf::Arena::CreateMessage<maru::rpc::LookupPrefixRequest>(&arena);
+  auto &rep = *google::protobuf::Arena::CreateMessage<maru::rpc::LookupPrefixReply>(&arena);
   for (size_t i = 0; i < n; ++i) {
     if (int rc = CheckPath(paths[i]); rc < 0) return rc;
     req.add_paths(paths[i]);
   }
   if (n == 0) return 0;
-  maru::rpc::LookupPrefixReply rep;
   int rc = m->client->Call(&Stub::LookupPrefix, req, &rep);
   if (rc < 0) return rc;
   size_t i = 0;
@@ -292,6 +291,19 @@ static int Pin(maru_t *m, const char *path, bool pin, uint64_t ttl_ms) {
 int maru_pin(maru_t *m, const char *path) { return Pin(m, path, true, 0); }
 int maru_pin_ttl(maru_t *m, const char *path, uint64_t ttl_ms) { return Pin(m, path, true, ttl_ms); }
 int maru_unpin(maru_t *m, const char *path) { return Pin(m, path, false, 0); }
+
+int maru_pool_info(maru_t *m, maru_pool_info_t *out) {
+  if (!m || !out) return -EINVAL;
+  maru::rpc::StatfsRequest req;
+  maru::rpc::StatfsReply rep;
+  int rc = m->client->Call(&Stub::Statfs, req, &rep);
+  if (rc < 0) return rc;
+  out->total = rep.total();
+  out->free = rep.free();
+  out->unit = rep.unit();
+  out->files = rep.files();
+  return 0;
+}
 
 const char *maru_strerror(int err) {
   if (err < 0) err = -err;

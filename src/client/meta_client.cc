@@ -10,7 +10,8 @@
 namespace maru {
 namespace {
 
-constexpr size_t kReleaseBatch = 256;
+constexpr size_t kReleaseBatch = 1024;  // leases per Release call
+constexpr int kReleaseDelayMs = 10;     // how long a release may wait for company
 
 std::string Hostname() {
   char buf[256] = {0};
@@ -184,7 +185,7 @@ void MetaClient::Background() {
     lock.unlock();
     if (release_pending_.load()) {
       // Gather releases for a moment: one RPC carries many.
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      std::this_thread::sleep_for(std::chrono::milliseconds(kReleaseDelayMs));
       release_pending_.store(false);
       FlushReleases();
     }

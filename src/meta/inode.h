@@ -41,7 +41,7 @@ struct Inode {
   bool pinned = false;
   int64_t pin_expiry_ns = 0;
   uint64_t hits = 0;
-  std::map<std::string, uint64_t> children;  // directories only
+  std::map<std::string, uint64_t, std::less<>> children;  // directories only
   uint32_t subdirs = 0;                       // directories only: for nlink
 
   bool is_dir() const { return S_ISDIR(mode); }

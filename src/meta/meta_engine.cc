@@ -324,12 +324,20 @@ void MetaEngine::FillAttr(const Inode &inode, rpc::Attr *a) const {
 }
 
 void MetaEngine::FillChunk(const Inode &inode, const Version &v, uint64_t lease,
-                           rpc::ChunkReply *rep) const {
-  FillAttr(inode, rep->mutable_attr());
+                           rpc::ChunkReply *rep, bool slim) const {
+  rpc::Attr *a = rep->mutable_attr();
+  if (slim) {
+    a->set_ino(inode.ino);
+    a->set_state(inode.current ? rpc::SEALED : rpc::WRITING);
+    a->set_checksum_type(v.checksum_type);
+    a->set_checksum(v.checksum);
+  } else {
+    FillAttr(inode, a);
+    a->set_allocated(TotalLength(v.extents));
+  }
   // A writer's reply describes its reservation, not the sealed version.
-  rep->mutable_attr()->set_gen(v.gen);
-  rep->mutable_attr()->set_size(v.size);
-  rep->mutable_attr()->set_allocated(TotalLength(v.extents));
+  a->set_gen(v.gen);
+  a->set_size(v.size);
   ToWireExtents(v.extents, rep->mutable_extents());
   rep->set_lease(lease);
 }
@@ -943,7 +951,7 @@ void MetaEngine::Seal(const Caller &, const rpc::SealRequest &req, rpc::ChunkRep
       UnrefGen(txn, inode->current->gen);
     }
     txn.Dirty(inode);
-    FillChunk(*inode, *inode->current, lease, rep);
+    FillChunk(*inode, *inode->current, lease, rep, true);
     if (Used() > options_.high_watermark * static_cast<double>(space_.capacity())) {
       uint64_t target = static_cast<uint64_t>(options_.low_watermark * static_cast<double>(space_.capacity()));
       EvictBytes(txn, Used() - target, "watermark");
@@ -979,7 +987,7 @@ Status MetaEngine::OpenForRead(const Caller &c, Session *s, Inode *inode, rpc::C
   inode->atime_ns = RealtimeNs();
   eviction_->OnAccess(inode->ino);
   bytes_loaded_ += inode->current->size;
-  FillChunk(*inode, *inode->current, lease, rep);
+  FillChunk(*inode, *inode->current, lease, rep, true);
   return Status::Ok();
 }
 

@@ -103,7 +103,10 @@ class MetaEngine {
   uint64_t NextIno(Txn &txn);
   uint64_t NextGen(Txn &txn);
   void FillAttr(const Inode &inode, rpc::Attr *attr) const;
-  void FillChunk(const Inode &inode, const Version &v, uint64_t lease, rpc::ChunkReply *rep) const;
+  // A chunk's placement. `slim` leaves out what the data path does not
+  // need (owner, mode, times), which keeps batched lookups small.
+  void FillChunk(const Inode &inode, const Version &v, uint64_t lease, rpc::ChunkReply *rep,
+                 bool slim = false) const;
   Result<Inode *> MakeDirectory(Txn &txn, Inode *dir, const std::string &name, uint32_t mode,
                                 const Caller &c);
   NamespaceTree::MakeDir DirMaker(Txn &txn, const Caller &c);

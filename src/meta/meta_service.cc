@@ -11,7 +11,9 @@ constexpr uint32_t kNobody = 65534;
 
 MetaService::MetaService(MetaEngine *engine, const PeerRegistry *peers, IdentityPolicy policy)
     : engine_(engine), peers_(peers), policy_(policy) {
-#define MARU_RPC(Name, Req, Rep) slots_.push_back(engine_->op_stats().Register(#Name));
+#define MARU_RPC(Name, Req, Rep)                                  \
+  slots_.push_back(engine_->op_stats().Register(#Name));          \
+  SetMessageAllocatorFor_##Name(&allocator_##Name);
 #include "meta/rpc_list.inc"
 #undef MARU_RPC
 }

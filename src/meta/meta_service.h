@@ -3,6 +3,9 @@
 // server: malformed input becomes an errno in the reply.
 #pragma once
 
+#include <google/protobuf/arena.h>
+#include <grpcpp/support/message_allocator.h>
+
 #include "maru.grpc.pb.h"
 #include "meta/meta_engine.h"
 #include "meta/peer_registry.h"
@@ -32,12 +35,35 @@ class MetaService final : public rpc::Meta::CallbackService {
 #include "meta/rpc_list.inc"
 #undef MARU_RPC
   };
+  // Requests and replies live in an arena per call: a batched lookup builds
+  // hundreds of small messages, and one arena frees them all at once.
+  template <typename Req, typename Rep>
+  class ArenaAllocator : public grpc::MessageAllocator<Req, Rep> {
+    class Holder : public grpc::MessageHolder<Req, Rep> {
+     public:
+      Holder() {
+        this->set_request(google::protobuf::Arena::CreateMessage<Req>(&arena_));
+        this->set_response(google::protobuf::Arena::CreateMessage<Rep>(&arena_));
+      }
+      void Release() override { delete this; }
+
+     private:
+      google::protobuf::Arena arena_;
+    };
+
+   public:
+    grpc::MessageHolder<Req, Rep> *AllocateMessages() override { return new Holder(); }
+  };
+
   Caller CallerOf(grpc::CallbackServerContext *ctx, const rpc::Header &header) const;
 
   MetaEngine *engine_;
   const PeerRegistry *peers_;
   IdentityPolicy policy_;
   std::vector<int> slots_;
+#define MARU_RPC(Name, Req, Rep) ArenaAllocator<rpc::Req, rpc::Rep> allocator_##Name;
+#include "meta/rpc_list.inc"
+#undef MARU_RPC
 };
 
 }  // namespace maru

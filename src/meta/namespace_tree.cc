@@ -11,7 +11,7 @@ Inode *NamespaceTree::Find(uint64_t ino) const {
   return it == inodes_.end() ? nullptr : it->second.get();
 }
 
-Inode *NamespaceTree::Child(const Inode &dir, const std::string &name) const {
+Inode *NamespaceTree::Child(const Inode &dir, std::string_view name) const {
   auto it = dir.children.find(name);
   return it == dir.children.end() ? nullptr : Find(it->second);
 }
@@ -70,7 +70,7 @@ Result<Inode *> NamespaceTree::SearchableDir(uint64_t ino, const Caller &caller)
   return dir;
 }
 
-Result<Inode *> NamespaceTree::Walk(Inode *dir, const std::vector<std::string> &names,
+Result<Inode *> NamespaceTree::Walk(Inode *dir, const std::vector<std::string_view> &names,
                                     size_t count, const Caller &caller,
                                     const MakeDir &make_dir) const {
   for (size_t i = 0; i < count; ++i) {
@@ -79,7 +79,7 @@ Result<Inode *> NamespaceTree::Walk(Inode *dir, const std::vector<std::string> &
     Inode *next = Child(*dir, names[i]);
     if (!next) {
       if (!make_dir) return Status::Error(ENOENT);
-      Result<Inode *> made = make_dir(dir, names[i]);
+      Result<Inode *> made = make_dir(dir, std::string(names[i]));
       if (!made.ok()) return made.status();
       next = *made;
     }
@@ -90,9 +90,9 @@ Result<Inode *> NamespaceTree::Walk(Inode *dir, const std::vector<std::string> &
 
 Result<Inode *> NamespaceTree::Resolve(const rpc::Ref &ref, const Caller &caller) const {
   if (!ref.path().empty()) {
-    Result<std::vector<std::string>> names = SplitPath(ref.path());
-    if (!names.ok()) return names.status();
-    return Walk(root(), *names, names->size(), caller, nullptr);
+    thread_local std::vector<std::string_view> names;
+    MARU_RETURN_IF_ERROR(SplitPathViews(ref.path(), &names));
+    return Walk(root(), names, names.size(), caller, nullptr);
   }
   if (!ref.name().empty()) {
     MARU_RETURN_IF_ERROR(ValidateName(ref.name()));
@@ -111,13 +111,13 @@ Result<NamespaceTree::ParentAndName> NamespaceTree::ResolveParent(const rpc::Ref
                                                                   const Caller &caller,
                                                                   const MakeDir &make_dir) const {
   if (!ref.path().empty()) {
-    Result<std::vector<std::string>> names = SplitPath(ref.path());
-    if (!names.ok()) return names.status();
-    if (names->empty()) return Status::Error(EEXIST, "the root directory");
-    Result<Inode *> dir = Walk(root(), *names, names->size() - 1, caller, make_dir);
+    std::vector<std::string_view> names;
+    MARU_RETURN_IF_ERROR(SplitPathViews(ref.path(), &names));
+    if (names.empty()) return Status::Error(EEXIST, "the root directory");
+    Result<Inode *> dir = Walk(root(), names, names.size() - 1, caller, make_dir);
     if (!dir.ok()) return dir.status();
     if (!(*dir)->is_dir()) return Status::Error(ENOTDIR);
-    return ParentAndName{*dir, names->back()};
+    return ParentAndName{*dir, std::string(names.back())};
   }
   if (ref.name().empty()) return Status::Error(EINVAL, "a name is needed");
   MARU_RETURN_IF_ERROR(ValidateName(ref.name()));

@@ -31,7 +31,7 @@ class NamespaceTree {
 
   Inode *Find(uint64_t ino) const;
   Inode *root() const { return Find(kRootIno); }
-  Inode *Child(const Inode &dir, const std::string &name) const;
+  Inode *Child(const Inode &dir, std::string_view name) const;
   size_t size() const { return inodes_.size(); }
 
   // Takes ownership without linking it under a name.
@@ -63,7 +63,7 @@ class NamespaceTree {
   }
 
  private:
-  Result<Inode *> Walk(Inode *dir, const std::vector<std::string> &names, size_t count,
+  Result<Inode *> Walk(Inode *dir, const std::vector<std::string_view> &names, size_t count,
                        const Caller &caller, const MakeDir &make_dir) const;
   Result<Inode *> SearchableDir(uint64_t ino, const Caller &caller) const;
 

@@ -13,11 +13,11 @@ Status ValidateName(std::string_view name) {
   return Status::Ok();
 }
 
-Result<std::vector<std::string>> SplitPath(std::string_view path) {
+Status SplitPathViews(std::string_view path, std::vector<std::string_view> *out) {
+  out->clear();
   if (path.empty()) return Status::Error(EINVAL, "empty path");
   if (path.front() != '/') return Status::Error(EINVAL, "path must be absolute");
   if (path.size() > kMaxPathLength) return Status::Error(ENAMETOOLONG, "path too long");
-  std::vector<std::string> parts;
   size_t pos = 0;
   while (pos < path.size()) {
     while (pos < path.size() && path[pos] == '/') ++pos;
@@ -26,10 +26,16 @@ Result<std::vector<std::string>> SplitPath(std::string_view path) {
     if (end == std::string_view::npos) end = path.size();
     std::string_view name = path.substr(pos, end - pos);
     MARU_RETURN_IF_ERROR(ValidateName(name));
-    parts.emplace_back(name);
+    out->push_back(name);
     pos = end;
   }
-  return parts;
+  return Status::Ok();
+}
+
+Result<std::vector<std::string>> SplitPath(std::string_view path) {
+  std::vector<std::string_view> views;
+  MARU_RETURN_IF_ERROR(SplitPathViews(path, &views));
+  return std::vector<std::string>(views.begin(), views.end());
 }
 
 std::string JoinPath(const std::vector<std::string> &components) {

@@ -22,6 +22,8 @@ Status ValidateName(std::string_view name);
 // Relative or empty paths and "." / ".." components are EINVAL; repeated
 // and trailing slashes are tolerated as POSIX does.
 Result<std::vector<std::string>> SplitPath(std::string_view path);
+// The same without copying: the views point into `path`.
+Status SplitPathViews(std::string_view path, std::vector<std::string_view> *out);
 
 // Joins components back into the canonical absolute path.
 std::string JoinPath(const std::vector<std::string> &components);

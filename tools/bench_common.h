@@ -1,0 +1,46 @@
+// Shared pieces of maru-bench: timing, statistics, buffers, output.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "maru_direct_internal.h"
+
+namespace maru::bench {
+
+inline int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// The q-quantile of `v` (sorted in place).
+inline double Quantile(std::vector<double> &v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t i = static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5);
+  return v[std::min(i, v.size() - 1)];
+}
+
+// A heap buffer whose pages are already faulted in.
+inline std::vector<uint8_t> TouchedBuffer(uint64_t size, uint8_t seed) {
+  std::vector<uint8_t> buf(size);
+  for (uint64_t i = 0; i < size; ++i) buf[i] = static_cast<uint8_t>(i * 131 + seed);
+  return buf;
+}
+
+inline int Fail(const std::string &message) {
+  fprintf(stderr, "maru-bench: %s\n", message.c_str());
+  return 1;
+}
+
+int RunChunks(int argc, char **argv);
+int RunLookup(int argc, char **argv);
+int RunReplay(int argc, char **argv);
+
+}  // namespace maru::bench

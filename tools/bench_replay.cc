@@ -1,0 +1,167 @@
+// maru-bench replay: serve a production KV-cache trace from a live server
+// and compare its block hit ratio with offline LRU and Belady's optimum at
+// the same capacity.
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cinttypes>
+#include <set>
+
+#include "bench_common.h"
+#include "kv_trace.h"
+#include "util/flags.h"
+#include "util/units.h"
+
+namespace maru::bench {
+namespace {
+
+constexpr uint64_t kTokensPerBlock = 512;
+
+struct Shared {
+  std::atomic<uint64_t> next_request;
+  std::atomic<uint64_t> blocks, hits, stored, errors;
+};
+
+std::string BlockPath(const std::string &dir, uint64_t block) {
+  return dir + "/b" + std::to_string(block);
+}
+
+// One client process: takes requests in trace order from a shared counter.
+int RunClient(const std::string &server, const std::string &dir,
+              const std::vector<TraceRequest> &trace, uint64_t block_bytes, Shared *shared) {
+  maru_t *m;
+  if (int rc = maru_connect(server.c_str(), &m)) return Fail("connect: " + std::string(maru_strerror(rc)));
+  std::vector<std::string> names;
+  std::vector<const char *> paths;
+  std::vector<maru_chunk_t *> out;
+  for (;;) {
+    uint64_t i = shared->next_request.fetch_add(1);
+    if (i >= trace.size()) break;
+    const std::vector<uint64_t> &blocks = trace[i].blocks;
+    names.clear();
+    paths.clear();
+    for (uint64_t b : blocks) names.push_back(BlockPath(dir, b));
+    for (auto &n : names) paths.push_back(n.c_str());
+    out.resize(paths.size());
+    size_t hits = 0;
+    if (maru_lookup_prefix(m, paths.data(), paths.size(), out.data(), &hits)) {
+      shared->errors++;
+      continue;
+    }
+    for (size_t j = 0; j < hits; ++j) maru_release(out[j]);
+    shared->blocks += blocks.size();
+    shared->hits += hits;
+    // Compute the rest (here: fill it) and store it as children of the prefix.
+    for (size_t j = hits; j < blocks.size(); ++j) {
+      maru_chunk_t *c;
+      int rc = j == 0 ? maru_create(m, paths[j], block_bytes, &c)
+                      : maru_create_child(m, paths[j], paths[j - 1], block_bytes, &c);
+      if (rc == -ENOENT) rc = maru_create(m, paths[j], block_bytes, &c);  // prefix evicted meanwhile
+      if (rc == -EEXIST) continue;
+      if (rc) {
+        shared->errors++;
+        continue;
+      }
+      memset(maru_chunk_data(c), static_cast<int>(blocks[j] & 0xff), block_bytes);
+      if (maru_seal(c)) shared->errors++;
+      else shared->stored++;
+      maru_release(c);
+    }
+  }
+  maru_disconnect(m);
+  return 0;
+}
+
+}  // namespace
+
+int RunReplay(int argc, char **argv) {
+  std::string trace_path, server = "unix:///run/maru/maru.sock", dir;
+  int64_t clients = 4, bytes_per_token = 128, limit = 0, capacity_blocks = 0;
+  bool json = false;
+  Flags flags("maru-bench replay --trace FILE [--server ADDRESS] [--clients N] [--bytes-per-token B] [--json]",
+              "Replays a Mooncake-format trace: per request, one batched prefix lookup of its\n"
+              "blocks, then the missing blocks are stored as children of their predecessors.\n"
+              "Start the server on an empty pool with --high-watermark 1 --low-watermark 1 so\n"
+              "that its capacity is the one the offline simulations use.");
+  flags.String("trace", &trace_path, "trace file (JSON lines with hash_ids)");
+  flags.String("server", &server, "maru-server address");
+  flags.Int("clients", &clients, "client processes");
+  flags.Int("bytes-per-token", &bytes_per_token,
+            "KV bytes per token; Llama-3.1-8B has 131072, the default scales it down 1024x");
+  flags.Int("limit", &limit, "replay only the first N requests (0: all)");
+  flags.Int("capacity-blocks", &capacity_blocks, "cache capacity for the simulations (default: from the pool)");
+  flags.String("dir", &dir, "namespace directory for the blocks (default /maru-bench/replay-PID)");
+  flags.Bool("json", &json, "end with one JSON line of the figures");
+  std::vector<std::string> args;
+  Status s = flags.Parse(argc, argv, 2, &args);
+  if (!s.ok()) return Fail(s.message());
+  if (flags.help_requested()) return fputs(flags.Help().c_str(), stdout), 0;
+  if (trace_path.empty()) return Fail("--trace is required");
+  if (clients <= 0 || bytes_per_token <= 0 || limit < 0) return Fail("--clients, --bytes-per-token must be positive");
+  if (dir.empty()) dir = "/maru-bench/replay-" + std::to_string(getpid());
+
+  Result<std::vector<TraceRequest>> trace = ReadTrace(trace_path, static_cast<size_t>(limit));
+  if (!trace.ok()) return Fail(trace.status().message());
+  const uint64_t block_bytes = kTokensPerBlock * static_cast<uint64_t>(bytes_per_token);
+
+  // Clients fork before this process starts any RPC runtime.
+  auto *shared = static_cast<Shared *>(
+      mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  new (shared) Shared{};
+  const int64_t start = NowNs();
+  std::vector<pid_t> pids;
+  for (int64_t c = 0; c < clients; ++c) {
+    fflush(nullptr);
+    pid_t pid = fork();
+    if (pid == 0) _exit(RunClient(server, dir, *trace, block_bytes, shared));
+    pids.push_back(pid);
+  }
+  bool client_failed = false;
+  for (pid_t pid : pids) {
+    int status;
+    waitpid(pid, &status, 0);
+    client_failed |= !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+  }
+  const double seconds = static_cast<double>(NowNs() - start) / 1e9;
+  if (client_failed) return Fail("a client failed");
+
+  if (capacity_blocks == 0) {
+    maru_t *m;
+    maru_pool_info_t info;
+    if (int rc = maru_connect(server.c_str(), &m)) return Fail(maru_strerror(rc));
+    int rc = maru_pool_info(m, &info);
+    maru_disconnect(m);
+    if (rc) return Fail(maru_strerror(rc));
+    const uint64_t per_block = (block_bytes + info.unit - 1) / info.unit * info.unit;
+    capacity_blocks = static_cast<int64_t>(info.total / per_block);
+  }
+  SimResult lru = SimulateLru(*trace, static_cast<uint64_t>(capacity_blocks));
+  SimResult belady = SimulateBelady(*trace, static_cast<uint64_t>(capacity_blocks));
+
+  const uint64_t blocks = shared->blocks, hits = shared->hits;
+  const double hit_ratio = blocks ? static_cast<double>(hits) / static_cast<double>(blocks) : 0;
+  const double rps = static_cast<double>(trace->size()) / seconds;
+  std::set<uint64_t> unique;
+  for (const auto &r : *trace) unique.insert(r.blocks.begin(), r.blocks.end());
+  printf("trace %s: %zu requests, %" PRIu64 " block references, %zu distinct blocks of %s\n",
+         trace_path.c_str(), trace->size(), lru.blocks, unique.size(), FormatSize(block_bytes).c_str());
+  printf("capacity %" PRId64 " blocks (%.1f%% of the distinct blocks), %" PRId64 " clients\n",
+         capacity_blocks, 100.0 * static_cast<double>(capacity_blocks) / static_cast<double>(unique.size()), clients);
+  printf("  live hit ratio            %.4f\n", hit_ratio);
+  printf("  offline LRU hit ratio     %.4f\n", lru.hit_ratio());
+  printf("  Belady (offline optimum)  %.4f\n", belady.hit_ratio());
+  printf("  requests/s                %.1f   (%" PRIu64 " blocks stored, %" PRIu64 " errors)\n", rps,
+         shared->stored.load(), shared->errors.load());
+  if (json)
+    printf("{\"requests\":%zu,\"block_references\":%" PRIu64 ",\"block_bytes\":%" PRIu64
+           ",\"capacity_blocks\":%" PRId64 ",\"clients\":%" PRId64 ",\"hit_ratio\":%.5f,"
+           "\"offline_lru_hit_ratio\":%.5f,\"belady_hit_ratio\":%.5f,\"requests_per_s\":%.2f,"
+           "\"stored_blocks\":%" PRIu64 ",\"errors\":%" PRIu64 "}\n",
+           trace->size(), blocks, block_bytes, capacity_blocks, clients, hit_ratio, lru.hit_ratio(),
+           belady.hit_ratio(), rps, shared->stored.load(), shared->errors.load());
+  return shared->errors.load() ? 1 : 0;
+}
+
+}  // namespace maru::bench
