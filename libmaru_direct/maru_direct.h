@@ -52,6 +52,7 @@
 #ifndef MARU_DIRECT_H
 #define MARU_DIRECT_H
 
+#include <errno.h> /* the E* codes the functions return, negated */
 #include <stddef.h>
 #include <stdint.h>
 

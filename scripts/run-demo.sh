@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The main job: installs what is missing, builds, starts maru-server on an
+# emulated pool in /dev/shm, lets several worker processes share KV chunks
+# through it (prefill stores, decode reads in place), then shows what is
+# cached. Leaves nothing behind.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+scripts/build.sh build >/dev/null
+
+work=$(mktemp -d /tmp/maru-demo.XXXXXX)
+pool=/dev/shm/maru-demo-$$.pool
+sock=unix://$work/maru.sock
+server_pid=
+cleanup() {
+  [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
+  rm -f "$pool"
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+bin=build
+echo "== format a 1 GiB pool in /dev/shm and start maru-server"
+$bin/tools/maructl mkpool "$pool" --size 1G --label demo
+$bin/src/meta/maru-server --pool "$pool" --db "$work/db" --listen "$sock" --log-level warn &
+server_pid=$!
+for _ in $(seq 200); do
+  $bin/tools/maructl df --server "$sock" >/dev/null 2>&1 && break
+  sleep 0.05
+done
+
+chunk=$((16 << 20))  # 128 tokens of Llama-3.1-8B KV cache
+echo
+echo "== prefill: four workers compute prompts at once; two share a prompt"
+pids=()
+for prompt in chat-alpha chat-beta chat-alpha chat-gamma; do
+  $bin/examples/kv_share "$sock" prefill llama-3.1-8b "$prompt" 6 $chunk &
+  pids+=($!)
+done
+for p in "${pids[@]}"; do wait "$p"; done
+
+echo
+echo "== decode: other workers find the prompts' chunks and read them in place"
+for prompt in chat-alpha chat-beta chat-gamma chat-delta; do
+  $bin/examples/kv_share "$sock" decode llama-3.1-8b "$prompt" 6 $chunk
+done
+
+echo
+echo "== what is cached"
+$bin/tools/maructl ls /llama-3.1-8b --server "$sock"
+echo
+$bin/tools/maructl df --server "$sock"
+echo
+$bin/tools/maructl stats --server "$sock"
