@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/statfs.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -54,6 +55,7 @@ TestPool::~TestPool() { unlink(path_.c_str()); }
 std::string BinDir(const std::string &name) { return std::string(MARU_BUILD_ROOT) + "/" + name; }
 std::string ServerBinary() { return BinDir("src/meta/maru-server"); }
 std::string MaructlBinary() { return BinDir("tools/maructl"); }
+std::string FuseBinary() { return BinDir("src/fs/maru-fuse"); }
 
 bool WaitFor(const std::function<bool()> &condition, int timeout_ms) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
@@ -229,6 +231,69 @@ int RunClient(const std::string &address, const std::string &script, std::string
   if (rc != 0) fprintf(stderr, "direct_client %s -> %d: %s\n", script.c_str(), rc, output.c_str());
   if (out) *out = output;
   return rc;
+}
+
+}  // namespace maru_test
+
+namespace maru_test {
+
+FuseMount::FuseMount(const std::string &address, const std::string &options)
+    : address_(address), options_(options) {
+  mountpoint_ = dir_.path() + "/mnt";
+  mkdir(mountpoint_.c_str(), 0755);
+}
+
+static bool IsFuseMount(const std::string &path) {
+  struct statfs st;
+  return statfs(path.c_str(), &st) == 0 && st.f_type == 0x65735546;  // FUSE_SUPER_MAGIC
+}
+
+bool FuseMount::Start() {
+  std::string opts = "timeout_ms=3000" + (options_.empty() ? "" : "," + options_);
+  std::vector<std::string> args = {FuseBinary(), address_, mountpoint_, "-f", "-o", opts};
+  std::string log = dir_.path() + "/fuse.log";
+  pid_ = fork();
+  if (pid_ == 0) {
+    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    dup2(fd, 2);
+    dup2(fd, 1);
+    Exec(args);
+  }
+  bool up = WaitFor([&] {
+    if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
+      pid_ = -1;
+      return true;
+    }
+    return IsFuseMount(mountpoint_);
+  }, 20000);
+  if (!up || pid_ < 0) {
+    std::ifstream in(log);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    fprintf(stderr, "maru-fuse did not mount:\n%s\n", ss.str().c_str());
+    return false;
+  }
+  return true;
+}
+
+void FuseMount::Unmount() {
+  if (pid_ <= 0) return;
+  // A clean unmount when nothing is busy, else a lazy one: never leave a
+  // mount behind.
+  if (Run("fusermount3 -u " + mountpoint_) != 0) Run("fusermount3 -uz " + mountpoint_);
+  if (!WaitFor([&] { return waitpid(pid_, nullptr, WNOHANG) == pid_; }, 5000)) {
+    kill(pid_, SIGTERM);
+    if (!WaitFor([&] { return waitpid(pid_, nullptr, WNOHANG) == pid_; }, 5000)) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  pid_ = -1;
+}
+
+FuseMount::~FuseMount() {
+  Unmount();
+  rmdir(mountpoint_.c_str());
 }
 
 }  // namespace maru_test

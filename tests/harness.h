@@ -62,6 +62,24 @@ class Server {
   pid_t pid_ = -1;
 };
 
+// A maru-fuse mount of a server on a fresh temp directory; unmounted and its
+// daemon stopped on destruction, also when the test failed.
+class FuseMount {
+ public:
+  FuseMount(const std::string &address, const std::string &options = "");
+  ~FuseMount();
+  bool Start();  // mounts and waits until the mount answers
+  void Unmount();
+  const std::string &path() const { return mountpoint_; }
+  std::string operator/(const std::string &rel) const { return mountpoint_ + "/" + rel; }
+  pid_t pid() const { return pid_; }
+
+ private:
+  TempDir dir_;
+  std::string address_, options_, mountpoint_;
+  pid_t pid_ = -1;
+};
+
 // Forks; the child runs `body` and exits with its return value. Returns the
 // child's pid.
 pid_t Fork(const std::function<int()> &body);
@@ -75,6 +93,7 @@ bool WaitFor(const std::function<bool()> &condition, int timeout_ms = 10000);
 // Paths of the built binaries.
 std::string ServerBinary();
 std::string MaructlBinary();
+std::string FuseBinary();
 std::string BinDir(const std::string &name);
 std::string UniqueName(const std::string &prefix);
 

@@ -315,7 +315,8 @@ void MetaEngine::FillAttr(const Inode &inode, rpc::Attr *a) const {
   a->set_state(inode.current ? rpc::SEALED : rpc::WRITING);
   if (!v) return;
   a->set_gen(v->gen);
-  a->set_size(v->size);
+  // Until sealed, nobody but its writer knows how much of it is written.
+  a->set_size(inode.current ? v->size : 0);
   a->set_allocated(TotalLength(v->extents));
   a->set_checksum_type(v->checksum_type);
   a->set_checksum(v->checksum);
@@ -441,7 +442,7 @@ void MetaEngine::ExpireSession(Txn &txn, uint64_t id) {
 uint64_t MetaEngine::Used() const { return space_.capacity() - space_.free_bytes(); }
 
 bool MetaEngine::Evictable(const Inode &inode, int64_t now_ns) const {
-  if (!inode.current || inode.pending) return false;
+  if (!inode.current || inode.pending || inode.ino == protected_ino_) return false;
   if (inode.pinned && (inode.pin_expiry_ns == 0 || inode.pin_expiry_ns > now_ns)) return false;
   return space_.refs(inode.current->gen) == 0;
 }
@@ -598,9 +599,17 @@ void MetaEngine::RunOp(const Req &req, Rep *rep, Op &&op) {
 
 void MetaEngine::GetAttr(const Caller &c, const rpc::RefRequest &req, rpc::AttrReply *rep) {
   RunOp(req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
-    Result<Inode *> inode = tree_.Resolve(req.ref(), c);
-    if (!inode.ok()) return inode.status();
-    FillAttr(**inode, rep->mutable_attr());
+    Result<Inode *> found = tree_.Resolve(req.ref(), c);
+    if (!found.ok()) return found.status();
+    const Inode &inode = **found;
+    if (req.access() && !MayAccess(inode, c, static_cast<int>(req.access() & 7)))
+      return Status::Error(EACCES);
+    FillAttr(inode, rep->mutable_attr());
+    if (req.with_extents()) {
+      if (inode.current) ToWireExtents(inode.current->extents, rep->mutable_extents());
+      if (const Inode *parent = inode.parent_chunk ? tree_.Find(inode.parent_chunk) : nullptr)
+        rep->set_parent_path(tree_.PathOf(*parent));
+    }
     return Status::Ok();
   });
 }
@@ -805,11 +814,24 @@ void MetaEngine::Statfs(const Caller &, const rpc::StatfsRequest &req, rpc::Stat
 
 void MetaEngine::Create(const Caller &c, const rpc::CreateRequest &req, rpc::ChunkReply *rep) {
   RunOp(req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
-    Result<NamespaceTree::ParentAndName> pn =
-        tree_.ResolveParent(req.ref(), c, req.parents() ? DirMaker(txn, c) : nullptr);
-    if (!pn.ok()) return pn.status().errnum() == EEXIST ? Status::Error(EISDIR) : pn.status();
-    if (!MayAccess(*pn->dir, c, kMayWrite | kMayExec)) return Status::Error(EACCES);
-    Inode *inode = tree_.Child(*pn->dir, pn->name);
+    const bool by_inode = req.ref().path().empty() && req.ref().name().empty();
+    NamespaceTree::ParentAndName pn_by_inode;
+    Result<NamespaceTree::ParentAndName> pn = pn_by_inode;
+    Inode *inode = nullptr;
+    if (by_inode) {
+      // A new version of an existing file, named by its inode (FUSE O_TRUNC).
+      inode = tree_.Find(req.ref().ino());
+      if (!inode) return Status::Error(ESTALE);
+      if (!req.truncate()) return Status::Error(EEXIST);
+      Inode *dir = tree_.Find(inode->parent);
+      if (!dir) return Status::Error(ESTALE);
+      pn = NamespaceTree::ParentAndName{dir, inode->name};
+    } else {
+      pn = tree_.ResolveParent(req.ref(), c, req.parents() ? DirMaker(txn, c) : nullptr);
+      if (!pn.ok()) return pn.status().errnum() == EEXIST ? Status::Error(EISDIR) : pn.status();
+      if (!MayAccess(*pn->dir, c, kMayWrite | kMayExec)) return Status::Error(EACCES);
+      inode = tree_.Child(*pn->dir, pn->name);
+    }
     if (inode) {
       const std::optional<Version> &p = inode->pending;
       if (p && p->writer_session == session->id && req.request_id() &&
@@ -833,7 +855,10 @@ void MetaEngine::Create(const Caller &c, const rpc::CreateRequest &req, rpc::Chu
     }
     ExtentList extents;
     if (req.size() > 0) {
+      // The file being rewritten must not be evicted to make room for itself.
+      protected_ino_ = inode ? inode->ino : 0;
       Result<ExtentList> got = AllocateWithEviction(txn, req.size());
+      protected_ino_ = 0;
       if (!got.ok()) return got.status();
       extents = std::move(*got);
     }

@@ -139,6 +139,7 @@ class MetaEngine {
   int64_t started_ns_ = 0;
   uint64_t reserved_bytes_ = 0;
   uint64_t pins_ = 0;
+  uint64_t protected_ino_ = 0;  // not evictable during the current operation
   // Counters for stats and metrics.
   uint64_t lookups_ = 0, lookup_hits_ = 0;
   uint64_t evictions_ = 0, evicted_bytes_ = 0;

@@ -88,6 +88,27 @@ const char *ChecksumName(ChecksumKind kind) {
   return "none";
 }
 
+ChecksumStream::ChecksumStream(ChecksumKind kind) : kind_(kind) {
+  if (kind_ == ChecksumKind::kXxh3) {
+    xxh3_ = XXH3_createState();
+    XXH3_64bits_reset(static_cast<XXH3_state_t *>(xxh3_));
+  }
+}
+
+ChecksumStream::~ChecksumStream() {
+  if (xxh3_) XXH3_freeState(static_cast<XXH3_state_t *>(xxh3_));
+}
+
+void ChecksumStream::Update(const void *data, size_t len) {
+  if (kind_ == ChecksumKind::kXxh3) XXH3_64bits_update(static_cast<XXH3_state_t *>(xxh3_), data, len);
+  else if (kind_ == ChecksumKind::kCrc32c) crc_ = Crc32c(data, len, crc_);
+}
+
+uint64_t ChecksumStream::Digest() const {
+  if (kind_ == ChecksumKind::kXxh3) return XXH3_64bits_digest(static_cast<XXH3_state_t *>(xxh3_));
+  return kind_ == ChecksumKind::kCrc32c ? crc_ : 0;
+}
+
 bool ParseChecksumName(std::string_view name, ChecksumKind *kind) {
   if (name == "xxh3") *kind = ChecksumKind::kXxh3;
   else if (name == "crc32c") *kind = ChecksumKind::kCrc32c;

@@ -1,0 +1,200 @@
+// maru-fuse: the daemon behind `mount -t fuse.maru`. See man/maru-fuse.8.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "fs/maru_fs.h"
+#include "util/log.h"
+
+using namespace maru;
+
+namespace {
+
+struct Options {
+  const char *server = nullptr;
+  const char *mountpoint = nullptr;
+  int foreground = 0;
+  int debug = 0;
+  int show_help = 0;
+  int timeout_ms = 10000;
+  int populate = 1;
+  int threads = 16;
+  double attr_timeout = 1.0;
+  double entry_timeout = 1.0;
+  char *checksum = nullptr;
+  char *log_level = nullptr;
+  char *log_file = nullptr;
+};
+
+#define MARU_OPT(t, p) {t, offsetof(Options, p), 1}
+const fuse_opt kOptions[] = {
+    MARU_OPT("timeout_ms=%d", timeout_ms),
+    MARU_OPT("populate=%d", populate),
+    MARU_OPT("threads=%d", threads),
+    MARU_OPT("attr_timeout=%lf", attr_timeout),
+    MARU_OPT("entry_timeout=%lf", entry_timeout),
+    MARU_OPT("checksum=%s", checksum),
+    MARU_OPT("log_level=%s", log_level),
+    MARU_OPT("log_file=%s", log_file),
+    MARU_OPT("-f", foreground),
+    MARU_OPT("-d", debug),
+    MARU_OPT("debug", debug),
+    MARU_OPT("-h", show_help),
+    MARU_OPT("--help", show_help),
+    FUSE_OPT_END};
+
+void Usage() {
+  puts("Usage: maru-fuse SERVER MOUNTPOINT [-f] [-d] [-o OPTION[,OPTION...]]\n"
+       "Mounts the namespace of the maru-server at SERVER (unix:///PATH or tcp://HOST:PORT).\n\n"
+       "  -f                     stay in the foreground\n"
+       "  -d, -o debug           foreground, and print every FUSE request\n"
+       "  -o timeout_ms=N        fail a call with EIO when the server has not answered\n"
+       "                         for N ms (default 10000)\n"
+       "  -o checksum=NAME       checksum recorded when a file is sealed: xxh3 (default),\n"
+       "                         crc32c or none\n"
+       "  -o attr_timeout=S      seconds the kernel may cache attributes of sealed files\n"
+       "                         and directories (default 1)\n"
+       "  -o entry_timeout=S     seconds the kernel may cache names (default 1; misses are\n"
+       "                         never cached)\n"
+       "  -o populate=0|1        prefault the pool mapping at mount (default 1)\n"
+       "  -o threads=N           most threads serving requests (default 16)\n"
+       "  -o log_level=LEVEL     error, warn, info, debug (default warn)\n"
+       "  -o log_file=PATH       where a background daemon logs (default: nowhere)\n"
+       "  -o allow_other, ...    any other option goes to FUSE (see fuse(8));\n"
+       "                         allow_other is on by default when run as root");
+}
+
+int OptProc(void *data, const char *arg, int key, fuse_args *) {
+  auto *o = static_cast<Options *>(data);
+  if (key != FUSE_OPT_KEY_NONOPT) return 1;
+  if (!o->server) return o->server = arg, 0;
+  if (!o->mountpoint) return o->mountpoint = arg, 0;
+  fprintf(stderr, "maru-fuse: unexpected argument '%s'\n", arg);
+  return -1;
+}
+
+// The parent of a background daemon waits to hear how the mount went, so
+// that `mount` reports a failure instead of a daemon dying unseen.
+class Daemonizer {
+ public:
+  // Forks before any RPC runtime or thread exists (a forked child could not
+  // use them). Returns in the child; the parent exits with the child's verdict.
+  void Fork() {
+    if (pipe(pipe_) < 0) return;
+    pid_t pid = fork();
+    if (pid < 0) return;
+    if (pid > 0) {
+      close(pipe_[1]);
+      char buf[1024];
+      ssize_t n = read(pipe_[0], buf, sizeof(buf) - 1);
+      if (n <= 0) _exit(1);
+      buf[n] = '\0';
+      if (buf[0] == '0') _exit(0);
+      fprintf(stderr, "maru-fuse: %s\n", buf + 1);
+      _exit(1);
+    }
+    close(pipe_[0]);
+    setsid();
+  }
+  void Report(bool ok, const std::string &message = "") {
+    if (pipe_[1] < 0) return;
+    std::string out = (ok ? "0" : "1") + message;
+    (void)!write(pipe_[1], out.data(), out.size());
+    close(pipe_[1]);
+    pipe_[1] = -1;
+  }
+  bool active() const { return pipe_[1] >= 0; }
+
+ private:
+  int pipe_[2] = {-1, -1};
+};
+
+Daemonizer g_daemon;
+
+int Fail(const std::string &message) {
+  if (g_daemon.active()) g_daemon.Report(false, message);
+  else fprintf(stderr, "maru-fuse: %s\n", message.c_str());
+  return 1;
+}
+
+void Detach(const char *log_file) {
+  (void)!chdir("/");
+  int null = open("/dev/null", O_RDWR);
+  dup2(null, 0);
+  dup2(null, 1);
+  int err = log_file ? open(log_file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644) : -1;
+  dup2(err >= 0 ? err : null, 2);
+  if (err >= 0) close(err);
+  close(null);
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  SetLogTag("maru-fuse");
+  SetLogLevel(LogLevel::kWarn);
+  fuse_args args = FUSE_ARGS_INIT(argc, argv);
+  Options o;
+  if (fuse_opt_parse(&args, &o, kOptions, OptProc) < 0) return 1;
+  if (o.show_help) return Usage(), 0;
+  if (!o.server || !o.mountpoint) return Fail("need SERVER and MOUNTPOINT (see --help)");
+  if (o.debug) {
+    o.foreground = 1;
+    fuse_opt_add_arg(&args, "-d");
+  }
+  if (o.log_level && !SetLogLevel(o.log_level)) return Fail(std::string("unknown log_level ") + o.log_level);
+  FsOptions fs;
+  fs.attr_timeout = o.attr_timeout;
+  fs.entry_timeout = o.entry_timeout;
+  if (o.checksum && !ParseChecksumName(o.checksum, &fs.checksum))
+    return Fail(std::string("unknown checksum ") + o.checksum + " (xxh3, crc32c, none)");
+  if (o.timeout_ms <= 0 || o.threads <= 0) return Fail("timeout_ms and threads must be positive");
+  struct stat st;
+  if (stat(o.mountpoint, &st) < 0 || !S_ISDIR(st.st_mode))
+    return Fail(std::string(o.mountpoint) + ": not a directory");
+  if (getuid() == 0) fuse_opt_add_arg(&args, "-oallow_other");
+  fuse_opt_add_arg(&args, "-ofsname=maru");
+  fuse_opt_add_arg(&args, "-osubtype=maru");
+
+  if (!o.foreground) g_daemon.Fork();
+
+  ClientOptions client_options;
+  client_options.client_name = "maru-fuse";
+  client_options.call_timeout_ms = o.timeout_ms;
+  client_options.connect_timeout_ms = std::min(o.timeout_ms, 5000);
+  client_options.retry_window_ms = o.timeout_ms;
+  Result<std::unique_ptr<MetaClient>> client = MetaClient::Connect(o.server, client_options);
+  if (!client.ok()) return Fail(client.status().ToString());
+  Result<std::unique_ptr<PoolMap>> pool = PoolMap::Open((*client)->session_info(), o.populate != 0);
+  if (!pool.ok()) return Fail(pool.status().ToString());
+
+  MaruFs maru_fs(std::move(*client), std::move(*pool), fs);
+  fuse_session *se = fuse_session_new(&args, MaruFs::Operations(), sizeof(fuse_lowlevel_ops), &maru_fs);
+  if (!se) return Fail("bad FUSE options");
+  if (fuse_set_signal_handlers(se) != 0) return Fail("cannot install signal handlers");
+  if (fuse_session_mount(se, o.mountpoint) != 0) {
+    fuse_remove_signal_handlers(se);
+    fuse_session_destroy(se);
+    return Fail(std::string("cannot mount on ") + o.mountpoint);
+  }
+  if (g_daemon.active()) {
+    g_daemon.Report(true);
+    Detach(o.log_file);
+  }
+  fuse_loop_config *loop = fuse_loop_cfg_create();
+  fuse_loop_cfg_set_max_threads(loop, static_cast<unsigned>(o.threads));
+  fuse_loop_cfg_set_idle_threads(loop, std::min<unsigned>(4, static_cast<unsigned>(o.threads)));
+  int rc = fuse_session_loop_mt(se, loop);
+  fuse_loop_cfg_destroy(loop);
+  fuse_session_unmount(se);
+  fuse_remove_signal_handlers(se);
+  fuse_session_destroy(se);
+  fuse_opt_free_args(&args);
+  return rc == 0 ? 0 : 1;
+}

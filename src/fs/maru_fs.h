@@ -1,0 +1,86 @@
+// MaruFs: the file operations of maru-fuse, over the FUSE low-level API.
+//
+// Metadata calls become RPCs to maru-server, carrying the identity of the
+// process that made them (the server enforces permissions); data is read
+// and written in the pool mapping this daemon shares with everyone else.
+// What other readers see while a file is being written is in
+// docs/filesystem.md.
+#pragma once
+
+#define FUSE_USE_VERSION 312
+#include <fuse3/fuse_lowlevel.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "client/meta_client.h"
+#include "client/pool_map.h"
+#include "fs/open_file.h"
+#include "util/checksum.h"
+
+namespace maru {
+
+struct FsOptions {
+  double attr_timeout = 1.0;   // sealed files and directories
+  double entry_timeout = 1.0;  // names; negative lookups are never cached
+  ChecksumKind checksum = ChecksumKind::kXxh3;  // recorded at seal
+};
+
+class MaruFs {
+ public:
+  MaruFs(std::unique_ptr<MetaClient> client, std::unique_ptr<PoolMap> pool, FsOptions options);
+  static const fuse_lowlevel_ops *Operations();
+
+  // The operations; see fuse_lowlevel.h for their contracts.
+  void Init(fuse_conn_info *conn);
+  void Lookup(fuse_req_t req, fuse_ino_t parent, const char *name);
+  void GetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi);
+  void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set, fuse_file_info *fi);
+  void Mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev);
+  void Mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode);
+  void Unlink(fuse_req_t req, fuse_ino_t parent, const char *name);
+  void Rmdir(fuse_req_t req, fuse_ino_t parent, const char *name);
+  void Rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+              const char *newname, unsigned int flags);
+  void Create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, fuse_file_info *fi);
+  void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi);
+  void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info *fi);
+  void WriteBuf(fuse_req_t req, fuse_ino_t ino, fuse_bufvec *bufv, off_t off, fuse_file_info *fi);
+  void Flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi);
+  void Release(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi);
+  void OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi);
+  void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info *fi, bool plus);
+  void ReleaseDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi);
+  void Statfs(fuse_req_t req, fuse_ino_t ino);
+  void SetXattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value, size_t size, int flags);
+  void GetXattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size);
+  void ListXattr(fuse_req_t req, fuse_ino_t ino, size_t size);
+  void RemoveXattr(fuse_req_t req, fuse_ino_t ino, const char *name);
+  void Access(fuse_req_t req, fuse_ino_t ino, int mask);
+
+ private:
+  template <typename Req, typename Rep>
+  int Call(fuse_req_t req, MetaClient::Method<Req, Rep> method, Req &r, Rep *rep);
+  void ToStat(const rpc::Attr &a, struct stat *st);
+  void ReplyEntry(fuse_req_t req, const rpc::Attr &a);
+  double AttrTimeout(const rpc::Attr &a) const;
+  std::shared_ptr<OpenFile> Writer(uint64_t ino);
+  // Starts a new version of `f`'s file (O_TRUNC, or writing a sealed file),
+  // keeping the first `keep` bytes of the current content.
+  int StartVersion(fuse_req_t req, OpenFile *f, uint64_t keep);
+  int EnsureReserved(fuse_req_t req, OpenFile *f, uint64_t end);
+  int SealFile(OpenFile *f);
+  void DropFile(OpenFile *f);
+  void ZeroRange(OpenFile *f, uint64_t off, uint64_t len);
+
+  std::unique_ptr<MetaClient> client_;
+  std::unique_ptr<PoolMap> pool_;
+  FsOptions options_;
+  std::mutex mu_;
+  std::unordered_map<uint64_t, std::shared_ptr<OpenFile>> writers_;  // by inode
+  std::unordered_map<uint64_t, uint64_t> cached_gen_;  // inode -> version in the page cache
+};
+
+}  // namespace maru

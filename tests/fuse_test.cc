@@ -1,0 +1,297 @@
+// maru-fuse, really mounted, against a real server: POSIX tools, the two
+// doors (mount and library) onto one namespace, several mounts, failures.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/sysmacros.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "harness.h"
+#include "maru_direct.h"
+#include "pattern.h"
+
+namespace {
+
+using maru_test::FuseMount;
+using maru_test::Server;
+using maru_test::TestPool;
+
+std::string Slurp(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void WriteFile(const std::string &path, const std::string &data) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << data;
+}
+
+class FuseTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(server_.Start());
+    mount_ = std::make_unique<FuseMount>(server_.address());
+    ASSERT_TRUE(mount_->Start());
+  }
+  void TearDown() override { mount_.reset(); }
+
+  std::string M(const std::string &rel) { return *mount_ / rel; }
+
+  // Runs a shell script with $M set to the mount; fails the test with its
+  // output if a command in it fails.
+  void Shell(const std::string &script) {
+    std::string out;
+    int rc = maru_test::Run("M='" + mount_->path() + "'; set -e; " + script, &out);
+    EXPECT_EQ(rc, 0) << script << "\n" << out;
+  }
+
+  TestPool pool_{256ull << 20};
+  Server server_{pool_.path(), {"--session-timeout-ms", "3000", "--heartbeat-ms", "500"}};
+  std::unique_ptr<FuseMount> mount_;
+};
+
+TEST_F(FuseTest, LibraryChunksAreFilesAndFilesAreChunks) {
+  maru_t *m;
+  ASSERT_EQ(maru_connect(server_.address().c_str(), &m), 0);
+  maru_chunk_t *c;
+  ASSERT_EQ(maru_create(m, "/llama/abc", 100000, &c), 0);
+  maru_test::FillPattern(maru_chunk_data(c), 100000, "/llama/abc");
+  ASSERT_EQ(maru_seal(c), 0);
+  struct stat st;
+  ASSERT_EQ(stat(M("llama/abc").c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, 100000);
+  std::string bytes = Slurp(M("llama/abc"));
+  ASSERT_EQ(bytes.size(), 100000u);
+  EXPECT_EQ(memcmp(bytes.data(), maru_chunk_data(c), 100000), 0);
+  maru_release(c);
+
+  // The other way: a file written through the mount, opened as a chunk.
+  std::string data(300000, '\0');
+  maru_test::FillPattern(data.data(), data.size(), "through-fuse");
+  ASSERT_EQ(mkdir(M("written").c_str(), 0755), 0);
+  WriteFile(M("written/f.data"), data);
+  ASSERT_EQ(maru_open(m, "/written/f.data", &c), 0);
+  ASSERT_EQ(maru_chunk_size(c), data.size());
+  EXPECT_EQ(memcmp(maru_chunk_data(c), data.data(), data.size()), 0);
+  EXPECT_EQ(maru_verify(c), 0);  // sealed through FUSE with an xxh3 checksum
+  maru_release(c);
+  maru_disconnect(m);
+}
+
+TEST_F(FuseTest, PosixToolsWorkAsOnAnyFilesystem) {
+  Shell(R"SH(
+    src=$(mktemp -d); trap 'rm -rf "$src"' EXIT
+    mkdir -p "$src/tree/a/b" && head -c 3000000 /dev/urandom > "$src/tree/a/b/big" && echo hi > "$src/tree/a/small"
+    mkdir -p "$M/x/y/z" && test -d "$M/x/y/z"
+    cp "$src/tree/a/b/big" "$M/x/big" && cmp "$src/tree/a/b/big" "$M/x/big"
+    cp "$M/x/big" "$src/back" && cmp "$src/tree/a/b/big" "$src/back"
+    cat "$M/x/big" | cmp - "$src/tree/a/b/big"
+    ls -l "$M/x" | grep -q ' big$'
+    test "$(stat -c %s "$M/x/big")" = 3000000
+    test "$(find "$M/x" -type f | wc -l)" = 1
+    test "$(find "$M/x" -type d | wc -l)" = 3
+    du -s "$M/x" | awk '{exit !($1 >= 2900)}'
+    df "$M" | tail -1 | grep -q maru
+    ! rmdir "$M/x" 2>/dev/null
+    mv "$M/x/big" "$M/x/moved" && test ! -e "$M/x/big" && cmp "$M/x/moved" "$src/back"
+    echo one > "$M/x/target" && echo two > "$M/x/other" && mv "$M/x/other" "$M/x/target"
+    test "$(cat "$M/x/target")" = two
+    echo first > "$M/x/t" && echo second > "$M/x/t" && test "$(cat "$M/x/t")" = second
+    echo more >> "$M/x/t" && test "$(cat "$M/x/t")" = "$(printf 'second\nmore')"
+    echo tmp > "$M/x/.key.tmp" && mv "$M/x/.key.tmp" "$M/x/key.data" && test "$(cat "$M/x/key.data")" = tmp
+    tar -C "$src" -cf - tree | tar -C "$M" -xf - && diff -r "$src/tree" "$M/tree"
+    tar -C "$M" -cf "$src/out.tar" tree && mkdir "$src/untar" && tar -C "$src/untar" -xf "$src/out.tar" && diff -r "$src/tree" "$src/untar/tree"
+    rsync -a "$src/tree/" "$M/synced/" && diff -r "$src/tree" "$M/synced"
+    touch "$M/empty" && test -f "$M/empty" && test ! -s "$M/empty"
+    truncate -s 10 "$M/x/t" && test "$(stat -c %s "$M/x/t")" = 10
+    chmod 600 "$M/x/t" && test "$(stat -c %a "$M/x/t")" = 600
+    rm -r "$M/x" && test ! -e "$M/x"
+  )SH");
+}
+
+TEST_F(FuseTest, ReadOnlyMmapSeesTheBytes) {
+  std::string data(1 << 20, '\0');
+  maru_test::FillPattern(data.data(), data.size(), "mmap");
+  WriteFile(M("mapped"), data);
+  int fd = open(M("mapped").c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  void *p = mmap(nullptr, data.size(), PROT_READ, MAP_SHARED, fd, 0);
+  ASSERT_NE(p, MAP_FAILED);
+  EXPECT_EQ(memcmp(p, data.data(), data.size()), 0);
+  munmap(p, data.size());
+  close(fd);
+}
+
+TEST_F(FuseTest, WhatReadersSeeWhileAFileIsWritten) {
+  FuseMount other(server_.address());
+  ASSERT_TRUE(other.Start());
+  maru_t *m;
+  ASSERT_EQ(maru_connect(server_.address().c_str(), &m), 0);
+  WriteFile(M("v"), "old version");
+  ASSERT_EQ(Slurp(other / "v"), "old version");
+  int fd = open(M("v").c_str(), O_RDWR | O_TRUNC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(pwrite(fd, "new bytes", 9, 0), 9);
+  // The writer reads what it wrote.
+  char buf[16] = {0};
+  ASSERT_EQ(pread(fd, buf, sizeof(buf), 0), 9);
+  EXPECT_STREQ(buf, "new bytes");
+  // Other readers on the same mount share the file, as on a local disk.
+  // (Opened here rather than in a child process: a child's exit closes its
+  // inherited copy of `fd`, and any close publishes.)
+  EXPECT_EQ(Slurp(M("v")), "new bytes");
+  // Other mounts (other hosts) and the library see the sealed version.
+  EXPECT_EQ(Slurp(other / "v"), "old version");
+  maru_chunk_t *c;
+  ASSERT_EQ(maru_open(m, "/v", &c), 0);
+  EXPECT_EQ(std::string(static_cast<char *>(maru_chunk_data(c)), maru_chunk_size(c)), "old version");
+  maru_release(c);
+  // A file with no sealed version yet: busy for everyone but its mount.
+  int fresh = open(M("fresh").c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+  ASSERT_GE(fresh, 0);
+  ASSERT_EQ(write(fresh, "x", 1), 1);
+  EXPECT_EQ(open((other / "fresh").c_str(), O_RDONLY), -1);
+  EXPECT_EQ(errno, EBUSY);
+  EXPECT_EQ(maru_open(m, "/fresh", &c), -EBUSY);
+  // The close publishes: everyone sees the new bytes.
+  close(fresh);
+  close(fd);
+  EXPECT_EQ(Slurp(other / "v"), "new bytes");
+  EXPECT_EQ(Slurp(other / "fresh"), "x");
+  ASSERT_EQ(maru_open(m, "/v", &c), 0);
+  EXPECT_EQ(std::string(static_cast<char *>(maru_chunk_data(c)), maru_chunk_size(c)), "new bytes");
+  maru_release(c);
+  maru_disconnect(m);
+}
+
+TEST_F(FuseTest, ExtendedAttributesDescribeChunksAndPin) {
+  WriteFile(M("chunk"), std::string(70000, 'k'));
+  char buf[512];
+  ssize_t n = getxattr(M("chunk").c_str(), "user.maru.state", buf, sizeof(buf));
+  ASSERT_GT(n, 0);
+  EXPECT_EQ(std::string(buf, n), "sealed");
+  n = getxattr(M("chunk").c_str(), "user.maru.extents", buf, sizeof(buf));
+  ASSERT_GT(n, 0);
+  EXPECT_NE(std::string(buf, n).find("0:"), std::string::npos);
+  n = getxattr(M("chunk").c_str(), "user.maru.checksum", buf, sizeof(buf));
+  ASSERT_GT(n, 0);
+  EXPECT_EQ(std::string(buf, n).rfind("xxh3:", 0), 0u);
+  ASSERT_GT(getxattr(M("chunk").c_str(), "user.maru.generation", buf, sizeof(buf)), 0);
+  ASSERT_GT(getxattr(M("chunk").c_str(), "user.maru.hits", buf, sizeof(buf)), 0);
+  ASSERT_GT(getxattr(M("chunk").c_str(), "user.maru.leases", buf, sizeof(buf)), 0);
+  n = getxattr(M("chunk").c_str(), "user.maru.pinned", buf, sizeof(buf));
+  EXPECT_EQ(std::string(buf, n), "0");
+  ASSERT_EQ(setxattr(M("chunk").c_str(), "user.maru.pinned", "1", 1, 0), 0);
+  n = getxattr(M("chunk").c_str(), "user.maru.pinned", buf, sizeof(buf));
+  EXPECT_EQ(std::string(buf, n), "1");
+  ASSERT_EQ(setxattr(M("chunk").c_str(), "user.maru.pinned", "0", 1, 0), 0);
+  EXPECT_EQ(setxattr(M("chunk").c_str(), "user.maru.pinned", "maybe", 5, 0), -1);
+  EXPECT_EQ(errno, EINVAL);
+  // Chains: a chunk names its prefix.
+  WriteFile(M("next"), "tail");
+  ASSERT_EQ(setxattr(M("next").c_str(), "user.maru.parent", "/chunk", 6, 0), 0);
+  n = getxattr(M("next").c_str(), "user.maru.parent", buf, sizeof(buf));
+  EXPECT_EQ(std::string(buf, n), "/chunk");
+  EXPECT_EQ(setxattr(M("chunk").c_str(), "user.other", "1", 1, 0), -1);
+  EXPECT_EQ(errno, ENOTSUP);
+  n = listxattr(M("chunk").c_str(), buf, sizeof(buf));
+  EXPECT_NE(std::string(buf, n).find("user.maru.extents"), std::string::npos);
+  std::string out;
+  EXPECT_EQ(maru_test::Run("getfattr -d -m user.maru " + M("chunk"), &out), 0) << out;
+  EXPECT_NE(out.find("user.maru.state=\"sealed\""), std::string::npos) << out;
+}
+
+TEST_F(FuseTest, UnsupportedOperationsFailWithTheRightErrno) {
+  WriteFile(M("f"), "x");
+  EXPECT_EQ(link(M("f").c_str(), M("hard").c_str()), -1);
+  EXPECT_EQ(errno, EPERM);
+  EXPECT_EQ(symlink("f", M("sym").c_str()), -1);
+  EXPECT_EQ(errno, EPERM);
+  EXPECT_EQ(mkfifo(M("fifo").c_str(), 0644), -1);
+  EXPECT_EQ(errno, EPERM);
+  EXPECT_EQ(mknod(M("dev").c_str(), S_IFCHR | 0644, makedev(1, 3)), -1);
+  EXPECT_EQ(errno, EPERM);
+  EXPECT_EQ(mkdir(M("f/sub").c_str(), 0755), -1);
+  EXPECT_EQ(errno, ENOTDIR);
+  EXPECT_EQ(open(M(std::string(256, 'n')).c_str(), O_CREAT | O_WRONLY, 0644), -1);
+  EXPECT_EQ(errno, ENAMETOOLONG);
+}
+
+TEST_F(FuseTest, TwoMountsSeeEachOthersFiles) {
+  FuseMount second(server_.address());
+  ASSERT_TRUE(second.Start());
+  std::string data(2 << 20, '\0');
+  maru_test::FillPattern(data.data(), data.size(), "two mounts");
+  WriteFile(M("shared.bin"), data);
+  EXPECT_EQ(Slurp(second / "shared.bin"), data);
+  ASSERT_EQ(mkdir((second / "from-second").c_str(), 0755), 0);
+  WriteFile(second / "from-second/x", "hello");
+  EXPECT_EQ(Slurp(M("from-second/x")), "hello");
+  // A replacement on one mount is what the other reads next.
+  WriteFile(M("shared.bin"), "replaced");
+  EXPECT_TRUE(maru_test::WaitFor([&] { return Slurp(second / "shared.bin") == "replaced"; }, 5000));
+}
+
+TEST_F(FuseTest, PermissionsAreTheServersForEveryCaller) {
+  ASSERT_EQ(mkdir(M("rootdir").c_str(), 0755), 0);
+  WriteFile(M("rootdir/secret"), "s");
+  ASSERT_EQ(chmod(M("rootdir/secret").c_str(), 0600), 0);
+  std::string mnt = mount_->path();
+  pid_t child = fork();
+  if (child == 0) {
+    // Only system calls here: the child does not touch the RPC runtime.
+    if (setgid(65534) || setuid(65534)) _exit(1);
+    if (open((mnt + "/rootdir/new").c_str(), O_CREAT | O_WRONLY, 0644) >= 0 || errno != EACCES) _exit(2);
+    if (open((mnt + "/rootdir/secret").c_str(), O_RDONLY) >= 0 || errno != EACCES) _exit(3);
+    if (unlink((mnt + "/rootdir/secret").c_str()) == 0 || errno != EACCES) _exit(4);
+    int fd = open((mnt + "/mine").c_str(), O_CREAT | O_WRONLY, 0644);
+    if (fd < 0 || write(fd, "m", 1) != 1 || close(fd) != 0) _exit(5);
+    struct stat st;
+    if (stat((mnt + "/mine").c_str(), &st) || st.st_uid != 65534) _exit(6);
+    if (access((mnt + "/rootdir/secret").c_str(), R_OK) == 0) _exit(7);
+    _exit(0);
+  }
+  EXPECT_EQ(maru_test::Wait(child), 0);
+}
+
+TEST_F(FuseTest, UnreachableServerGivesEioThenTheMountRecovers) {
+  WriteFile(M("before"), "b");
+  kill(server_.pid(), SIGSTOP);
+  struct stat st;
+  EXPECT_EQ(stat(M("uncached-name").c_str(), &st), -1);
+  EXPECT_EQ(errno, EIO);
+  kill(server_.pid(), SIGCONT);
+  // Killed and restarted: the same mount carries on, no remount.
+  server_.Kill9();
+  ASSERT_TRUE(server_.Start());
+  EXPECT_TRUE(maru_test::WaitFor([&] { return Slurp(M("before")) == "b"; }, 10000));
+  WriteFile(M("after"), "a");
+  EXPECT_EQ(Slurp(M("after")), "a");
+}
+
+TEST_F(FuseTest, FioVerifiesCrc32c) {
+  std::string out;
+  int rc = maru_test::Run("fio --name=verify --directory=" + mount_->path() +
+                   " --rw=write --bs=1M --size=32M --numjobs=2 --verify=crc32c --do_verify=1"
+                   " --ioengine=psync --group_reporting",
+               &out);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(out.find("verify: bad"), std::string::npos) << out;
+  rc = maru_test::Run("fio --name=rand --directory=" + mount_->path() +
+               " --rw=randwrite --bs=4k --size=4M --verify=crc32c --ioengine=psync",
+           &out);
+  EXPECT_EQ(rc, 0) << out;
+}
+
+}  // namespace
