@@ -11,7 +11,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libgtest-dev
   libxxhash-dev libucx-dev
-  fio tmux man-db groff-base iproute2 rsync attr
+  fio tmux man-db groff-base iproute2 rsync attr jq
 )
 
 missing=()

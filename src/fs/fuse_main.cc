@@ -25,6 +25,7 @@ struct Options {
   int timeout_ms = 10000;
   int populate = 1;
   int threads = 16;
+  int direct_io = 0;
   double attr_timeout = 1.0;
   double entry_timeout = 1.0;
   char *checksum = nullptr;
@@ -37,6 +38,7 @@ const fuse_opt kOptions[] = {
     MARU_OPT("timeout_ms=%d", timeout_ms),
     MARU_OPT("populate=%d", populate),
     MARU_OPT("threads=%d", threads),
+    MARU_OPT("direct_io", direct_io),
     MARU_OPT("attr_timeout=%lf", attr_timeout),
     MARU_OPT("entry_timeout=%lf", entry_timeout),
     MARU_OPT("checksum=%s", checksum),
@@ -64,6 +66,8 @@ void Usage() {
        "                         never cached)\n"
        "  -o populate=0|1        prefault the pool mapping at mount (default 1)\n"
        "  -o threads=N           most threads serving requests (default 16)\n"
+       "  -o direct_io           reads bypass the page cache: one copy instead of two, no\n"
+       "                         duplicate of the data in kernel memory, but no mmap\n"
        "  -o log_level=LEVEL     error, warn, info, debug (default warn)\n"
        "  -o log_file=PATH       where a background daemon logs (default: nowhere)\n"
        "  -o allow_other, ...    any other option goes to FUSE (see fuse(8));\n"
@@ -152,6 +156,7 @@ int main(int argc, char **argv) {
   FsOptions fs;
   fs.attr_timeout = o.attr_timeout;
   fs.entry_timeout = o.entry_timeout;
+  fs.direct_io = o.direct_io != 0;
   if (o.checksum && !ParseChecksumName(o.checksum, &fs.checksum))
     return Fail(std::string("unknown checksum ") + o.checksum + " (xxh3, crc32c, none)");
   if (o.timeout_ms <= 0 || o.threads <= 0) return Fail("timeout_ms and threads must be positive");

@@ -432,6 +432,7 @@ void MaruFs::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi) {
     std::lock_guard<std::mutex> lock(mu_);
     uint64_t &cached = cached_gen_[ino];
     fi->keep_cache = cached == f->gen;
+    fi->direct_io = options_.direct_io;
     cached = f->gen;
   } else {
     // Writing a sealed file writes a new version of it.
