@@ -294,4 +294,33 @@ TEST_F(FuseTest, FioVerifiesCrc32c) {
   EXPECT_EQ(rc, 0) << out;
 }
 
+TEST(FuseMountHelper, MountTypeFuseMaruAndUmount) {
+  // What mount(8) runs for `mount -t fuse.maru SERVER DIR -o OPTIONS` and for
+  // fstab lines: the helper, with mount's own options mixed in.
+  TestPool pool(64ull << 20);
+  Server server(pool.path());
+  ASSERT_TRUE(server.Start());
+  maru_test::TempDir dir;
+  const std::string mnt = dir.path() + "/mnt";
+  ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
+  std::string out;
+  int rc = maru_test::Run("PATH=" + maru_test::BinDir("src/fs") + ":$PATH " +
+                              maru_test::SourcePath("src/fs/mount.fuse.maru") + " " + server.address() +
+                              " " + mnt + " -o rw,_netdev,nofail,timeout_ms=3000",
+                          &out);
+  ASSERT_EQ(rc, 0) << out;
+  WriteFile(mnt + "/via-helper", "ok");
+  EXPECT_EQ(Slurp(mnt + "/via-helper"), "ok");
+  EXPECT_EQ(maru_test::Run("umount " + mnt, &out), 0) << out;
+  EXPECT_TRUE(maru_test::WaitFor([&] { return maru_test::Run("mountpoint -q " + mnt) != 0; }, 5000));
+  // A server that is not there: the mount fails, saying so.
+  EXPECT_NE(maru_test::Run("PATH=" + maru_test::BinDir("src/fs") + ":$PATH " +
+                               maru_test::SourcePath("src/fs/mount.fuse.maru") +
+                               " unix:///nonexistent.sock " + mnt,
+                           &out),
+            0);
+  EXPECT_NE(out.find("no server"), std::string::npos) << out;
+  if (maru_test::Run("mountpoint -q " + mnt) == 0) maru_test::Run("fusermount3 -uz " + mnt);
+}
+
 }  // namespace

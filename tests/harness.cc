@@ -53,6 +53,7 @@ TestPool::TestPool(uint64_t size, uint64_t unit) {
 TestPool::~TestPool() { unlink(path_.c_str()); }
 
 std::string BinDir(const std::string &name) { return std::string(MARU_BUILD_ROOT) + "/" + name; }
+std::string SourcePath(const std::string &name) { return std::string(MARU_SOURCE_ROOT) + "/" + name; }
 std::string ServerBinary() { return BinDir("src/meta/maru-server"); }
 std::string MaructlBinary() { return BinDir("tools/maructl"); }
 std::string FuseBinary() { return BinDir("src/fs/maru-fuse"); }

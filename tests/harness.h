@@ -95,6 +95,8 @@ std::string ServerBinary();
 std::string MaructlBinary();
 std::string FuseBinary();
 std::string BinDir(const std::string &name);
+// A file of the source tree.
+std::string SourcePath(const std::string &name);
 std::string UniqueName(const std::string &prefix);
 
 // True if [p, p+len) lies in a mapping of `file` in /proc/self/maps.
