@@ -171,7 +171,7 @@ TEST_F(DirectTest, HungOrDeadServerGivesAnErrnoNotAHang) {
   // Freeze the server: the call times out.
   pid_t pid = server_.pid();
   ASSERT_GT(pid, 0);
-  kill(pid, SIGSTOP);
+  ASSERT_TRUE(maru_test::Freeze(pid));
   maru_chunk_t *c;
   EXPECT_EQ(maru_open(m, "/hang/a", &c), -ETIMEDOUT);
   kill(pid, SIGCONT);

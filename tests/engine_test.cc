@@ -13,13 +13,12 @@ class EngineTest : public ::testing::Test {
  protected:
   void SetUp() override { Reopen(); }
 
-  void Reopen(int64_t grace_ms = 0) {
+  void Reopen(EngineOptions options = {}) {
     engine_.reset();
-    EngineOptions options;
     options.pool_paths = {pool_.path()};
     options.db_dir = dir_.path() + "/db";
     options.session_timeout_ms = 200;
-    options.grace_ms = grace_ms;
+    options.grace_ms = 0;
     Result<std::unique_ptr<MetaEngine>> e = MetaEngine::Open(options);
     ASSERT_TRUE(e.ok()) << e.status().ToString();
     engine_ = std::move(*e);
@@ -279,6 +278,113 @@ TEST_F(EngineTest, UnknownSessionIsRefused) {
   rpc::AttrReply rep;
   engine_->GetAttr(root_, req, &rep);
   EXPECT_EQ(rep.error(), ENOTCONN);
+}
+
+class EvictionTest : public EngineTest {
+ protected:
+  void UsePolicy(const std::string &policy, double high = 1.0, double low = 1.0) {
+    EngineOptions options;
+    options.eviction = policy;
+    options.high_watermark = high;
+    options.low_watermark = low;
+    Reopen(options);
+  }
+  bool Exists(const std::string &path) {
+    auto req = With<rpc::RefRequest>(session_);
+    req.mutable_ref()->set_path(path);
+    rpc::AttrReply rep;
+    engine_->GetAttr(root_, req, &rep);
+    return rep.error() == 0;
+  }
+  int Store(const std::string &path, uint64_t size, const std::string &parent = "") {
+    auto req = With<rpc::CreateRequest>(session_);
+    req.mutable_ref()->set_path(path);
+    req.set_size(size);
+    req.set_parents(true);
+    req.set_parent_chunk(parent);
+    rpc::ChunkReply rep;
+    engine_->Create(root_, req, &rep);
+    if (rep.error()) return rep.error();
+    return Seal(rep, root_, session_).error();
+  }
+  void Touch(const std::string &path) {
+    rpc::ChunkReply r = Open(path, root_, session_);
+    ASSERT_EQ(r.error(), 0);
+    auto rel = With<rpc::ReleaseRequest>(session_);
+    rel.add_leases(r.lease());
+    rpc::ErrorReply rep;
+    engine_->Release(root_, rel, &rep);
+  }
+  static constexpr uint64_t kChunk = 8 << 20;  // the pool holds 7 of them
+};
+
+TEST_F(EvictionTest, LruEvictsTheLeastRecentlyUsedWhenFull) {
+  UsePolicy("lru");
+  for (int i = 0; i < 7; ++i) ASSERT_EQ(Store("/c" + std::to_string(i), kChunk), 0);
+  Touch("/c0");
+  ASSERT_EQ(Store("/new1", kChunk), 0);
+  ASSERT_EQ(Store("/new2", kChunk), 0);
+  EXPECT_TRUE(Exists("/c0"));
+  EXPECT_FALSE(Exists("/c1"));
+  EXPECT_FALSE(Exists("/c2"));
+  EXPECT_TRUE(Exists("/c3"));
+  EXPECT_TRUE(Fsck().empty());
+}
+
+TEST_F(EvictionTest, PinnedAndReadChunksStayUntilNothingElseIsLeft) {
+  UsePolicy("lru");
+  for (int i = 0; i < 7; ++i) ASSERT_EQ(Store("/c" + std::to_string(i), kChunk), 0);
+  auto pin = With<rpc::PinRequest>(session_);
+  pin.mutable_ref()->set_path("/c0");
+  pin.set_pin(true);
+  rpc::AttrReply pinned;
+  engine_->Pin(root_, pin, &pinned);
+  ASSERT_EQ(pinned.error(), 0);
+  uint64_t reader = NewSession(root_);
+  rpc::ChunkReply held = Open("/c1", root_, reader);
+  ASSERT_EQ(held.error(), 0);
+  for (int i = 0; i < 5; ++i) ASSERT_EQ(Store("/n" + std::to_string(i), kChunk), 0);
+  EXPECT_TRUE(Exists("/c0"));
+  EXPECT_TRUE(Exists("/c1"));
+  // A request that cannot fit even if everything evictable went fails, and
+  // evicts nothing.
+  EXPECT_EQ(Store("/big", 60 << 20), ENOSPC);
+  EXPECT_TRUE(Exists("/c0"));
+  EXPECT_TRUE(Exists("/c1"));
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(Exists("/n" + std::to_string(i)));
+  EXPECT_TRUE(Fsck().empty());
+}
+
+TEST_F(EvictionTest, PrefixPolicyTakesTailsFirstAndPrefixesTakeTheirTails) {
+  UsePolicy("prefix");
+  ASSERT_EQ(Store("/a", kChunk), 0);
+  ASSERT_EQ(Store("/b", kChunk, "/a"), 0);
+  ASSERT_EQ(Store("/c", kChunk, "/b"), 0);
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(Store("/x" + std::to_string(i), kChunk), 0);
+  // /a is the least recently used, but it is a prefix: the tail /c goes.
+  ASSERT_EQ(Store("/y", kChunk), 0);
+  EXPECT_TRUE(Exists("/a"));
+  EXPECT_TRUE(Exists("/b"));
+  EXPECT_FALSE(Exists("/c"));
+  // Evicting a prefix takes what extends it along.
+  auto ev = With<rpc::EvictRequest>(session_);
+  ev.set_path("/a");
+  rpc::EvictReply rep;
+  engine_->Evict(root_, ev, &rep);
+  ASSERT_EQ(rep.error(), 0);
+  EXPECT_EQ(rep.chunks(), 2u);
+  EXPECT_FALSE(Exists("/a"));
+  EXPECT_FALSE(Exists("/b"));
+  EXPECT_TRUE(Fsck().empty());
+}
+
+TEST_F(EvictionTest, HighWatermarkEvictsDownToTheLowOne) {
+  UsePolicy("lru", 0.5, 0.3);
+  for (int i = 0; i < 6; ++i) ASSERT_EQ(Store("/w" + std::to_string(i), kChunk), 0);
+  rpc::StatfsReply st = Statfs();
+  EXPECT_LE(static_cast<double>(st.total() - st.free()), 0.5 * static_cast<double>(st.total()));
+  EXPECT_TRUE(Exists("/w5"));
+  EXPECT_FALSE(Exists("/w0"));
 }
 
 }  // namespace

@@ -267,7 +267,7 @@ TEST_F(FuseTest, PermissionsAreTheServersForEveryCaller) {
 
 TEST_F(FuseTest, UnreachableServerGivesEioThenTheMountRecovers) {
   WriteFile(M("before"), "b");
-  kill(server_.pid(), SIGSTOP);
+  ASSERT_TRUE(maru_test::Freeze(server_.pid()));
   struct stat st;
   EXPECT_EQ(stat(M("uncached-name").c_str(), &st), -1);
   EXPECT_EQ(errno, EIO);

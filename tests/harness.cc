@@ -83,6 +83,17 @@ int Wait(pid_t pid) {
   return -1;
 }
 
+bool Freeze(pid_t pid) {
+  kill(pid, SIGSTOP);
+  return WaitFor([&] {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    size_t close = line.rfind(')');
+    return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'T';
+  }, 5000);
+}
+
 int Run(const std::string &command, std::string *output) {
   std::string full = command + " 2>&1";
   FILE *p = popen(full.c_str(), "r");

@@ -85,6 +85,8 @@ class FuseMount {
 pid_t Fork(const std::function<int()> &body);
 // Waits for `pid`; returns its exit code, or 128+signal.
 int Wait(pid_t pid);
+// Stops `pid` with SIGSTOP and waits until it really is stopped.
+bool Freeze(pid_t pid);
 // Runs a command line through /bin/sh; returns the exit code and output.
 int Run(const std::string &command, std::string *output = nullptr);
 // Polls `condition` every few ms until it holds or `timeout_ms` passes.

@@ -85,7 +85,7 @@ Status MetaEngine::CheckPoolIdentity(MetaDb::Contents *contents, MetaDb::Batch *
 
   schema::PoolIdentity identity;
   if (contents->identity) identity = *contents->identity;
-  std::set<uint32_t> reset;  // device indexes whose memory was lost
+  std::map<uint32_t, std::string> reset;  // device index -> what to say about it
   std::vector<bool> placed(found.size(), false);
   for (schema::DeviceIdentity &rec : *identity.mutable_devices()) {
     size_t match = found.size();
@@ -102,13 +102,10 @@ Status MetaEngine::CheckPoolIdentity(MetaDb::Contents *contents, MetaDb::Batch *
     const Superblock &sb = found[match].second;
     placed[match] = true;
     if (UuidBytes(sb.device_uuid) != rec.device_uuid() || sb.epoch != rec.epoch()) {
-      reset.insert(rec.index());
-      char old_epoch[32], new_epoch[32];
-      snprintf(old_epoch, sizeof(old_epoch), "%016lx", rec.epoch());
-      snprintf(new_epoch, sizeof(new_epoch), "%016lx", sb.epoch);
-      LOG_WARN("pool device %s was reset (epoch %s -> %s): dropping the metadata of every chunk "
-               "stored on it",
-               found[match].first.c_str(), old_epoch, new_epoch);
+      char what[512];
+      snprintf(what, sizeof(what), "pool device %s was reset (epoch %016lx -> %016lx)",
+               found[match].first.c_str(), rec.epoch(), sb.epoch);
+      reset[rec.index()] = what;
     }
     rec.set_device_uuid(UuidBytes(sb.device_uuid));
     rec.set_epoch(sb.epoch);
@@ -136,12 +133,13 @@ Status MetaEngine::CheckPoolIdentity(MetaDb::Contents *contents, MetaDb::Batch *
       if (reset.count(e.device())) return true;
     return false;
   };
-  size_t dropped = 0;
+  std::map<uint32_t, size_t> dropped;
   std::vector<schema::Inode> kept;
   for (schema::Inode &r : contents->inodes) {
     if (on_reset(r.current().extents()) || on_reset(r.pending().extents())) {
       batch->DeleteInode(r.ino());
-      ++dropped;
+      const auto &any = r.current().extents_size() ? r.current().extents(0) : r.pending().extents(0);
+      ++dropped[any.device()];
     } else {
       kept.push_back(std::move(r));
     }
@@ -153,7 +151,9 @@ Status MetaEngine::CheckPoolIdentity(MetaDb::Contents *contents, MetaDb::Batch *
     else retired.push_back(std::move(r));
   }
   contents->retired = std::move(retired);
-  LOG_WARN("dropped %zu chunks whose pool memory was reset; directories are kept", dropped);
+  for (const auto &[index, what] : reset)
+    LOG_WARN("%s: dropped the metadata of its %zu chunks; directories are kept", what.c_str(),
+             dropped[index]);
   return Status::Ok();
 }
 
@@ -211,6 +211,7 @@ void MetaEngine::RestoreInodes(MetaDb::Contents &contents, MetaDb::Batch *batch)
         LOG_ERROR("%s (generation %lu): %s; run maructl fsck", tree_.PathOf(inode).c_str(),
                   (*v)->gen, s.ToString().c_str());
     }
+    if (inode.parent_chunk) extensions_[inode.parent_chunk].insert(inode.ino);
     if (inode.current) {
       eviction_->OnInsert(inode.ino, inode.parent_chunk);
       if (inode.pinned) ++pins_;
@@ -373,11 +374,30 @@ void MetaEngine::TouchDir(Txn &txn, Inode *dir) {
 
 void MetaEngine::UnrefGen(Txn &txn, uint64_t gen) { space_.Unref(gen, &txn.batch); }
 
+void MetaEngine::SetParentChunk(Inode *inode, uint64_t parent) {
+  if (inode->parent_chunk == parent) return;
+  if (inode->parent_chunk) {
+    auto it = extensions_.find(inode->parent_chunk);
+    if (it != extensions_.end()) {
+      it->second.erase(inode->ino);
+      if (it->second.empty()) extensions_.erase(it);
+    }
+  }
+  if (parent) extensions_[parent].insert(inode->ino);
+  if (inode->current) {
+    eviction_->OnRemove(inode->ino);
+    eviction_->OnInsert(inode->ino, parent);
+  }
+  inode->parent_chunk = parent;
+}
+
 // Takes a file's content out of reach: the sealed version is retired, and a
 // reservation still being written becomes an orphan its writer can only
 // abort.
 void MetaEngine::RemoveFile(Txn &txn, Inode *inode) {
   tree_.Unlink(inode);
+  SetParentChunk(inode, 0);
+  extensions_.erase(inode->ino);  // what extends it keeps a dangling parent
   if (inode->current) {
     eviction_->OnRemove(inode->ino);
     if (inode->pinned) --pins_;
@@ -441,6 +461,13 @@ void MetaEngine::ExpireSession(Txn &txn, uint64_t id) {
 
 uint64_t MetaEngine::Used() const { return space_.capacity() - space_.free_bytes(); }
 
+bool MetaEngine::AboveHighWatermark() const {
+  // During the grace after a restart evicted space is not freed, so
+  // evicting would only empty the cache.
+  return !space_.in_grace(MonotonicNs()) &&
+         static_cast<double>(Used()) > options_.high_watermark * static_cast<double>(space_.capacity());
+}
+
 bool MetaEngine::Evictable(const Inode &inode, int64_t now_ns) const {
   if (!inode.current || inode.pending || inode.ino == protected_ino_) return false;
   if (inode.pinned && (inode.pin_expiry_ns == 0 || inode.pin_expiry_ns > now_ns)) return false;
@@ -454,17 +481,18 @@ uint64_t MetaEngine::EvictChunk(Txn &txn, Inode *inode, const char *reason) {
     // Chunks extending this one are useless without it.
     const int64_t now = RealtimeNs();
     std::vector<uint64_t> frontier{inode->ino};
-    std::set<uint64_t> seen{inode->ino};
+    std::unordered_set<uint64_t> seen{inode->ino};  // chains set by hand may loop
     while (!frontier.empty()) {
       uint64_t at = frontier.back();
       frontier.pop_back();
-      tree_.ForEach([&](const Inode &other) {
-        if (other.parent_chunk == at && !seen.count(other.ino)) {
-          seen.insert(other.ino);
-          frontier.push_back(other.ino);
-          if (Evictable(other, now)) descendants.push_back(other.ino);
-        }
-      });
+      auto it = extensions_.find(at);
+      if (it == extensions_.end()) continue;
+      for (uint64_t child : it->second) {
+        if (!seen.insert(child).second) continue;
+        frontier.push_back(child);
+        if (const Inode *other = tree_.Find(child); other && Evictable(*other, now))
+          descendants.push_back(child);
+      }
     }
   }
   RemoveFile(txn, inode);
@@ -499,11 +527,30 @@ uint64_t MetaEngine::EvictBytes(Txn &txn, uint64_t bytes, const char *reason) {
 
 Result<ExtentList> MetaEngine::AllocateWithEviction(Txn &txn, uint64_t bytes) {
   Result<ExtentList> extents = space_.Allocate(bytes);
-  while (!extents.ok() && extents.status().errnum() == ENOSPC) {
-    // Evict what is needed now; retired extents still leased stay put, so
-    // evicting more than the shortfall may be necessary.
-    uint64_t shortfall = bytes > space_.free_bytes() ? bytes - space_.free_bytes() : space_.unit();
-    if (EvictBytes(txn, shortfall, "full") == 0) break;
+  if (!extents.ok() && extents.status().errnum() == ENOSPC) {
+    const int64_t mono = MonotonicNs();
+    if (space_.in_grace(mono))
+      return Status::Error(ENOSPC, "pool full, and space freed before the restart is still held "
+                                   "for returning readers");
+    // Choose victims until they cover the shortfall; if they cannot, evict
+    // nothing: a request that cannot fit must not empty the cache.
+    const uint64_t unit = space_.unit();
+    const uint64_t need = (bytes + unit - 1) / unit * unit;
+    const uint64_t shortfall = need - std::min(need, space_.free_bytes());
+    const int64_t now = RealtimeNs();
+    std::unordered_set<uint64_t> chosen;
+    uint64_t covered = 0;
+    while (covered < shortfall) {
+      uint64_t victim = eviction_->Victim([&](uint64_t ino) {
+        const Inode *inode = tree_.Find(ino);
+        return !chosen.count(ino) && inode && Evictable(*inode, now);
+      });
+      if (!victim) return Status::Error(ENOSPC, "pool full of pinned, open or unsealed chunks");
+      chosen.insert(victim);
+      covered += TotalLength(tree_.Find(victim)->current->extents);
+    }
+    for (uint64_t ino : chosen)
+      if (Inode *inode = tree_.Find(ino); inode && inode->current) EvictChunk(txn, inode, "full");
     extents = space_.Allocate(bytes);
   }
   if (extents.ok() && extents->size() > options_.max_fragments) {
@@ -776,11 +823,7 @@ void MetaEngine::SetAttr(const Caller &c, const rpc::SetAttrRequest &req, rpc::A
     if ((req.set_uid() || req.set_gid()) && !inode->is_dir()) inode->mode &= ~(S_ISUID | S_ISGID);
     if (req.set_atime()) inode->atime_ns = req.atime_ns() == -1 ? now : req.atime_ns();
     if (req.set_mtime()) inode->mtime_ns = req.mtime_ns() == -1 ? now : req.mtime_ns();
-    if (parent_chunk != inode->parent_chunk && inode->current) {
-      eviction_->OnRemove(inode->ino);
-      eviction_->OnInsert(inode->ino, parent_chunk);
-    }
-    inode->parent_chunk = parent_chunk;
+    SetParentChunk(inode, parent_chunk);
     inode->ctime_ns = now;
     txn.Dirty(inode);
     FillAttr(*inode, rep->mutable_attr());
@@ -877,7 +920,7 @@ void MetaEngine::Create(const Caller &c, const rpc::CreateRequest &req, rpc::Chu
       tree_.Link(pn->dir, inode, pn->name);
       TouchDir(txn, pn->dir);
     }
-    if (parent_chunk) inode->parent_chunk = parent_chunk;
+    if (parent_chunk) SetParentChunk(inode, parent_chunk);
     Version v;
     v.gen = NextGen(txn);
     v.size = req.size();
@@ -977,7 +1020,7 @@ void MetaEngine::Seal(const Caller &, const rpc::SealRequest &req, rpc::ChunkRep
     }
     txn.Dirty(inode);
     FillChunk(*inode, *inode->current, lease, rep, true);
-    if (Used() > options_.high_watermark * static_cast<double>(space_.capacity())) {
+    if (AboveHighWatermark()) {
       uint64_t target = static_cast<uint64_t>(options_.low_watermark * static_cast<double>(space_.capacity()));
       EvictBytes(txn, Used() - target, "watermark");
     }
@@ -1275,7 +1318,7 @@ void MetaEngine::Tick() {
     }
   });
   space_.Tick(mono, &txn.batch);
-  if (Used() > options_.high_watermark * static_cast<double>(space_.capacity())) {
+  if (AboveHighWatermark()) {
     uint64_t target = static_cast<uint64_t>(options_.low_watermark * static_cast<double>(space_.capacity()));
     EvictBytes(txn, Used() - target, "watermark");
   }

@@ -14,6 +14,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "maru.pb.h"
@@ -121,7 +123,10 @@ class MetaEngine {
   bool Evictable(const Inode &inode, int64_t now_ns) const;
   uint64_t EvictChunk(Txn &txn, Inode *inode, const char *reason);
   uint64_t EvictBytes(Txn &txn, uint64_t bytes, const char *reason);
+  // Records that `inode` extends chunk `parent` (0: none), for eviction.
+  void SetParentChunk(Inode *inode, uint64_t parent);
   uint64_t Used() const;
+  bool AboveHighWatermark() const;
   void FillStats(rpc::StatsReply *rep);
 
   EngineOptions options_;
@@ -145,6 +150,8 @@ class MetaEngine {
   uint64_t evictions_ = 0, evicted_bytes_ = 0;
   uint64_t bytes_stored_ = 0, bytes_loaded_ = 0;
   std::map<std::string, uint64_t> evictions_by_reason_;
+  // Chunk chains: inode -> the inodes that name it as their parent chunk.
+  std::unordered_map<uint64_t, std::unordered_set<uint64_t>> extensions_;
 };
 
 }  // namespace maru
