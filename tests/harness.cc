@@ -237,6 +237,16 @@ uint64_t OffsetInFile(const void *p, const std::string &file) {
   return ~0ull;
 }
 
+pid_t SpawnClient(const std::string &address, const std::string &script) {
+  std::string cmd = BinDir("tests/direct_client") + " " + address + " " + script;
+  pid_t pid = fork();
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char *>(nullptr));
+    _exit(127);
+  }
+  return pid;
+}
+
 int RunClient(const std::string &address, const std::string &script, std::string *out) {
   std::string output;
   int rc = Run(BinDir("tests/direct_client") + " " + address + " " + script, &output);

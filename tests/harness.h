@@ -106,6 +106,8 @@ bool MappedFrom(const void *p, uint64_t len, const std::string &file);
 // The offset in `file` that address `p` maps, or ~0 if none.
 uint64_t OffsetInFile(const void *p, const std::string &file);
 
+// Starts tests/direct_client in the background; Wait() for its exit code.
+pid_t SpawnClient(const std::string &address, const std::string &script);
 // Runs tests/direct_client (a separate client process) against `address`
 // with a script of commands; returns its exit code, output in `out`.
 int RunClient(const std::string &address, const std::string &script, std::string *out = nullptr);

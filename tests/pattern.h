@@ -24,4 +24,18 @@ inline bool CheckPattern(const void *data, uint64_t size, const std::string &key
   return true;
 }
 
+// A chunk that says which version of which path it is: its first 8 bytes
+// hold the version, the rest is the pattern of (path, version). A reader can
+// check any chunk against its own path, whatever version it got.
+inline void FillVersioned(void *data, uint64_t size, const std::string &path, uint64_t version) {
+  *static_cast<uint64_t *>(data) = version;
+  FillPattern(static_cast<uint8_t *>(data) + 8, size - 8, path + "#" + std::to_string(version));
+}
+
+inline bool CheckVersioned(const void *data, uint64_t size, const std::string &path) {
+  const uint64_t version = *static_cast<const uint64_t *>(data);
+  return CheckPattern(static_cast<const uint8_t *>(data) + 8, size - 8,
+                      path + "#" + std::to_string(version));
+}
+
 }  // namespace maru_test
