@@ -1061,9 +1061,12 @@ Status MetaEngine::OpenForRead(const Caller &c, Session *s, Inode *inode, rpc::C
 
 void MetaEngine::Open(const Caller &c, const rpc::RefRequest &req, rpc::ChunkReply *rep) {
   RunOp(req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
+    ++lookups_;
     Result<Inode *> inode = tree_.Resolve(req.ref(), c);
     if (!inode.ok()) return inode.status();
-    return OpenForRead(c, session, *inode, rep);
+    MARU_RETURN_IF_ERROR(OpenForRead(c, session, *inode, rep));
+    ++lookup_hits_;
+    return Status::Ok();
   });
 }
 

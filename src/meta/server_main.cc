@@ -20,7 +20,7 @@ using namespace maru;
 
 namespace {
 
-constexpr const char *kDefaultConfig = "/etc/maru/maru-server.conf";
+constexpr const char *kDefaultConfig = MARU_SYSCONFDIR "/maru/maru-server.conf";
 
 struct ServerFlags {
   std::vector<std::string> pools, listen;
@@ -53,7 +53,7 @@ int main(int argc, char **argv) {
   flags.Strings("pool", &f.pools, "pool device: a file formatted by 'maructl mkpool' or /dev/daxX.Y (repeatable)");
   flags.String("db", &f.db, "RocksDB directory for the metadata");
   flags.Strings("listen", &f.listen, "unix:///PATH or tcp://HOST:PORT to serve on (repeatable; default unix:///run/maru/maru.sock)");
-  flags.String("config", &f.config, "configuration file of 'option = value' lines; flags override it (default: /etc/maru/maru-server.conf if it exists)");
+  flags.String("config", &f.config, "configuration file of 'option = value' lines; flags override it (default: " MARU_SYSCONFDIR "/maru/maru-server.conf if it exists)");
   flags.Int("session-timeout-ms", &f.session_timeout_ms, "a client silent this long loses its leases and unfinished writes");
   flags.Int("heartbeat-ms", &f.heartbeat_ms, "how often clients are asked to heartbeat");
   flags.Int("grace-ms", &f.grace_ms, "after a restart, keep freed extents this long for returning readers (-1: the session timeout)");

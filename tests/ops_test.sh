@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# Operating Maru: --help of every binary, man pages, an install into a
+# temporary root with a client built from pkg-config alone, the Prometheus
+# endpoint, maructl --json, marutop in a real terminal (tmux), the
+# configuration file.
+#   tests/ops_test.sh BUILD_DIR SOURCE_DIR
+set -uo pipefail
+build=$(cd "$1" && pwd)
+src=$(cd "$2" && pwd)
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+check() { local what=$1; shift; "$@" >/dev/null 2>&1 || fail "$what"; }
+
+work=$(mktemp -d /tmp/maru-ops-test.XXXXXX)
+pool=/dev/shm/maru-ops-test-$$.pool
+tmux_session=maru-ops-test-$$
+server_pid=
+cleanup() {
+  tmux kill-session -t "$tmux_session" 2>/dev/null
+  [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
+  rm -f "$pool"
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+bin_server=$build/src/meta/maru-server
+bin_fuse=$build/src/fs/maru-fuse
+bin_ctl=$build/tools/maructl
+bin_top=$build/tools/marutop
+bin_bench=$build/tools/maru-bench
+client=$build/tests/direct_client
+
+# --- every binary's --help exits 0 --------------------------------------------
+for b in "$bin_server" "$bin_fuse" "$bin_ctl" "$bin_top" "$bin_bench"; do
+  check "$(basename "$b") --help" "$b" --help
+done
+for c in mkpool df ls stat pin unpin evict fsck verify sessions stats; do
+  check "maructl $c --help" "$bin_ctl" $c --help
+done
+check "maructl pool show --help" "$bin_ctl" pool show --help
+for c in chunks lookup replay; do check "maru-bench $c --help" "$bin_bench" $c --help; done
+check "mount.fuse.maru usage" test -x "$src/src/fs/mount.fuse.maru"
+
+# --- bad input: one line, non-zero exit ----------------------------------------
+out=$("$bin_ctl" df --server unix://$work/none.sock 2>&1); rc=$?
+[ $rc -ne 0 ] && [ "$(echo "$out" | wc -l)" -eq 1 ] || fail "maructl against no server: '$out' ($rc)"
+out=$("$bin_ctl" frobnicate 2>&1); rc=$?
+[ $rc -ne 0 ] && [ "$(echo "$out" | wc -l)" -eq 1 ] || fail "unknown command: '$out'"
+out=$("$bin_server" --pool /nonexistent.pool --db $work/x 2>&1); rc=$?
+[ $rc -ne 0 ] && [ "$(echo "$out" | wc -l)" -eq 1 ] || fail "server on a missing pool: '$out'"
+
+# --- man pages render without warnings ------------------------------------------
+for page in "$src"/man/*.[1-8]; do
+  warnings=$(LC_ALL=C.UTF-8 MANWIDTH=80 man --warnings -l "$page" 2>&1 >/dev/null)
+  [ -z "$warnings" ] || fail "man $(basename "$page"): $warnings"
+  [ "$(MANWIDTH=80 man -l "$page" 2>/dev/null | wc -l)" -gt 10 ] || fail "man $(basename "$page") is empty"
+done
+
+# --- a server with metrics and a configuration file ------------------------------
+"$bin_ctl" mkpool "$pool" --size 256M --mode 666 >/dev/null || fail "mkpool"
+port=$((20000 + RANDOM % 20000))
+cat > $work/server.conf <<EOF
+# a test configuration
+pool = $pool
+db = $work/db
+listen = unix://$work/maru.sock
+metrics-listen = 127.0.0.1:$port
+log-level = warn
+EOF
+addr=unix://$work/maru.sock
+"$bin_server" --config $work/server.conf --eviction prefix 2>$work/server.log &
+server_pid=$!
+for _ in $(seq 200); do "$bin_ctl" df --server $addr >/dev/null 2>&1 && break; sleep 0.05; done
+check "server from its configuration file" "$bin_ctl" df --server $addr
+
+metrics() {
+  exec 3<>/dev/tcp/127.0.0.1/$port || return 1
+  printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3
+  sed '1,/^\r$/d' <&3
+  exec 3<&-
+}
+# Prometheus text format: comments, and `name{labels} value` samples.
+valid_prometheus() {
+  local bad
+  bad=$(grep -vE '^# (HELP|TYPE) [a-zA-Z_:][a-zA-Z0-9_:]* .+$' |
+        grep -vE '^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\]|\\.)*",?)*\})? [-+]?([0-9.]+([eE][-+]?[0-9]+)?|\+Inf|NaN)$')
+  [ -z "$bad" ] || { echo "$bad" | head -3; return 1; }
+}
+creates() { metrics | awk -F' ' '/^maru_operations_total\{op="Create"\}/ {print $2}'; }
+m1=$(metrics) || fail "GET /metrics"
+valid_prometheus <<<"$m1" || fail "metrics are not Prometheus text"
+for name in maru_operations_total maru_operation_duration_seconds_bucket maru_stored_bytes_total \
+            maru_loaded_bytes_total maru_pool_capacity_bytes maru_pool_used_bytes maru_chunks \
+            maru_evictions_total maru_sessions maru_leases maru_pins; do
+  grep -q "^# TYPE $name\|^$name" <<<"$m1" || fail "metric $name missing"
+done
+before=$(creates)
+"$client" $addr store /ops/a 65536 + store /ops/b 65536 + load /ops/a 65536 $pool >/dev/null || fail "client operations"
+after=$(creates)
+[ "${after:-0}" -ge $(( ${before:-0} + 2 )) ] || fail "Create counter did not move: $before -> $after"
+metrics | grep -q '^maru_stored_bytes_total 131072$' || fail "stored bytes not counted"
+
+# --- maructl --json parses --------------------------------------------------------
+"$bin_ctl" pin /ops/a --server $addr || fail "pin"
+for cmd in "df" "ls /" "stat /ops/a" "stats" "sessions" "fsck" "verify /ops/a" "evict /ops/b"; do
+  json=$("$bin_ctl" $cmd --json --server $addr) || fail "maructl $cmd --json exit"
+  jq -e . >/dev/null 2>&1 <<<"$json" || fail "maructl $cmd --json: not JSON: $json"
+done
+"$bin_ctl" pool show "$pool" --json | jq -e '.size == 268435456' >/dev/null || fail "pool show --json"
+"$bin_ctl" stat /ops/a --json --server $addr | jq -e '.pinned == true and (.extents | length) == 1' >/dev/null ||
+  fail "stat --json content"
+"$bin_ctl" ls / --json --server $addr | jq -e 'map(.path) | index("/ops/a") != null' >/dev/null || fail "ls --json content"
+
+# --- marutop in an 80x24 terminal ----------------------------------------------
+once=$("$bin_top" --once --interval 0.2 --server $addr) || fail "marutop --once"
+grep -q "dev0" <<<"$once" || fail "marutop --once shows no pool"
+[ "$(echo "$once" | awk '{ if (length($0) > 80) n++ } END { print n + 0 }')" -eq 0 ] || fail "marutop lines over 80 columns"
+[ "$(echo "$once" | wc -l)" -le 24 ] || fail "marutop over 24 lines"
+tmux new-session -d -s "$tmux_session" -x 80 -y 24 "$bin_top --server $addr --interval 0.3" || fail "tmux"
+"$client" $addr store /top/x 65536 + load /top/x 65536 $pool >/dev/null
+screen=
+for _ in $(seq 100); do
+  screen=$(tmux capture-pane -p -t "$tmux_session" 2>/dev/null)
+  grep -q "Create\|Open\|LookupPrefix\|Stats" <<<"$screen" && grep -q dev0 <<<"$screen" && break
+  "$client" $addr load /top/x 65536 $pool >/dev/null
+  sleep 0.1
+done
+grep -q "dev0" <<<"$screen" || fail "marutop in tmux shows no pool: $screen"
+grep -q "OPERATION" <<<"$screen" || fail "marutop in tmux shows no operations"
+grep -q "marutop" <<<"$screen" || fail "marutop header missing"
+tmux send-keys -t "$tmux_session" s
+tmux send-keys -t "$tmux_session" q
+for _ in $(seq 50); do tmux has-session -t "$tmux_session" 2>/dev/null || break; sleep 0.1; done
+tmux has-session -t "$tmux_session" 2>/dev/null && fail "marutop did not quit on q"
+
+# --- install into a temporary root; a client built from pkg-config alone ----------
+root=$work/root
+DESTDIR=$root meson install -C "$build" --no-rebuild --quiet >/dev/null 2>&1 || fail "meson install"
+pc=$(find "$root" -name maru-direct.pc | head -1)
+[ -n "$pc" ] || fail "maru-direct.pc not installed"
+for f in maru-server maru-fuse maructl marutop maru-bench mount.fuse.maru maru_direct.h \
+         maru-server.service mnt-maru.mount maru-server.conf maructl.8 libmaru_direct.3 maru.7; do
+  [ -n "$(find "$root" -name "$f*" | head -1)" ] || fail "$f not installed"
+done
+manpath=$(dirname "$(dirname "$(find "$root" -name maructl.8 | head -1)")")
+MANPATH=$manpath man -w maructl >/dev/null 2>&1 || fail "man maructl after install"
+cat > $work/client.c <<'EOF'
+#include <maru_direct.h>
+#include <stdio.h>
+#include <string.h>
+int main(int argc, char **argv) {
+  maru_t *m;
+  maru_chunk_t *c;
+  if (maru_connect(argv[1], &m)) return 1;
+  if (maru_create(m, "/pkgconfig/hello", 4096, &c)) return 2;
+  strcpy(maru_chunk_data(c), "built with pkg-config");
+  if (maru_seal(c) || maru_release(c)) return 3;
+  if (maru_open(m, "/pkgconfig/hello", &c)) return 4;
+  int ok = strcmp(maru_chunk_data(c), "built with pkg-config") == 0;
+  maru_release(c);
+  maru_disconnect(m);
+  return ok ? 0 : 5;
+}
+EOF
+flags=$(PKG_CONFIG_SYSROOT_DIR=$root PKG_CONFIG_PATH=$(dirname "$pc") pkg-config --cflags --libs maru-direct) ||
+  fail "pkg-config maru-direct"
+cc $work/client.c $flags -o $work/client || fail "compile with pkg-config flags: $flags"
+libdir=$(dirname "$(find "$root" -name 'libmaru_direct.so*' | head -1)")
+LD_LIBRARY_PATH=$libdir $work/client $addr || fail "the pkg-config client against a live server"
+
+if [ $failures -ne 0 ]; then
+  echo "$failures failures"
+  exit 1
+fi
+echo "all operations checks passed"
