@@ -151,27 +151,35 @@ static void Exec(const std::vector<std::string> &args) {
   _exit(127);
 }
 
-bool Server::Start() {
-  std::vector<std::string> args = ServerArgs(pool_, db_, socket_, extra_);
-  pid_ = fork();
-  if (pid_ == 0) {
-    int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+// Starts `args` with its output in `log`; waits until `ready` holds.
+// Returns the pid, or -1 if the process exited or never got ready.
+static pid_t StartLogged(const std::vector<std::string> &args, const std::string &log,
+                         const std::function<bool()> &ready) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     dup2(fd, 2);
     dup2(fd, 1);
     Exec(args);
   }
+  bool exited = false;
   bool up = WaitFor([&] {
-    if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
-      pid_ = -1;
-      return true;
-    }
-    return Answers(socket_);
+    if (waitpid(pid, nullptr, WNOHANG) == pid) return exited = true;
+    return ready();
   }, 20000);
-  if (!up || pid_ < 0) {
-    fprintf(stderr, "maru-server did not start:\n%s\n", log().c_str());
-    return false;
+  if (exited) return -1;
+  if (!up) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    return -1;
   }
-  return true;
+  return pid;
+}
+
+bool Server::Start() {
+  pid_ = StartLogged(ServerArgs(pool_, db_, socket_, extra_), log_, [&] { return Answers(socket_); });
+  if (pid_ < 0) fprintf(stderr, "maru-server did not start:\n%s\n", log().c_str());
+  return pid_ > 0;
 }
 
 void Server::Stop() {
@@ -272,30 +280,16 @@ static bool IsFuseMount(const std::string &path) {
 
 bool FuseMount::Start() {
   std::string opts = "timeout_ms=3000" + (options_.empty() ? "" : "," + options_);
-  std::vector<std::string> args = {FuseBinary(), address_, mountpoint_, "-f", "-o", opts};
   std::string log = dir_.path() + "/fuse.log";
-  pid_ = fork();
-  if (pid_ == 0) {
-    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    dup2(fd, 2);
-    dup2(fd, 1);
-    Exec(args);
-  }
-  bool up = WaitFor([&] {
-    if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
-      pid_ = -1;
-      return true;
-    }
-    return IsFuseMount(mountpoint_);
-  }, 20000);
-  if (!up || pid_ < 0) {
+  pid_ = StartLogged({FuseBinary(), address_, mountpoint_, "-f", "-o", opts}, log,
+                     [&] { return IsFuseMount(mountpoint_); });
+  if (pid_ < 0) {
     std::ifstream in(log);
     std::stringstream ss;
     ss << in.rdbuf();
     fprintf(stderr, "maru-fuse did not mount:\n%s\n", ss.str().c_str());
-    return false;
   }
-  return true;
+  return pid_ > 0;
 }
 
 void FuseMount::Unmount() {

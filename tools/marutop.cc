@@ -16,6 +16,7 @@
 #include "client/meta_client.h"
 #include "util/address.h"
 #include "util/flags.h"
+#include "util/histogram.h"
 #include "util/units.h"
 
 using namespace maru;
@@ -39,23 +40,6 @@ struct OpRow {
   uint64_t errors = 0;
 };
 
-double Percentile(const std::vector<uint64_t> &buckets, const std::vector<double> &bounds, double q) {
-  uint64_t total = 0;
-  for (uint64_t b : buckets) total += b;
-  if (total == 0) return 0;
-  const double rank = q * static_cast<double>(total);
-  uint64_t seen = 0;
-  for (size_t i = 0; i < buckets.size(); ++i) {
-    if (seen + buckets[i] >= rank && buckets[i]) {
-      double lo = i == 0 ? 0 : bounds[i - 1];
-      double hi = i < bounds.size() ? bounds[i] : bounds.back() * 2;
-      return lo + (hi - lo) * (rank - static_cast<double>(seen)) / static_cast<double>(buckets[i]);
-    }
-    seen += buckets[i];
-  }
-  return bounds.empty() ? 0 : bounds.back();
-}
-
 std::vector<OpRow> Rows(const Sample &now, const Sample &before, SortKey sort) {
   const double secs = std::max(1e-3, static_cast<double>(now.at_ns - before.at_ns) / 1e9);
   std::map<std::string, const rpc::OpStats *> prev;
@@ -69,8 +53,8 @@ std::vector<OpRow> Rows(const Sample &now, const Sample &before, SortKey sort) {
     std::vector<uint64_t> delta;
     for (int i = 0; i < o.buckets_size(); ++i)
       delta.push_back(o.buckets(i) - (p && i < p->buckets_size() ? p->buckets(i) : 0));
-    rows.push_back({o.op(), static_cast<double>(count) / secs, Percentile(delta, bounds, 0.5),
-                    Percentile(delta, bounds, 0.99), o.errors() - (p ? p->errors() : 0)});
+    rows.push_back({o.op(), static_cast<double>(count) / secs, HistogramPercentile(delta, bounds, 0.5),
+                    HistogramPercentile(delta, bounds, 0.99), o.errors() - (p ? p->errors() : 0)});
   }
   std::sort(rows.begin(), rows.end(), [&](const OpRow &a, const OpRow &b) {
     if (sort == SortKey::kP99) return a.p99 > b.p99;

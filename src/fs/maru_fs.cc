@@ -46,6 +46,29 @@ int FsErrno(int rc) {
   return -rc;
 }
 
+// A FUSE buffer vector over the pool memory behind [start, start+len) of a
+// file, one buffer per extent piece.
+class PoolBufvec {
+ public:
+  PoolBufvec(const PoolMap &pool, const ExtentMap &map, uint64_t start, uint64_t len) {
+    size_t pieces = 0;
+    map.ForEachPiece(start, len, [&](uint32_t, uint64_t, uint64_t, uint64_t) { ++pieces; });
+    storage_.resize(sizeof(fuse_bufvec) + pieces * sizeof(fuse_buf));
+    fuse_bufvec *v = get();
+    v->count = v->idx = v->off = 0;
+    map.ForEachPiece(start, len, [&](uint32_t dev, uint64_t at, uint64_t n, uint64_t) {
+      fuse_buf &b = v->buf[v->count++];
+      b = fuse_buf{};
+      b.size = n;
+      b.mem = pool.device(dev)->base() + at;
+    });
+  }
+  fuse_bufvec *get() { return reinterpret_cast<fuse_bufvec *>(storage_.data()); }
+
+ private:
+  std::vector<uint8_t> storage_;
+};
+
 struct DirHandle {
   std::vector<rpc::DirEntry> entries;
   rpc::Attr self, parent;
@@ -458,21 +481,8 @@ void MaruFs::Read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_
   if (start >= f->size) return (void)fuse_reply_buf(req, nullptr, 0);
   const uint64_t len = std::min<uint64_t>(size, f->size - start);
   // Straight from the pool mapping: one copy, into the kernel.
-  std::vector<uint8_t> storage(sizeof(fuse_bufvec) + 8 * sizeof(fuse_buf));
-  size_t pieces = 0;
-  f->map.ForEachPiece(start, len, [&](uint32_t, uint64_t, uint64_t, uint64_t) { ++pieces; });
-  storage.resize(sizeof(fuse_bufvec) + pieces * sizeof(fuse_buf));
-  auto *bufv = reinterpret_cast<fuse_bufvec *>(storage.data());
-  bufv->count = 0;
-  bufv->idx = 0;
-  bufv->off = 0;
-  f->map.ForEachPiece(start, len, [&](uint32_t dev, uint64_t at, uint64_t n, uint64_t) {
-    fuse_buf &b = bufv->buf[bufv->count++];
-    b = fuse_buf{};
-    b.size = n;
-    b.mem = pool_->device(dev)->base() + at;
-  });
-  fuse_reply_data(req, bufv, FUSE_BUF_NO_SPLICE);
+  PoolBufvec data(*pool_, f->map, start, len);
+  fuse_reply_data(req, data.get(), FUSE_BUF_NO_SPLICE);
 }
 
 void MaruFs::WriteBuf(fuse_req_t req, fuse_ino_t, fuse_bufvec *in, off_t off, fuse_file_info *fi) {
@@ -485,21 +495,8 @@ void MaruFs::WriteBuf(fuse_req_t req, fuse_ino_t, fuse_bufvec *in, off_t off, fu
   if (rc == 0) rc = EnsureReserved(req, f.get(), start + len);
   if (rc < 0) return (void)fuse_reply_err(req, FsErrno(rc));
   if (start > f->size) ZeroRange(f.get(), f->size, start - f->size);  // a hole reads as zeros
-  std::vector<uint8_t> storage(sizeof(fuse_bufvec) + 8 * sizeof(fuse_buf));
-  size_t pieces = 0;
-  f->map.ForEachPiece(start, len, [&](uint32_t, uint64_t, uint64_t, uint64_t) { ++pieces; });
-  storage.resize(sizeof(fuse_bufvec) + pieces * sizeof(fuse_buf));
-  auto *dst = reinterpret_cast<fuse_bufvec *>(storage.data());
-  dst->count = 0;
-  dst->idx = 0;
-  dst->off = 0;
-  f->map.ForEachPiece(start, len, [&](uint32_t dev, uint64_t at, uint64_t n, uint64_t) {
-    fuse_buf &b = dst->buf[dst->count++];
-    b = fuse_buf{};
-    b.size = n;
-    b.mem = pool_->device(dev)->base() + at;
-  });
-  ssize_t copied = fuse_buf_copy(dst, in, FUSE_BUF_NO_SPLICE);
+  PoolBufvec dst(*pool_, f->map, start, len);
+  ssize_t copied = fuse_buf_copy(dst.get(), in, FUSE_BUF_NO_SPLICE);
   if (copied < 0) return (void)fuse_reply_err(req, static_cast<int>(-copied));
   f->size = std::max(f->size, start + static_cast<uint64_t>(copied));
   f->dirty = true;

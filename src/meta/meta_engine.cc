@@ -325,6 +325,16 @@ void MetaEngine::FillAttr(const Inode &inode, rpc::Attr *a) const {
   if (inode.pending) a->set_writer_session(inode.pending->writer_session);
 }
 
+void MetaEngine::FillDevice(const SpaceManager::Device &d, rpc::Device *dev) const {
+  dev->set_index(d.index);
+  dev->set_path(d.path);
+  dev->set_size(d.allocator.capacity());
+  dev->set_used(d.allocator.capacity() - d.allocator.free_bytes());
+  dev->set_unit(d.allocator.unit());
+  dev->set_epoch(d.superblock.epoch);
+  dev->set_device_uuid(UuidBytes(d.superblock.device_uuid));
+}
+
 void MetaEngine::FillChunk(const Inode &inode, const Version &v, uint64_t lease,
                            rpc::ChunkReply *rep, bool slim) const {
   rpc::Attr *a = rep->mutable_attr();
@@ -600,15 +610,7 @@ void MetaEngine::OpenSession(const Caller &c, const rpc::OpenSessionRequest &req
   rep->set_heartbeat_ms(options_.heartbeat_ms);
   rep->set_timeout_ms(static_cast<uint32_t>(options_.session_timeout_ms));
   rep->set_pool_uuid(pool_uuid_);
-  for (const SpaceManager::Device &d : space_.devices()) {
-    rpc::Device *dev = rep->add_devices();
-    dev->set_index(d.index);
-    dev->set_path(d.path);
-    dev->set_device_uuid(UuidBytes(d.superblock.device_uuid));
-    dev->set_size(d.superblock.size);
-    dev->set_unit(d.superblock.unit);
-    dev->set_epoch(d.superblock.epoch);
-  }
+  for (const SpaceManager::Device &d : space_.devices()) FillDevice(d, rep->add_devices());
 }
 
 void MetaEngine::Heartbeat(const Caller &, const rpc::HeartbeatRequest &req,
@@ -686,35 +688,27 @@ void MetaEngine::Mkdir(const Caller &c, const rpc::MkdirRequest &req, rpc::AttrR
   });
 }
 
+Status MetaEngine::RemoveEntry(Txn &txn, const Caller &c, const rpc::Ref &ref, bool dir) {
+  Result<NamespaceTree::ParentAndName> pn = tree_.ResolveParent(ref, c);
+  if (!pn.ok()) return pn.status().errnum() == EEXIST ? Status::Error(dir ? EBUSY : EISDIR) : pn.status();
+  Inode *victim = tree_.Child(*pn->dir, pn->name);
+  if (!victim) return Status::Error(ENOENT);
+  if (dir && !victim->is_dir()) return Status::Error(ENOTDIR);
+  if (!dir && victim->is_dir()) return Status::Error(EISDIR);
+  if (!MayAccess(*pn->dir, c, kMayWrite | kMayExec)) return Status::Error(EACCES);
+  if (!StickyAllows(*pn->dir, *victim, c)) return Status::Error(EPERM);
+  if (dir && !victim->children.empty()) return Status::Error(ENOTEMPTY);
+  RemoveTree(txn, victim);
+  TouchDir(txn, pn->dir);
+  return Status::Ok();
+}
+
 void MetaEngine::Rmdir(const Caller &c, const rpc::RefRequest &req, rpc::ErrorReply *rep) {
-  RunOp(req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
-    Result<NamespaceTree::ParentAndName> pn = tree_.ResolveParent(req.ref(), c);
-    if (!pn.ok()) return pn.status().errnum() == EEXIST ? Status::Error(EBUSY) : pn.status();
-    Inode *victim = tree_.Child(*pn->dir, pn->name);
-    if (!victim) return Status::Error(ENOENT);
-    if (!victim->is_dir()) return Status::Error(ENOTDIR);
-    if (!MayAccess(*pn->dir, c, kMayWrite | kMayExec)) return Status::Error(EACCES);
-    if (!StickyAllows(*pn->dir, *victim, c)) return Status::Error(EPERM);
-    if (!victim->children.empty()) return Status::Error(ENOTEMPTY);
-    RemoveTree(txn, victim);
-    TouchDir(txn, pn->dir);
-    return Status::Ok();
-  });
+  RunOp(req, rep, [&](Txn &txn, Session *) { return RemoveEntry(txn, c, req.ref(), true); });
 }
 
 void MetaEngine::Unlink(const Caller &c, const rpc::RefRequest &req, rpc::ErrorReply *rep) {
-  RunOp(req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
-    Result<NamespaceTree::ParentAndName> pn = tree_.ResolveParent(req.ref(), c);
-    if (!pn.ok()) return pn.status().errnum() == EEXIST ? Status::Error(EISDIR) : pn.status();
-    Inode *victim = tree_.Child(*pn->dir, pn->name);
-    if (!victim) return Status::Error(ENOENT);
-    if (victim->is_dir()) return Status::Error(EISDIR);
-    if (!MayAccess(*pn->dir, c, kMayWrite | kMayExec)) return Status::Error(EACCES);
-    if (!StickyAllows(*pn->dir, *victim, c)) return Status::Error(EPERM);
-    RemoveFile(txn, victim);
-    TouchDir(txn, pn->dir);
-    return Status::Ok();
-  });
+  RunOp(req, rep, [&](Txn &txn, Session *) { return RemoveEntry(txn, c, req.ref(), false); });
 }
 
 void MetaEngine::Rename(const Caller &c, const rpc::RenameRequest &req, rpc::ErrorReply *rep) {
@@ -839,16 +833,7 @@ void MetaEngine::Statfs(const Caller &, const rpc::StatfsRequest &req, rpc::Stat
     rep->set_unit(space_.unit());
     rep->set_reserved(reserved_bytes_);
     rep->set_deferred(space_.retired_bytes());
-    for (const SpaceManager::Device &d : space_.devices()) {
-      rpc::Device *dev = rep->add_devices();
-      dev->set_index(d.index);
-      dev->set_path(d.path);
-      dev->set_size(d.allocator.capacity());
-      dev->set_used(d.allocator.capacity() - d.allocator.free_bytes());
-      dev->set_unit(d.allocator.unit());
-      dev->set_epoch(d.superblock.epoch);
-      dev->set_device_uuid(UuidBytes(d.superblock.device_uuid));
-    }
+    for (const SpaceManager::Device &d : space_.devices()) FillDevice(d, rep->add_devices());
     return Status::Ok();
   });
 }
@@ -1185,14 +1170,7 @@ void MetaEngine::FillStats(rpc::StatsReply *rep) {
     d->set_bytes(usage.first);
     d->set_chunks(usage.second);
   }
-  for (const SpaceManager::Device &d : space_.devices()) {
-    rpc::Device *dev = rep->add_devices();
-    dev->set_index(d.index);
-    dev->set_path(d.path);
-    dev->set_size(d.allocator.capacity());
-    dev->set_used(d.allocator.capacity() - d.allocator.free_bytes());
-    dev->set_unit(d.allocator.unit());
-  }
+  for (const SpaceManager::Device &d : space_.devices()) FillDevice(d, rep->add_devices());
 }
 
 void MetaEngine::ListChunks(const Caller &c, const rpc::ListChunksRequest &req,

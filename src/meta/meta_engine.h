@@ -105,6 +105,8 @@ class MetaEngine {
   uint64_t NextIno(Txn &txn);
   uint64_t NextGen(Txn &txn);
   void FillAttr(const Inode &inode, rpc::Attr *attr) const;
+  void FillDevice(const SpaceManager::Device &d, rpc::Device *dev) const;
+  Status RemoveEntry(Txn &txn, const Caller &c, const rpc::Ref &ref, bool dir);
   // A chunk's placement. `slim` leaves out what the data path does not
   // need (owner, mode, times), which keeps batched lookups small.
   void FillChunk(const Inode &inode, const Version &v, uint64_t lease, rpc::ChunkReply *rep,

@@ -2,30 +2,9 @@
 
 #include <cmath>
 
+#include "util/histogram.h"
+
 namespace maru {
-namespace {
-
-double Percentile(const std::vector<uint64_t> &buckets, const std::vector<double> &bounds,
-                  double q) {
-  uint64_t total = 0;
-  for (uint64_t b : buckets) total += b;
-  if (total == 0) return 0;
-  double rank = q * static_cast<double>(total);
-  uint64_t seen = 0;
-  for (size_t i = 0; i < buckets.size(); ++i) {
-    if (buckets[i] == 0) continue;
-    if (static_cast<double>(seen + buckets[i]) >= rank) {
-      double lo = i == 0 ? 0 : bounds[i - 1];
-      double hi = i < bounds.size() ? bounds[i] : bounds.back() * 2;
-      double frac = (rank - static_cast<double>(seen)) / static_cast<double>(buckets[i]);
-      return lo + (hi - lo) * frac;
-    }
-    seen += buckets[i];
-  }
-  return bounds.back();
-}
-
-}  // namespace
 
 int OpStats::Register(const std::string &op) {
   int n = used_.load();
@@ -70,8 +49,8 @@ void OpStats::Fill(rpc::StatsReply *rep) const {
       buckets.push_back(b.load());
       o->add_buckets(buckets.back());
     }
-    o->set_p50_us(Percentile(buckets, bounds, 0.50));
-    o->set_p99_us(Percentile(buckets, bounds, 0.99));
+    o->set_p50_us(HistogramPercentile(buckets, bounds, 0.50));
+    o->set_p99_us(HistogramPercentile(buckets, bounds, 0.99));
   }
 }
 
