@@ -104,9 +104,12 @@ int main(int argc, char **argv) {
     fprintf(stderr, "kv_share: connect %s: %s\n", argv[1], maru_strerror(rc));
     return 1;
   }
-  if (strcmp(argv[2], "prefill") == 0) rc = prefill(m, argv[3], argv[4], chunks, size);
-  else if (strcmp(argv[2], "decode") == 0) rc = decode(m, argv[3], argv[4], chunks, size);
-  else rc = 2;
+  if (strcmp(argv[2], "prefill") == 0)
+    rc = prefill(m, argv[3], argv[4], chunks, size);
+  else if (strcmp(argv[2], "decode") == 0)
+    rc = decode(m, argv[3], argv[4], chunks, size);
+  else
+    rc = 2;
   maru_disconnect(m);
   return rc;
 }

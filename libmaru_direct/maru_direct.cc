@@ -107,7 +107,9 @@ int maru_connect(const char *target, maru_t **out) {
   return 0;
 }
 
-void maru_disconnect(maru_t *m) { delete m; }
+void maru_disconnect(maru_t *m) {
+  delete m;
+}
 
 int maru_create_ex(maru_t *m, const char *path, uint64_t size, const maru_create_opts_t *opts,
                    maru_chunk_t **out) {
@@ -235,8 +237,12 @@ int maru_lookup_prefix(maru_t *m, const char *const *paths, size_t n, maru_chunk
   return 0;
 }
 
-void *maru_chunk_data(maru_chunk_t *c) { return c ? c->data : nullptr; }
-uint64_t maru_chunk_size(const maru_chunk_t *c) { return c ? c->size : 0; }
+void *maru_chunk_data(maru_chunk_t *c) {
+  return c ? c->data : nullptr;
+}
+uint64_t maru_chunk_size(const maru_chunk_t *c) {
+  return c ? c->size : 0;
+}
 
 int maru_read_into(maru_chunk_t *c, void *dst, uint64_t off, uint64_t len) {
   if (!c || (!dst && len) || off > c->size || len > c->size - off) return -EINVAL;
@@ -288,9 +294,15 @@ static int Pin(maru_t *m, const char *path, bool pin, uint64_t ttl_ms) {
   return m->client->Call(&Stub::Pin, req, &rep);
 }
 
-int maru_pin(maru_t *m, const char *path) { return Pin(m, path, true, 0); }
-int maru_pin_ttl(maru_t *m, const char *path, uint64_t ttl_ms) { return Pin(m, path, true, ttl_ms); }
-int maru_unpin(maru_t *m, const char *path) { return Pin(m, path, false, 0); }
+int maru_pin(maru_t *m, const char *path) {
+  return Pin(m, path, true, 0);
+}
+int maru_pin_ttl(maru_t *m, const char *path, uint64_t ttl_ms) {
+  return Pin(m, path, true, ttl_ms);
+}
+int maru_unpin(maru_t *m, const char *path) {
+  return Pin(m, path, false, 0);
+}
 
 int maru_pool_info(maru_t *m, maru_pool_info_t *out) {
   if (!m || !out) return -EINVAL;
@@ -308,13 +320,20 @@ int maru_pool_info(maru_t *m, maru_pool_info_t *out) {
 const char *maru_strerror(int err) {
   if (err < 0) err = -err;
   switch (err) {
-    case 0: return "success";
-    case EBUSY: return "chunk is being written and not sealed yet";
-    case ESTALE: return "lease or reservation lost (session expired or server restarted)";
-    case ENOTCONN: return "metadata server unreachable";
-    case ECONNREFUSED: return "no metadata server at that address";
-    case ENODEV: return "pool device not visible on this host";
-    case EBADMSG: return "chunk bytes do not match their checksum";
+    case 0:
+      return "success";
+    case EBUSY:
+      return "chunk is being written and not sealed yet";
+    case ESTALE:
+      return "lease or reservation lost (session expired or server restarted)";
+    case ENOTCONN:
+      return "metadata server unreachable";
+    case ECONNREFUSED:
+      return "no metadata server at that address";
+    case ENODEV:
+      return "pool device not visible on this host";
+    case EBADMSG:
+      return "chunk bytes do not match their checksum";
   }
   return strerror(err);
 }

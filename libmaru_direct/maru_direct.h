@@ -141,10 +141,10 @@ int maru_pin_ttl(maru_t *m, const char *path, uint64_t ttl_ms);
 int maru_unpin(maru_t *m, const char *path);
 
 typedef struct maru_pool_info {
-  uint64_t total;     /* allocatable bytes */
-  uint64_t free;      /* bytes free now */
-  uint64_t unit;      /* allocation unit: chunks take whole units */
-  uint64_t files;     /* files and directories */
+  uint64_t total; /* allocatable bytes */
+  uint64_t free;  /* bytes free now */
+  uint64_t unit;  /* allocation unit: chunks take whole units */
+  uint64_t files; /* files and directories */
 } maru_pool_info_t;
 
 /* Capacity and usage of the pool behind `m`. */

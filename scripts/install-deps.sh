@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential g++ meson ninja-build pkg-config
+  build-essential g++ meson ninja-build pkg-config clang-format git
   libfuse3-dev fuse3
   libnuma-dev libdaxctl-dev
   librocksdb-dev

@@ -82,7 +82,8 @@ TEST(ExtentAllocator, MatchesModelUnderRandomAllocAndFree) {
       size_t i = rng() % live.size();
       for (const Extent &e : live[i]) {
         ASSERT_TRUE(alloc.Free(e).ok());
-        for (uint64_t o = e.offset; o < e.end(); o += kUnit) model.used[(o - begin) / kUnit] = false;
+        for (uint64_t o = e.offset; o < e.end(); o += kUnit)
+          model.used[(o - begin) / kUnit] = false;
       }
       live.erase(live.begin() + static_cast<long>(i));
     }
@@ -153,7 +154,8 @@ TEST(Superblock, RoundTripsAndDetectsCorruption) {
   EXPECT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("CRC"), std::string::npos);
   buf[0] = 'X';
-  EXPECT_NE(Superblock::Decode(buf.data(), sb.size).status().message().find("magic"), std::string::npos);
+  EXPECT_NE(Superblock::Decode(buf.data(), sb.size).status().message().find("magic"),
+            std::string::npos);
 }
 
 TEST(FormatPool, CreatesRefusesAndReformats) {

@@ -125,7 +125,8 @@ int VerifyLog(const std::string &log, uint64_t size) {
     maru_release(c);
     ++checked;
   }
-  printf("verified %lu chunks, %lu bad\n", static_cast<unsigned long>(checked), static_cast<unsigned long>(bad));
+  printf("verified %lu chunks, %lu bad\n", static_cast<unsigned long>(checked),
+         static_cast<unsigned long>(bad));
   return bad ? 72 : 0;
 }
 
@@ -160,9 +161,11 @@ int ReadCheck(const std::string &dir, uint64_t keys, uint64_t seconds, uint64_t 
     ++reads;
     if (NowMs() > end + 600000) break;
   }
-  if (!maru_test::CheckVersioned(maru_chunk_data(held), maru_chunk_size(held), held_path)) ++violations;
+  if (!maru_test::CheckVersioned(maru_chunk_data(held), maru_chunk_size(held), held_path))
+    ++violations;
   maru_release(held);
-  printf("reads %lu violations %lu\n", static_cast<unsigned long>(reads), static_cast<unsigned long>(violations));
+  printf("reads %lu violations %lu\n", static_cast<unsigned long>(reads),
+         static_cast<unsigned long>(violations));
   return violations ? 74 : reads < min_reads ? 75 : 0;
 }
 
@@ -191,7 +194,8 @@ int RunCommand(const std::vector<std::string> &cmd) {
     int rc = maru_open(M(), arg(1).c_str(), &c);
     if (rc) return Fail("open " + arg(1) + ": " + maru_strerror(rc), 20);
     int result = 0;
-    if (maru_chunk_size(c) != num(2)) result = Fail("wrong size for " + arg(1), 21);
+    if (maru_chunk_size(c) != num(2))
+      result = Fail("wrong size for " + arg(1), 21);
     else if (!maru_test::CheckPattern(maru_chunk_data(c), num(2), arg(1)))
       result = Fail("wrong bytes in " + arg(1), 22);
     else if (!maru_test::MappedFrom(maru_chunk_data(c), num(2), arg(3)))
@@ -202,16 +206,22 @@ int RunCommand(const std::vector<std::string> &cmd) {
   if (op == "create-errno") {
     int rc = maru_create(M(), arg(1).c_str(), num(2), &c);
     if (rc == 0) maru_release(c);
-    return rc == -static_cast<int>(num(3)) ? 0 : Fail("create " + arg(1) + " gave " + std::to_string(rc), 30);
+    return rc == -static_cast<int>(num(3))
+               ? 0
+               : Fail("create " + arg(1) + " gave " + std::to_string(rc), 30);
   }
   if (op == "open-errno") {
     int rc = maru_open(M(), arg(1).c_str(), &c);
     if (rc == 0) maru_release(c);
-    return rc == -static_cast<int>(num(2)) ? 0 : Fail("open " + arg(1) + " gave " + std::to_string(rc), 31);
+    return rc == -static_cast<int>(num(2))
+               ? 0
+               : Fail("open " + arg(1) + " gave " + std::to_string(rc), 31);
   }
   if (op == "unlink-errno") {
     int rc = maru_unlink(M(), arg(1).c_str());
-    return rc == -static_cast<int>(num(2)) ? 0 : Fail("unlink " + arg(1) + " gave " + std::to_string(rc), 32);
+    return rc == -static_cast<int>(num(2))
+               ? 0
+               : Fail("unlink " + arg(1) + " gave " + std::to_string(rc), 32);
   }
   if (op == "lookup") {
     std::vector<const char *> paths;
@@ -235,7 +245,8 @@ int RunCommand(const std::vector<std::string> &cmd) {
   if (op == "offset") {
     int rc = maru_open(M(), arg(1).c_str(), &c);
     if (rc) return Fail("open " + arg(1) + ": " + maru_strerror(rc), 50);
-    printf("%llu\n", static_cast<unsigned long long>(maru_test::OffsetInFile(maru_chunk_data(c), arg(2))));
+    printf("%llu\n",
+           static_cast<unsigned long long>(maru_test::OffsetInFile(maru_chunk_data(c), arg(2))));
     fflush(stdout);
     maru_release(c);
     return 0;

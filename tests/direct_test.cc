@@ -37,9 +37,12 @@ int Load(maru_t *m, const std::string &path, uint64_t size, const std::string &p
   maru_chunk_t *c;
   int rc = maru_open(m, path.c_str(), &c);
   if (rc) return rc;
-  if (maru_chunk_size(c) != size) rc = 101;
-  else if (!CheckPattern(maru_chunk_data(c), size, path)) rc = 102;
-  else if (!maru_test::MappedFrom(maru_chunk_data(c), size, pool)) rc = 103;
+  if (maru_chunk_size(c) != size)
+    rc = 101;
+  else if (!CheckPattern(maru_chunk_data(c), size, path))
+    rc = 102;
+  else if (!maru_test::MappedFrom(maru_chunk_data(c), size, pool))
+    rc = 103;
   maru_release(c);
   return rc;
 }
@@ -75,7 +78,6 @@ TEST_F(DirectTest, StoreInOneProcessLoadInAnotherInPlace) {
   ASSERT_EQ(RunClient(server_.address(), load + " + lookup 5" + lookup), 0);
 }
 
-
 TEST_F(DirectTest, ReaderSeesWritesOfAnotherProcessWithoutCopy) {
   // The writer keeps its handle after sealing; the reader's pointer maps the
   // very same pool bytes, so the two processes share one copy.
@@ -93,14 +95,13 @@ TEST_F(DirectTest, ReaderSeesWritesOfAnotherProcessWithoutCopy) {
   maru_disconnect(m);
 }
 
-
 TEST_F(DirectTest, FirstWriterWinsAndUnsealedChunksStayHidden) {
   maru_t *m = Connect();
   maru_chunk_t *c;
   ASSERT_EQ(maru_create(m, "/race/k", 4096, &c), 0);
-  EXPECT_EQ(RunClient(server_.address(),
-                      "create-errno /race/k 4096 " + std::to_string(EEXIST) +
-                          " + open-errno /race/k " + std::to_string(EBUSY) + " + lookup 0 /race/k"),
+  EXPECT_EQ(RunClient(server_.address(), "create-errno /race/k 4096 " + std::to_string(EEXIST) +
+                                             " + open-errno /race/k " + std::to_string(EBUSY) +
+                                             " + lookup 0 /race/k"),
             0);
   ASSERT_EQ(maru_seal(c), 0);
   maru_chunk_t *x;
@@ -113,7 +114,6 @@ TEST_F(DirectTest, FirstWriterWinsAndUnsealedChunksStayHidden) {
   maru_release(c);
   maru_disconnect(m);
 }
-
 
 TEST_F(DirectTest, BadInputGetsClearErrors) {
   maru_t *m = Connect();
@@ -132,7 +132,9 @@ TEST_F(DirectTest, BadInputGetsClearErrors) {
   EXPECT_EQ(maru_unlink(m, "/x/missing"), -ENOENT);
   EXPECT_EQ(c, nullptr);
   const std::string key =
-      "/lmcache/meta-llama%2FLlama-3.1-8B@8@3@5a1f0c9e7d2b4e6f8a0c1e3d5f7b9a2c4e6f8a0c1e3d5f7b9a2c4e6f8a0c1e3d5f7b@bfloat16.data";
+      "/lmcache/"
+      "meta-llama%2FLlama-3.1-8B@8@3@"
+      "5a1f0c9e7d2b4e6f8a0c1e3d5f7b9a2c4e6f8a0c1e3d5f7b9a2c4e6f8a0c1e3d5f7b@bfloat16.data";
   EXPECT_EQ(Store(m, key, 8192), 0);
   EXPECT_EQ(Load(m, key, 8192, pool_.path()), 0);
   EXPECT_STRNE(maru_strerror(-EBUSY), "");
@@ -203,21 +205,21 @@ TEST_F(DirectTest, KillDashNineAndRestartLosesNoSealedChunk) {
   maru_disconnect(m);
 }
 
-
 TEST_F(DirectTest, KilledWriterReleasesItsReservation) {
   EXPECT_EQ(RunClient(server_.address(), "create-and-die /crash/k 67108864"), 128 + SIGKILL);
   maru_t *m = Connect();
   maru_chunk_t *c;
   EXPECT_EQ(maru_create(m, "/crash/k", 4096, &c), -EEXIST);
   // Within the session timeout the name becomes free again.
-  EXPECT_TRUE(maru_test::WaitFor([&] {
-    int rc = maru_create(m, "/crash/k", 4096, &c);
-    if (rc == 0) maru_release(c);
-    return rc == 0;
-  }, 10000));
+  EXPECT_TRUE(maru_test::WaitFor(
+      [&] {
+        int rc = maru_create(m, "/crash/k", 4096, &c);
+        if (rc == 0) maru_release(c);
+        return rc == 0;
+      },
+      10000));
   maru_disconnect(m);
 }
-
 
 TEST_F(DirectTest, UnlinkedChunkStaysReadableWhileHeld) {
   maru_t *m = Connect();
@@ -248,7 +250,6 @@ TEST_F(DirectTest, PermissionsUseTheCallersIdentity) {
             0);
 }
 
-
 TEST_F(DirectTest, OneConnectionManyThreads) {
   maru_t *m = Connect();
   std::atomic<int> failures{0};
@@ -272,12 +273,12 @@ TEST_F(DirectTest, FragmentedChunkIsContiguousForTheCaller) {
   // larger than 1 MiB is left but the tail, so a 16 MiB chunk must be split.
   const int n = 250;
   for (int i = 0; i < n; ++i) ASSERT_EQ(Store(m, "/frag/c" + std::to_string(i), 1 << 20), 0);
-  for (int i = 0; i < n; i += 2) ASSERT_EQ(maru_unlink(m, ("/frag/c" + std::to_string(i)).c_str()), 0);
+  for (int i = 0; i < n; i += 2)
+    ASSERT_EQ(maru_unlink(m, ("/frag/c" + std::to_string(i)).c_str()), 0);
   ASSERT_EQ(Store(m, "/frag/big", 16 << 20), 0);
   EXPECT_EQ(RunClient(server_.address(), "load /frag/big 16777216 " + pool_.path()), 0);
   maru_disconnect(m);
 }
-
 
 TEST(ServerStart, RefusesAPoolWithoutValidSuperblock) {
   TestPool pool(16 << 20);

@@ -52,7 +52,8 @@ class EngineTest : public ::testing::Test {
     return rep;
   }
 
-  rpc::ChunkReply Seal(const rpc::ChunkReply &created, const Caller &c, uint64_t s, bool keep = false) {
+  rpc::ChunkReply Seal(const rpc::ChunkReply &created, const Caller &c, uint64_t s,
+                       bool keep = false) {
     auto req = With<rpc::SealRequest>(s);
     req.set_ino(created.attr().ino());
     req.set_gen(created.attr().gen());
@@ -222,11 +223,13 @@ TEST_F(EngineTest, ExpiredSessionAbortsReservationsAndDropsLeases) {
   ASSERT_EQ(Create("/w", 1 << 20, root_, writer).error(), 0);
   uint64_t free_during = Statfs().free();
   // Keep our own session alive while the writer falls silent.
-  ASSERT_TRUE(maru_test::WaitFor([&] {
-    Statfs();
-    engine_->Tick();
-    return Create("/w", 1 << 20, root_, session_).error() == 0;
-  }, 5000));
+  ASSERT_TRUE(maru_test::WaitFor(
+      [&] {
+        Statfs();
+        engine_->Tick();
+        return Create("/w", 1 << 20, root_, session_).error() == 0;
+      },
+      5000));
   EXPECT_EQ(Statfs().free(), free_during);  // the old reservation went back
   EXPECT_TRUE(Fsck().empty());
 }

@@ -4,8 +4,8 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
-#include <sys/sysmacros.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -155,7 +155,8 @@ TEST_F(FuseTest, WhatReadersSeeWhileAFileIsWritten) {
   EXPECT_EQ(Slurp(other / "v"), "old version");
   maru_chunk_t *c;
   ASSERT_EQ(maru_open(m, "/v", &c), 0);
-  EXPECT_EQ(std::string(static_cast<char *>(maru_chunk_data(c)), maru_chunk_size(c)), "old version");
+  EXPECT_EQ(std::string(static_cast<char *>(maru_chunk_data(c)), maru_chunk_size(c)),
+            "old version");
   maru_release(c);
   // A file with no sealed version yet: busy for everyone but its mount.
   int fresh = open(M("fresh").c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
@@ -252,7 +253,8 @@ TEST_F(FuseTest, PermissionsAreTheServersForEveryCaller) {
   if (child == 0) {
     // Only system calls here: the child does not touch the RPC runtime.
     if (setgid(65534) || setuid(65534)) _exit(1);
-    if (open((mnt + "/rootdir/new").c_str(), O_CREAT | O_WRONLY, 0644) >= 0 || errno != EACCES) _exit(2);
+    if (open((mnt + "/rootdir/new").c_str(), O_CREAT | O_WRONLY, 0644) >= 0 || errno != EACCES)
+      _exit(2);
     if (open((mnt + "/rootdir/secret").c_str(), O_RDONLY) >= 0 || errno != EACCES) _exit(3);
     if (unlink((mnt + "/rootdir/secret").c_str()) == 0 || errno != EACCES) _exit(4);
     int fd = open((mnt + "/mine").c_str(), O_CREAT | O_WRONLY, 0644);
@@ -282,15 +284,16 @@ TEST_F(FuseTest, UnreachableServerGivesEioThenTheMountRecovers) {
 
 TEST_F(FuseTest, FioVerifiesCrc32c) {
   std::string out;
-  int rc = maru_test::Run("fio --name=verify --directory=" + mount_->path() +
-                   " --rw=write --bs=1M --size=32M --numjobs=2 --verify=crc32c --do_verify=1"
-                   " --ioengine=psync --group_reporting",
-               &out);
+  int rc =
+      maru_test::Run("fio --name=verify --directory=" + mount_->path() +
+                         " --rw=write --bs=1M --size=32M --numjobs=2 --verify=crc32c --do_verify=1"
+                         " --ioengine=psync --group_reporting",
+                     &out);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_EQ(out.find("verify: bad"), std::string::npos) << out;
   rc = maru_test::Run("fio --name=rand --directory=" + mount_->path() +
-               " --rw=randwrite --bs=4k --size=4M --verify=crc32c --ioengine=psync",
-           &out);
+                          " --rw=randwrite --bs=4k --size=4M --verify=crc32c --ioengine=psync",
+                      &out);
   EXPECT_EQ(rc, 0) << out;
 }
 
@@ -304,15 +307,17 @@ TEST(FuseMountHelper, MountTypeFuseMaruAndUmount) {
   const std::string mnt = dir.path() + "/mnt";
   ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
   std::string out;
-  int rc = maru_test::Run("PATH=" + maru_test::BinDir("src/fs") + ":$PATH " +
-                              maru_test::SourcePath("src/fs/mount.fuse.maru") + " " + server.address() +
-                              " " + mnt + " -o rw,_netdev,nofail,timeout_ms=3000",
-                          &out);
+  int rc =
+      maru_test::Run("PATH=" + maru_test::BinDir("src/fs") + ":$PATH " +
+                         maru_test::SourcePath("src/fs/mount.fuse.maru") + " " + server.address() +
+                         " " + mnt + " -o rw,_netdev,nofail,timeout_ms=3000",
+                     &out);
   ASSERT_EQ(rc, 0) << out;
   WriteFile(mnt + "/via-helper", "ok");
   EXPECT_EQ(Slurp(mnt + "/via-helper"), "ok");
   EXPECT_EQ(maru_test::Run("umount " + mnt, &out), 0) << out;
-  EXPECT_TRUE(maru_test::WaitFor([&] { return maru_test::Run("mountpoint -q " + mnt) != 0; }, 5000));
+  EXPECT_TRUE(
+      maru_test::WaitFor([&] { return maru_test::Run("mountpoint -q " + mnt) != 0; }, 5000));
   // A server that is not there: the mount fails, saying so.
   EXPECT_NE(maru_test::Run("PATH=" + maru_test::BinDir("src/fs") + ":$PATH " +
                                maru_test::SourcePath("src/fs/mount.fuse.maru") +

@@ -3,8 +3,8 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/socket.h>
-#include <sys/statfs.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -50,13 +50,25 @@ TestPool::TestPool(uint64_t size, uint64_t unit) {
   }
 }
 
-TestPool::~TestPool() { unlink(path_.c_str()); }
+TestPool::~TestPool() {
+  unlink(path_.c_str());
+}
 
-std::string BinDir(const std::string &name) { return std::string(MARU_BUILD_ROOT) + "/" + name; }
-std::string SourcePath(const std::string &name) { return std::string(MARU_SOURCE_ROOT) + "/" + name; }
-std::string ServerBinary() { return BinDir("src/meta/maru-server"); }
-std::string MaructlBinary() { return BinDir("tools/maructl"); }
-std::string FuseBinary() { return BinDir("src/fs/maru-fuse"); }
+std::string BinDir(const std::string &name) {
+  return std::string(MARU_BUILD_ROOT) + "/" + name;
+}
+std::string SourcePath(const std::string &name) {
+  return std::string(MARU_SOURCE_ROOT) + "/" + name;
+}
+std::string ServerBinary() {
+  return BinDir("src/meta/maru-server");
+}
+std::string MaructlBinary() {
+  return BinDir("tools/maructl");
+}
+std::string FuseBinary() {
+  return BinDir("src/fs/maru-fuse");
+}
 
 bool WaitFor(const std::function<bool()> &condition, int timeout_ms) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
@@ -85,13 +97,15 @@ int Wait(pid_t pid) {
 
 bool Freeze(pid_t pid) {
   kill(pid, SIGSTOP);
-  return WaitFor([&] {
-    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-    std::string line;
-    std::getline(stat, line);
-    size_t close = line.rfind(')');
-    return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'T';
-  }, 5000);
+  return WaitFor(
+      [&] {
+        std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+        std::string line;
+        std::getline(stat, line);
+        size_t close = line.rfind(')');
+        return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'T';
+      },
+      5000);
 }
 
 int Run(const std::string &command, std::string *output) {
@@ -137,8 +151,8 @@ static bool Answers(const std::string &path) {
 static std::vector<std::string> ServerArgs(const std::string &pool, const std::string &db,
                                            const std::string &socket,
                                            const std::vector<std::string> &extra) {
-  std::vector<std::string> args = {ServerBinary(), "--pool", pool, "--db", db,
-                                   "--listen", "unix://" + socket};
+  std::vector<std::string> args = {ServerBinary(), "--pool",          pool, "--db", db,
+                                   "--listen",     "unix://" + socket};
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
 }
@@ -163,10 +177,12 @@ static pid_t StartLogged(const std::vector<std::string> &args, const std::string
     Exec(args);
   }
   bool exited = false;
-  bool up = WaitFor([&] {
-    if (waitpid(pid, nullptr, WNOHANG) == pid) return exited = true;
-    return ready();
-  }, 20000);
+  bool up = WaitFor(
+      [&] {
+        if (waitpid(pid, nullptr, WNOHANG) == pid) return exited = true;
+        return ready();
+      },
+      20000);
   if (exited) return -1;
   if (!up) {
     kill(pid, SIGKILL);
@@ -177,7 +193,8 @@ static pid_t StartLogged(const std::vector<std::string> &args, const std::string
 }
 
 bool Server::Start() {
-  pid_ = StartLogged(ServerArgs(pool_, db_, socket_, extra_), log_, [&] { return Answers(socket_); });
+  pid_ =
+      StartLogged(ServerArgs(pool_, db_, socket_, extra_), log_, [&] { return Answers(socket_); });
   if (pid_ < 0) fprintf(stderr, "maru-server did not start:\n%s\n", log().c_str());
   return pid_ > 0;
 }

@@ -56,9 +56,12 @@ TEST(Lifecycle, KillDashNineUnderLoadLosesNoSealedChunk) {
   std::string out;
   EXPECT_EQ(RunClient(server.address(), "verify-log " + log + " 65536", &out), 0) << out;
   // The clients are gone: none of their reservations is left behind.
-  EXPECT_TRUE(maru_test::WaitFor([&] {
-    return Maructl("df --json --server " + server.address()).find("\"reserved\":0") != std::string::npos;
-  }, 10000));
+  EXPECT_TRUE(maru_test::WaitFor(
+      [&] {
+        return Maructl("df --json --server " + server.address()).find("\"reserved\":0") !=
+               std::string::npos;
+      },
+      10000));
   int rc;
   out = Maructl("fsck --server " + server.address(), &rc);
   EXPECT_EQ(rc, 0) << out;
@@ -156,9 +159,12 @@ TEST(Lifecycle, PinsHoldUntilUnpinnedOrTheirTtl) {
   ASSERT_EQ(RunClient(server.address(), "store /p/c 4194304"), 0);
   EXPECT_EQ(RunClient(server.address(), "create-errno /p/d 8388608 " + std::to_string(ENOSPC)), 0);
   // The TTL runs out: /p/b may go now; /p/a stays until unpinned.
-  EXPECT_TRUE(maru_test::WaitFor([&] {
-    return Maructl("stat /p/b --json --server " + server.address()).find("\"pinned\":false") != std::string::npos;
-  }, 10000));
+  EXPECT_TRUE(maru_test::WaitFor(
+      [&] {
+        return Maructl("stat /p/b --json --server " + server.address()).find("\"pinned\":false") !=
+               std::string::npos;
+      },
+      10000));
   ASSERT_EQ(RunClient(server.address(), "store /p/d 8388608"), 0);
   EXPECT_EQ(RunClient(server.address(), "open-errno /p/b " + std::to_string(ENOENT)), 0);
   EXPECT_EQ(RunClient(server.address(), "open-errno /p/a 0"), 0);
@@ -207,7 +213,8 @@ TEST(Lifecycle, ReplayMatchesTheOfflineLruSimulation) {
     EXPECT_NE(at, std::string::npos) << name << " missing in " << last;
     return strtod(last.c_str() + at + name.size() + 3, nullptr);
   };
-  double live = field("hit_ratio"), lru = field("offline_lru_hit_ratio"), best = field("belady_hit_ratio");
+  double live = field("hit_ratio"), lru = field("offline_lru_hit_ratio"),
+         best = field("belady_hit_ratio");
   EXPECT_GT(field("requests_per_s"), 0);
   EXPECT_GT(lru, 0.0);
   EXPECT_NEAR(live, lru, 0.02) << last;

@@ -8,7 +8,9 @@
 
 namespace maru_test {
 
-inline uint64_t PatternSeed(const std::string &key) { return std::hash<std::string>{}(key) | 1; }
+inline uint64_t PatternSeed(const std::string &key) {
+  return std::hash<std::string>{}(key) | 1;
+}
 
 inline void FillPattern(void *data, uint64_t size, const std::string &key) {
   const uint64_t seed = PatternSeed(key);

@@ -63,7 +63,8 @@ TEST(Checksum, KnownValues) {
   // The CRC32C check value of "123456789".
   EXPECT_EQ(Crc32c("123456789", 9), 0xe3069283u);
   std::string data(100000, 'x');
-  EXPECT_EQ(Checksum(ChecksumKind::kCrc32c, data.data(), data.size()), Crc32c(data.data(), data.size()));
+  EXPECT_EQ(Checksum(ChecksumKind::kCrc32c, data.data(), data.size()),
+            Crc32c(data.data(), data.size()));
   EXPECT_NE(Xxh3(data.data(), data.size()), Xxh3(data.data(), data.size() - 1));
 }
 

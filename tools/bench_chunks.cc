@@ -13,7 +13,9 @@ struct Samples {
   std::vector<double> memcpy_heap, fill_pool, read_pool, store, load;
 };
 
-double GBps(uint64_t bytes, double ns) { return static_cast<double>(bytes) / ns; }
+double GBps(uint64_t bytes, double ns) {
+  return static_cast<double>(bytes) / ns;
+}
 
 }  // namespace
 
@@ -37,7 +39,8 @@ int RunChunks(int argc, char **argv) {
   if (size == 0 || iterations <= 0) return Fail("--size and --iterations must be positive");
 
   maru_t *m;
-  if (int rc = maru_connect(server.c_str(), &m)) return Fail("connect: " + std::string(maru_strerror(rc)));
+  if (int rc = maru_connect(server.c_str(), &m))
+    return Fail("connect: " + std::string(maru_strerror(rc)));
   std::vector<uint8_t> src = TouchedBuffer(size, 1), dst = TouchedBuffer(size, 2);
   Samples s_;
   for (int64_t i = -2; i < iterations; ++i) {  // two warm-up rounds
@@ -48,7 +51,8 @@ int RunChunks(int argc, char **argv) {
 
     maru_chunk_t *c;
     int64_t t2 = NowNs();
-    if (int rc = maru_create(m, path.c_str(), size, &c)) return Fail("create: " + std::string(maru_strerror(rc)));
+    if (int rc = maru_create(m, path.c_str(), size, &c))
+      return Fail("create: " + std::string(maru_strerror(rc)));
     int64_t t3 = NowNs();
     memcpy(maru_chunk_data(c), src.data(), size);
     int64_t t4 = NowNs();
@@ -56,7 +60,8 @@ int RunChunks(int argc, char **argv) {
     maru_release(c);
     int64_t t5 = NowNs();
 
-    if (int rc = maru_open(m, path.c_str(), &c)) return Fail("open: " + std::string(maru_strerror(rc)));
+    if (int rc = maru_open(m, path.c_str(), &c))
+      return Fail("open: " + std::string(maru_strerror(rc)));
     int64_t t6 = NowNs();
     memcpy(dst.data(), maru_chunk_data(c), size);
     int64_t t7 = NowNs();
@@ -75,16 +80,18 @@ int RunChunks(int argc, char **argv) {
   const double memcpy_gbps = Quantile(s_.memcpy_heap, 0.5), fill = Quantile(s_.fill_pool, 0.5),
                read = Quantile(s_.read_pool, 0.5), store = Quantile(s_.store, 0.5),
                load = Quantile(s_.load, 0.5);
-  printf("chunk size %s, %" PRId64 " chunks; medians in GB/s\n", FormatSize(size).c_str(), iterations);
+  printf("chunk size %s, %" PRId64 " chunks; medians in GB/s\n", FormatSize(size).c_str(),
+         iterations);
   printf("  memcpy heap->heap        %6.2f\n", memcpy_gbps);
   printf("  memcpy heap->pool        %6.2f  (%.2fx memcpy)\n", fill, fill / memcpy_gbps);
   printf("  memcpy pool->heap        %6.2f  (%.2fx memcpy)\n", read, read / memcpy_gbps);
   printf("  store (create+fill+seal) %6.2f  (%.2fx memcpy, %.2fx memcpy into pool memory)\n", store,
          store / memcpy_gbps, store / fill);
-  printf("  load (open+copy out)     %6.2f  (%.2fx memcpy, %.2fx memcpy out of pool memory)\n", load,
-         load / memcpy_gbps, load / read);
+  printf("  load (open+copy out)     %6.2f  (%.2fx memcpy, %.2fx memcpy out of pool memory)\n",
+         load, load / memcpy_gbps, load / read);
   if (json)
-    printf("{\"chunk_bytes\":%" PRIu64 ",\"memcpy_gbps\":%.3f,\"store_gbps\":%.3f,\"load_gbps\":%.3f,"
+    printf("{\"chunk_bytes\":%" PRIu64
+           ",\"memcpy_gbps\":%.3f,\"store_gbps\":%.3f,\"load_gbps\":%.3f,"
            "\"store_vs_memcpy\":%.3f,\"load_vs_memcpy\":%.3f,\"store_vs_pool_memcpy\":%.3f,"
            "\"load_vs_pool_memcpy\":%.3f}\n",
            size, memcpy_gbps, store, load, store / memcpy_gbps, load / memcpy_gbps, store / fill,

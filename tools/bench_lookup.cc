@@ -8,7 +8,8 @@
 namespace maru::bench {
 
 int RunLookup(int argc, char **argv) {
-  std::string server = "unix:///run/maru/maru.sock", dir = "/maru-bench/lookup", thread_list = "1,4";
+  std::string server = "unix:///run/maru/maru.sock", dir = "/maru-bench/lookup",
+              thread_list = "1,4";
   int64_t keys = 128, seconds = 3;
   bool json = false;
   Flags flags("maru-bench lookup [--server ADDRESS] [--keys N] [--threads 1,4] [--json]",
@@ -26,7 +27,8 @@ int RunLookup(int argc, char **argv) {
   if (keys <= 0 || seconds <= 0) return Fail("--keys and --seconds must be positive");
 
   maru_t *m;
-  if (int rc = maru_connect(server.c_str(), &m)) return Fail("connect: " + std::string(maru_strerror(rc)));
+  if (int rc = maru_connect(server.c_str(), &m))
+    return Fail("connect: " + std::string(maru_strerror(rc)));
   std::vector<std::string> names;
   for (int64_t i = 0; i < keys; ++i) {
     names.push_back(dir + "/block" + std::to_string(i));
@@ -73,12 +75,13 @@ int RunLookup(int argc, char **argv) {
     for (auto &l : lat) all.insert(all.end(), l.begin(), l.end());
     double p50 = Quantile(all, 0.5), p99 = Quantile(all, 0.99);
     double rate = static_cast<double>(all.size()) / static_cast<double>(seconds);
-    printf("  %d thread%s: p50 %7.1f  p99 %7.1f  (%.0f lookups/s)\n", threads, threads > 1 ? "s" : " ",
-           p50, p99, rate);
+    printf("  %d thread%s: p50 %7.1f  p99 %7.1f  (%.0f lookups/s)\n", threads,
+           threads > 1 ? "s" : " ", p50, p99, rate);
     if (!json_runs.empty()) json_runs += ",";
     char buf[200];
-    snprintf(buf, sizeof(buf), "{\"threads\":%d,\"p50_us\":%.1f,\"p99_us\":%.1f,\"lookups_per_s\":%.0f}",
-             threads, p50, p99, rate);
+    snprintf(buf, sizeof(buf),
+             "{\"threads\":%d,\"p50_us\":%.1f,\"p99_us\":%.1f,\"lookups_per_s\":%.0f}", threads,
+             p50, p99, rate);
     json_runs += buf;
   }
   maru_disconnect(m);

@@ -32,7 +32,8 @@ std::string BlockPath(const std::string &dir, uint64_t block) {
 int RunClient(const std::string &server, const std::string &dir,
               const std::vector<TraceRequest> &trace, uint64_t block_bytes, Shared *shared) {
   maru_t *m;
-  if (int rc = maru_connect(server.c_str(), &m)) return Fail("connect: " + std::string(maru_strerror(rc)));
+  if (int rc = maru_connect(server.c_str(), &m))
+    return Fail("connect: " + std::string(maru_strerror(rc)));
   std::vector<std::string> names;
   std::vector<const char *> paths;
   std::vector<maru_chunk_t *> out;
@@ -58,15 +59,18 @@ int RunClient(const std::string &server, const std::string &dir,
       maru_chunk_t *c;
       int rc = j == 0 ? maru_create(m, paths[j], block_bytes, &c)
                       : maru_create_child(m, paths[j], paths[j - 1], block_bytes, &c);
-      if (rc == -ENOENT) rc = maru_create(m, paths[j], block_bytes, &c);  // prefix evicted meanwhile
+      if (rc == -ENOENT)
+        rc = maru_create(m, paths[j], block_bytes, &c);  // prefix evicted meanwhile
       if (rc == -EEXIST) continue;
       if (rc) {
         shared->errors++;
         continue;
       }
       memset(maru_chunk_data(c), static_cast<int>(blocks[j] & 0xff), block_bytes);
-      if (maru_seal(c)) shared->errors++;
-      else shared->stored++;
+      if (maru_seal(c))
+        shared->errors++;
+      else
+        shared->stored++;
       maru_release(c);
     }
   }
@@ -80,18 +84,21 @@ int RunReplay(int argc, char **argv) {
   std::string trace_path, server = "unix:///run/maru/maru.sock", dir;
   int64_t clients = 4, bytes_per_token = 128, limit = 0, capacity_blocks = 0;
   bool json = false;
-  Flags flags("maru-bench replay --trace FILE [--server ADDRESS] [--clients N] [--bytes-per-token B] [--json]",
-              "Replays a Mooncake-format trace: per request, one batched prefix lookup of its\n"
-              "blocks, then the missing blocks are stored as children of their predecessors.\n"
-              "Start the server on an empty pool with --high-watermark 1 --low-watermark 1 so\n"
-              "that its capacity is the one the offline simulations use.");
+  Flags flags(
+      "maru-bench replay --trace FILE [--server ADDRESS] [--clients N] [--bytes-per-token B] "
+      "[--json]",
+      "Replays a Mooncake-format trace: per request, one batched prefix lookup of its\n"
+      "blocks, then the missing blocks are stored as children of their predecessors.\n"
+      "Start the server on an empty pool with --high-watermark 1 --low-watermark 1 so\n"
+      "that its capacity is the one the offline simulations use.");
   flags.String("trace", &trace_path, "trace file (JSON lines with hash_ids)");
   flags.String("server", &server, "maru-server address");
   flags.Int("clients", &clients, "client processes");
   flags.Int("bytes-per-token", &bytes_per_token,
             "KV bytes per token; Llama-3.1-8B has 131072, the default scales it down 1024x");
   flags.Int("limit", &limit, "replay only the first N requests (0: all)");
-  flags.Int("capacity-blocks", &capacity_blocks, "cache capacity for the simulations (default: from the pool)");
+  flags.Int("capacity-blocks", &capacity_blocks,
+            "cache capacity for the simulations (default: from the pool)");
   flags.String("dir", &dir, "namespace directory for the blocks (default /maru-bench/replay-PID)");
   flags.Bool("json", &json, "end with one JSON line of the figures");
   std::vector<std::string> args;
@@ -99,7 +106,8 @@ int RunReplay(int argc, char **argv) {
   if (!s.ok()) return Fail(s.message());
   if (flags.help_requested()) return fputs(flags.Help().c_str(), stdout), 0;
   if (trace_path.empty()) return Fail("--trace is required");
-  if (clients <= 0 || bytes_per_token <= 0 || limit < 0) return Fail("--clients, --bytes-per-token must be positive");
+  if (clients <= 0 || bytes_per_token <= 0 || limit < 0)
+    return Fail("--clients, --bytes-per-token must be positive");
   if (dir.empty()) dir = "/maru-bench/replay-" + std::to_string(getpid());
 
   Result<std::vector<TraceRequest>> trace = ReadTrace(trace_path, static_cast<size_t>(limit));
@@ -146,17 +154,21 @@ int RunReplay(int argc, char **argv) {
   std::set<uint64_t> unique;
   for (const auto &r : *trace) unique.insert(r.blocks.begin(), r.blocks.end());
   printf("trace %s: %zu requests, %" PRIu64 " block references, %zu distinct blocks of %s\n",
-         trace_path.c_str(), trace->size(), lru.blocks, unique.size(), FormatSize(block_bytes).c_str());
+         trace_path.c_str(), trace->size(), lru.blocks, unique.size(),
+         FormatSize(block_bytes).c_str());
   printf("capacity %" PRId64 " blocks (%.1f%% of the distinct blocks), %" PRId64 " clients\n",
-         capacity_blocks, 100.0 * static_cast<double>(capacity_blocks) / static_cast<double>(unique.size()), clients);
+         capacity_blocks,
+         100.0 * static_cast<double>(capacity_blocks) / static_cast<double>(unique.size()),
+         clients);
   printf("  live hit ratio            %.4f\n", hit_ratio);
   printf("  offline LRU hit ratio     %.4f\n", lru.hit_ratio());
   printf("  Belady (offline optimum)  %.4f\n", belady.hit_ratio());
-  printf("  requests/s                %.1f   (%" PRIu64 " blocks stored, %" PRIu64 " errors)\n", rps,
-         shared->stored.load(), shared->errors.load());
+  printf("  requests/s                %.1f   (%" PRIu64 " blocks stored, %" PRIu64 " errors)\n",
+         rps, shared->stored.load(), shared->errors.load());
   if (json)
     printf("{\"requests\":%zu,\"block_references\":%" PRIu64 ",\"block_bytes\":%" PRIu64
-           ",\"capacity_blocks\":%" PRId64 ",\"clients\":%" PRId64 ",\"hit_ratio\":%.5f,"
+           ",\"capacity_blocks\":%" PRId64 ",\"clients\":%" PRId64
+           ",\"hit_ratio\":%.5f,"
            "\"offline_lru_hit_ratio\":%.5f,\"belady_hit_ratio\":%.5f,\"requests_per_s\":%.2f,"
            "\"stored_blocks\":%" PRIu64 ",\"errors\":%" PRIu64 "}\n",
            trace->size(), blocks, block_bytes, capacity_blocks, clients, hit_ratio, lru.hit_ratio(),

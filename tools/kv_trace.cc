@@ -98,7 +98,7 @@ SimResult SimulateBelady(const std::vector<TraceRequest> &trace, uint64_t capaci
   };
   SimResult r;
   std::set<std::pair<size_t, uint64_t>> by_next;  // (next use, block)
-  std::unordered_map<uint64_t, size_t> cached;     // block -> its key in by_next
+  std::unordered_map<uint64_t, size_t> cached;    // block -> its key in by_next
   auto refresh = [&](uint64_t b, size_t now) {
     auto it = cached.find(b);
     if (it != cached.end()) by_next.erase({it->second, b});

@@ -22,7 +22,9 @@ Result<std::vector<TraceRequest>> ReadTrace(const std::string &path, size_t limi
 struct SimResult {
   uint64_t blocks = 0;  // block references
   uint64_t hits = 0;    // references served from the cache
-  double hit_ratio() const { return blocks ? static_cast<double>(hits) / static_cast<double>(blocks) : 0; }
+  double hit_ratio() const {
+    return blocks ? static_cast<double>(hits) / static_cast<double>(blocks) : 0;
+  }
 };
 
 // Serves the trace as the live replay does: a request hits the longest

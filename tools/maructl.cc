@@ -49,10 +49,14 @@ std::string ModeString(uint32_t mode) {
 
 const char *StateName(rpc::FileState s) {
   switch (s) {
-    case rpc::WRITING: return "writing";
-    case rpc::SEALED: return "sealed";
-    case rpc::DIRECTORY: return "directory";
-    default: return "?";
+    case rpc::WRITING:
+      return "writing";
+    case rpc::SEALED:
+      return "sealed";
+    case rpc::DIRECTORY:
+      return "directory";
+    default:
+      return "?";
   }
 }
 
@@ -234,15 +238,17 @@ int Df(int argc, char **argv) {
   }
   printf("%-6s %-32s %9s %9s %9s %5s\n", "DEVICE", "PATH", "SIZE", "USED", "FREE", "USE%");
   for (const auto &d : st.devices())
-    printf("%-6u %-32s %9s %9s %9s %4.0f%%\n", d.index(), d.path().c_str(), FormatSize(d.size()).c_str(),
-           FormatSize(d.used()).c_str(), FormatSize(d.size() - d.used()).c_str(),
+    printf("%-6u %-32s %9s %9s %9s %4.0f%%\n", d.index(), d.path().c_str(),
+           FormatSize(d.size()).c_str(), FormatSize(d.used()).c_str(),
+           FormatSize(d.size() - d.used()).c_str(),
            d.size() ? 100.0 * static_cast<double>(d.used()) / static_cast<double>(d.size()) : 0);
   printf("reserved by unfinished writes: %s; waiting for readers to let go: %s\n",
          FormatSize(st.reserved()).c_str(), FormatSize(st.deferred()).c_str());
   if (stats.top_dirs_size()) {
     printf("\n%-40s %10s %8s\n", "DIRECTORY", "BYTES", "CHUNKS");
     for (const auto &d : stats.top_dirs())
-      printf("/%-39s %10s %8" PRIu64 "\n", d.name().c_str(), FormatSize(d.bytes()).c_str(), d.chunks());
+      printf("/%-39s %10s %8" PRIu64 "\n", d.name().c_str(), FormatSize(d.bytes()).c_str(),
+             d.chunks());
   }
   return 0;
 }
@@ -258,8 +264,11 @@ int Ls(int argc, char **argv) {
   req.set_path(cmd.args.empty() ? "/" : cmd.args[0]);
   req.set_max(4096);
   JsonWriter j;
-  if (cmd.json) j.BeginArrayValue();
-  else printf("%-10s %6s %-19s %-6s %6s %-8s %s\n", "SIZE", "HITS", "LAST ACCESS", "PIN", "LEASES", "STATE", "PATH (PARENT)");
+  if (cmd.json)
+    j.BeginArrayValue();
+  else
+    printf("%-10s %6s %-19s %-6s %6s %-8s %s\n", "SIZE", "HITS", "LAST ACCESS", "PIN", "LEASES",
+           "STATE", "PATH (PARENT)");
   for (;;) {
     rpc::ListChunksReply rep;
     if (int rc = cmd.Call(&Stub::ListChunks, req, &rep, "ls " + req.path())) return rc;
@@ -272,9 +281,9 @@ int Ls(int argc, char **argv) {
         j.Field("parent", c.parent_path());
         j.End();
       } else {
-        printf("%-10s %6" PRIu64 " %-19s %-6s %6u %-8s %s%s\n", FormatSize(a.size()).c_str(), a.hits(),
-               Time(std::max(a.atime_ns(), a.mtime_ns())).c_str(), a.pinned() ? "pinned" : "-", a.leases(),
-               StateName(a.state()), c.path().c_str(),
+        printf("%-10s %6" PRIu64 " %-19s %-6s %6u %-8s %s%s\n", FormatSize(a.size()).c_str(),
+               a.hits(), Time(std::max(a.atime_ns(), a.mtime_ns())).c_str(),
+               a.pinned() ? "pinned" : "-", a.leases(), StateName(a.state()), c.path().c_str(),
                c.parent_path().empty() ? "" : (" (" + c.parent_path() + ")").c_str());
       }
       req.set_after(c.path());
@@ -329,26 +338,31 @@ int Stat(int argc, char **argv) {
     return 0;
   }
   printf("  path: %s\n  type: %s  state: %s  inode: %" PRIu64 "  generation: %" PRIu64 "\n",
-         cmd.args[0].c_str(), a.state() == rpc::DIRECTORY ? "directory" : "file", StateName(a.state()),
-         a.ino(), a.gen());
+         cmd.args[0].c_str(), a.state() == rpc::DIRECTORY ? "directory" : "file",
+         StateName(a.state()), a.ino(), a.gen());
   printf("  size: %" PRIu64 " (%s allocated)  mode: %s  uid: %u  gid: %u\n", a.size(),
          FormatSize(a.allocated()).c_str(), ModeString(a.mode()).c_str(), a.uid(), a.gid());
   printf("  modified: %s  accessed: %s\n", Time(a.mtime_ns()).c_str(), Time(a.atime_ns()).c_str());
-  printf("  hits: %" PRIu64 "  leases: %u  pinned: %s%s\n", a.hits(), a.leases(), a.pinned() ? "yes" : "no",
+  printf("  hits: %" PRIu64 "  leases: %u  pinned: %s%s\n", a.hits(), a.leases(),
+         a.pinned() ? "yes" : "no",
          a.pin_expiry_ns() ? (" until " + Time(a.pin_expiry_ns())).c_str() : "");
   if (a.checksum_type())
-    printf("  checksum: %s %016" PRIx64 "\n", ChecksumName(static_cast<ChecksumKind>(a.checksum_type())), a.checksum());
+    printf("  checksum: %s %016" PRIx64 "\n",
+           ChecksumName(static_cast<ChecksumKind>(a.checksum_type())), a.checksum());
   if (info && !info->parent_path().empty()) printf("  parent: %s\n", info->parent_path().c_str());
   if (info)
     for (const auto &e : info->extents())
-      printf("  extent: device %u offset %" PRIu64 " length %" PRIu64 "\n", e.device(), e.offset(), e.length());
+      printf("  extent: device %u offset %" PRIu64 " length %" PRIu64 "\n", e.device(), e.offset(),
+             e.length());
   return 0;
 }
 
 int PinCommand(int argc, char **argv, bool pin) {
   uint64_t ttl = 0;
-  Command cmd(pin ? "maructl pin PATH [--ttl SECONDS] [--server ADDRESS]" : "maructl unpin PATH [--server ADDRESS]",
-              pin ? "Pins a chunk: it is never evicted (until --ttl seconds pass)." : "Unpins a chunk.");
+  Command cmd(
+      pin ? "maructl pin PATH [--ttl SECONDS] [--server ADDRESS]"
+          : "maructl unpin PATH [--server ADDRESS]",
+      pin ? "Pins a chunk: it is never evicted (until --ttl seconds pass)." : "Unpins a chunk.");
   int64_t ttl_s = 0;
   if (pin) cmd.flags.Int("ttl", &ttl_s, "seconds the pin lasts (0: until unpinned)");
   if (int rc = cmd.Parse(argc, argv, 2); rc >= 0) return rc;
@@ -382,8 +396,10 @@ int Evict(int argc, char **argv) {
   req.set_bytes(bytes);
   rpc::EvictReply rep;
   if (int rc = cmd.Call(&Stub::Evict, req, &rep, "evict")) return rc;
-  if (cmd.json) printf("{\"chunks\":%" PRIu64 ",\"bytes\":%" PRIu64 "}\n", rep.chunks(), rep.bytes());
-  else printf("evicted %" PRIu64 " chunks, %s\n", rep.chunks(), FormatSize(rep.bytes()).c_str());
+  if (cmd.json)
+    printf("{\"chunks\":%" PRIu64 ",\"bytes\":%" PRIu64 "}\n", rep.chunks(), rep.bytes());
+  else
+    printf("evicted %" PRIu64 " chunks, %s\n", rep.chunks(), FormatSize(rep.bytes()).c_str());
   return 0;
 }
 
@@ -397,13 +413,15 @@ std::string VerifyChunk(const PoolMap &pool, const rpc::ChunkInfo &c) {
   uint64_t sum = Checksum(static_cast<ChecksumKind>(a.checksum_type()), *data, a.size());
   if (sum == a.checksum()) return "";
   char buf[512];
-  snprintf(buf, sizeof(buf), "%s: checksum mismatch (recorded %016" PRIx64 ", computed %016" PRIx64 ")",
+  snprintf(buf, sizeof(buf),
+           "%s: checksum mismatch (recorded %016" PRIx64 ", computed %016" PRIx64 ")",
            c.path().c_str(), a.checksum(), sum);
   return buf;
 }
 
 // Visits every chunk under `path`.
-int ForEachChunk(Command &cmd, const std::string &path, const std::function<void(const rpc::ChunkInfo &)> &f) {
+int ForEachChunk(Command &cmd, const std::string &path,
+                 const std::function<void(const rpc::ChunkInfo &)> &f) {
   rpc::ListChunksRequest req;
   req.set_path(path);
   req.set_max(4096);
@@ -464,8 +482,10 @@ int Fsck(int argc, char **argv) {
   rpc::OpenSessionReply info = cmd.client->session_info();
   for (const auto &d : info.devices()) {
     Result<Superblock> sb = ReadSuperblock(d.path());
-    if (!sb.ok()) problems.push_back(d.path() + ": " + sb.status().message());
-    else if (sb->epoch != d.epoch()) problems.push_back(d.path() + ": epoch differs from the server's");
+    if (!sb.ok())
+      problems.push_back(d.path() + ": " + sb.status().message());
+    else if (sb->epoch != d.epoch())
+      problems.push_back(d.path() + ": epoch differs from the server's");
   }
   rpc::StatsRequest req;
   rpc::FsckReply rep;
@@ -494,8 +514,8 @@ int Fsck(int argc, char **argv) {
     j.End();
     puts(j.str().c_str());
   } else {
-    printf("%" PRIu64 " chunks, %" PRIu64 " extents, %" PRIu64 " checksums verified: %s\n", rep.chunks(),
-           rep.extents(), verified, problems.empty() ? "clean" : "PROBLEMS");
+    printf("%" PRIu64 " chunks, %" PRIu64 " extents, %" PRIu64 " checksums verified: %s\n",
+           rep.chunks(), rep.extents(), verified, problems.empty() ? "clean" : "PROBLEMS");
     for (const auto &p : problems) printf("  %s\n", p.c_str());
   }
   return problems.empty() ? 0 : 2;
@@ -534,13 +554,13 @@ int Sessions(int argc, char **argv) {
     puts(j.str().c_str());
     return 0;
   }
-  printf("%-16s %-16s %7s %6s %-12s %-19s %6s %6s\n", "SESSION", "CLIENT", "PID", "UID", "HOST", "SINCE",
-         "LEASES", "WRITES");
+  printf("%-16s %-16s %7s %6s %-12s %-19s %6s %6s\n", "SESSION", "CLIENT", "PID", "UID", "HOST",
+         "SINCE", "LEASES", "WRITES");
   for (const auto &s : rep.sessions()) {
     if (s.id() == self) continue;
-    printf("%016" PRIx64 " %-16s %7u %6u %-12s %-19s %6u %6u%s\n", s.id(), s.client().c_str(), s.pid(), s.uid(),
-           s.hostname().c_str(), Time(s.since_ns()).c_str(), s.leases(), s.reservations(),
-           s.orphaned() ? " (waiting to be resumed)" : "");
+    printf("%016" PRIx64 " %-16s %7u %6u %-12s %-19s %6u %6u%s\n", s.id(), s.client().c_str(),
+           s.pid(), s.uid(), s.hostname().c_str(), Time(s.since_ns()).c_str(), s.leases(),
+           s.reservations(), s.orphaned() ? " (waiting to be resumed)" : "");
   }
   return 0;
 }
@@ -553,7 +573,8 @@ int Stats(int argc, char **argv) {
   rpc::StatsRequest req;
   rpc::StatsReply st;
   if (int rc = cmd.Call(&Stub::Stats, req, &st, "stats")) return rc;
-  const double hit_ratio = st.lookups() ? static_cast<double>(st.lookup_hits()) / static_cast<double>(st.lookups()) : 0;
+  const double hit_ratio =
+      st.lookups() ? static_cast<double>(st.lookup_hits()) / static_cast<double>(st.lookups()) : 0;
   if (cmd.json) {
     JsonWriter j;
     j.Begin();
@@ -588,36 +609,42 @@ int Stats(int argc, char **argv) {
     puts(j.str().c_str());
     return 0;
   }
-  printf("uptime %.0fs  chunks %" PRIu64 "  sessions %" PRIu64 "  leases %" PRIu64 "  pins %" PRIu64 "\n",
-         static_cast<double>(st.uptime_ns()) / 1e9, st.chunks(), st.sessions(), st.leases(), st.pins());
-  printf("lookups %" PRIu64 "  hits %" PRIu64 "  hit ratio %.3f  evictions %" PRIu64 " (%s)\n", st.lookups(),
-         st.lookup_hits(), hit_ratio, st.evictions(), FormatSize(st.evicted_bytes()).c_str());
-  printf("stored %s  loaded %s\n\n", FormatSize(st.bytes_stored()).c_str(), FormatSize(st.bytes_loaded()).c_str());
-  printf("%-14s %10s %8s %10s %10s   (server-side time, microseconds)\n", "OPERATION", "COUNT", "ERRORS", "P50", "P99");
+  printf("uptime %.0fs  chunks %" PRIu64 "  sessions %" PRIu64 "  leases %" PRIu64 "  pins %" PRIu64
+         "\n",
+         static_cast<double>(st.uptime_ns()) / 1e9, st.chunks(), st.sessions(), st.leases(),
+         st.pins());
+  printf("lookups %" PRIu64 "  hits %" PRIu64 "  hit ratio %.3f  evictions %" PRIu64 " (%s)\n",
+         st.lookups(), st.lookup_hits(), hit_ratio, st.evictions(),
+         FormatSize(st.evicted_bytes()).c_str());
+  printf("stored %s  loaded %s\n\n", FormatSize(st.bytes_stored()).c_str(),
+         FormatSize(st.bytes_loaded()).c_str());
+  printf("%-14s %10s %8s %10s %10s   (server-side time, microseconds)\n", "OPERATION", "COUNT",
+         "ERRORS", "P50", "P99");
   for (const auto &o : st.ops())
     if (o.count())
-      printf("%-14s %10" PRIu64 " %8" PRIu64 " %10.1f %10.1f\n", o.op().c_str(), o.count(), o.errors(), o.p50_us(),
-             o.p99_us());
+      printf("%-14s %10" PRIu64 " %8" PRIu64 " %10.1f %10.1f\n", o.op().c_str(), o.count(),
+             o.errors(), o.p50_us(), o.p99_us());
   return 0;
 }
 
 void Usage() {
-  puts("Usage: maructl COMMAND [OPTIONS]\n"
-       "Administers Maru pools and servers; every command takes --help.\n\n"
-       "Pools:\n"
-       "  mkpool PATH --size SIZE   format a pool device (file or /dev/daxX.Y)\n"
-       "  pool show PATH            print a device's superblock\n\n"
-       "Server (--server ADDRESS, default unix:///run/maru/maru.sock; --json for scripts):\n"
-       "  df                        capacity and use per device and top-level directory\n"
-       "  ls [PATH]                 chunks with size, hits, last access, pin, leases, parent\n"
-       "  stat PATH                 one file in full, with its extents\n"
-       "  pin PATH [--ttl S]        keep a chunk from eviction\n"
-       "  unpin PATH\n"
-       "  evict PATH | --older-than S | --bytes SIZE\n"
-       "  fsck                      check superblocks, extent maps and checksums\n"
-       "  verify PATH               check one chunk against its checksum\n"
-       "  sessions                  connected clients\n"
-       "  stats                     operation counts, latencies, hit ratio, evictions");
+  puts(
+      "Usage: maructl COMMAND [OPTIONS]\n"
+      "Administers Maru pools and servers; every command takes --help.\n\n"
+      "Pools:\n"
+      "  mkpool PATH --size SIZE   format a pool device (file or /dev/daxX.Y)\n"
+      "  pool show PATH            print a device's superblock\n\n"
+      "Server (--server ADDRESS, default unix:///run/maru/maru.sock; --json for scripts):\n"
+      "  df                        capacity and use per device and top-level directory\n"
+      "  ls [PATH]                 chunks with size, hits, last access, pin, leases, parent\n"
+      "  stat PATH                 one file in full, with its extents\n"
+      "  pin PATH [--ttl S]        keep a chunk from eviction\n"
+      "  unpin PATH\n"
+      "  evict PATH | --older-than S | --bytes SIZE\n"
+      "  fsck                      check superblocks, extent maps and checksums\n"
+      "  verify PATH               check one chunk against its checksum\n"
+      "  sessions                  connected clients\n"
+      "  stats                     operation counts, latencies, hit ratio, evictions");
 }
 
 }  // namespace

@@ -44,7 +44,8 @@ std::vector<OpRow> Rows(const Sample &now, const Sample &before, SortKey sort) {
   const double secs = std::max(1e-3, static_cast<double>(now.at_ns - before.at_ns) / 1e9);
   std::map<std::string, const rpc::OpStats *> prev;
   for (const auto &o : before.stats.ops()) prev[o.op()] = &o;
-  std::vector<double> bounds(now.stats.bucket_bounds_us().begin(), now.stats.bucket_bounds_us().end());
+  std::vector<double> bounds(now.stats.bucket_bounds_us().begin(),
+                             now.stats.bucket_bounds_us().end());
   std::vector<OpRow> rows;
   for (const auto &o : now.stats.ops()) {
     const rpc::OpStats *p = prev.count(o.op()) ? prev[o.op()] : nullptr;
@@ -53,7 +54,8 @@ std::vector<OpRow> Rows(const Sample &now, const Sample &before, SortKey sort) {
     std::vector<uint64_t> delta;
     for (int i = 0; i < o.buckets_size(); ++i)
       delta.push_back(o.buckets(i) - (p && i < p->buckets_size() ? p->buckets(i) : 0));
-    rows.push_back({o.op(), static_cast<double>(count) / secs, HistogramPercentile(delta, bounds, 0.5),
+    rows.push_back({o.op(), static_cast<double>(count) / secs,
+                    HistogramPercentile(delta, bounds, 0.5),
                     HistogramPercentile(delta, bounds, 0.99), o.errors() - (p ? p->errors() : 0)});
   }
   std::sort(rows.begin(), rows.end(), [&](const OpRow &a, const OpRow &b) {
@@ -72,8 +74,10 @@ std::string Bar(double fraction, int width) {
 std::string Uptime(int64_t ns) {
   int64_t s = ns / 1000000000;
   char buf[32];
-  if (s >= 86400) snprintf(buf, sizeof(buf), "%" PRId64 "d%02" PRId64 "h", s / 86400, s % 86400 / 3600);
-  else snprintf(buf, sizeof(buf), "%" PRId64 "h%02" PRId64 "m", s / 3600, s % 3600 / 60);
+  if (s >= 86400)
+    snprintf(buf, sizeof(buf), "%" PRId64 "d%02" PRId64 "h", s / 86400, s % 86400 / 3600);
+  else
+    snprintf(buf, sizeof(buf), "%" PRId64 "h%02" PRId64 "m", s / 3600, s % 3600 / 60);
   return buf;
 }
 
@@ -90,38 +94,46 @@ std::vector<std::string> Render(const std::string &server, const Sample &now, co
   lines.push_back(buf);
   for (const auto &d : now.statfs.devices()) {
     double frac = d.size() ? static_cast<double>(d.used()) / static_cast<double>(d.size()) : 0;
-    std::string path = d.path().size() > 22 ? "..." + d.path().substr(d.path().size() - 19) : d.path();
+    std::string path =
+        d.path().size() > 22 ? "..." + d.path().substr(d.path().size() - 19) : d.path();
     snprintf(buf, sizeof(buf), "dev%-2u %-22s %s %3.0f%% %6s/%-6s", d.index(), path.c_str(),
-             Bar(frac, 28).c_str(), 100 * frac, FormatSize(d.used()).c_str(), FormatSize(d.size()).c_str());
+             Bar(frac, 28).c_str(), 100 * frac, FormatSize(d.used()).c_str(),
+             FormatSize(d.size()).c_str());
     lines.push_back(buf);
   }
   const uint64_t lookups = st.lookups() - before.stats.lookups();
   const uint64_t hits = st.lookup_hits() - before.stats.lookup_hits();
   const double hit_ratio = lookups ? static_cast<double>(hits) / static_cast<double>(lookups) : 0;
-  const double all_hit = st.lookups() ? static_cast<double>(st.lookup_hits()) / static_cast<double>(st.lookups()) : 0;
+  const double all_hit =
+      st.lookups() ? static_cast<double>(st.lookup_hits()) / static_cast<double>(st.lookups()) : 0;
   snprintf(buf, sizeof(buf), "hit ratio %.3f (all time %.3f)  lookups/s %-8.0f evictions/s %-6.1f",
-           hit_ratio, all_hit, static_cast<double>(lookups) / secs, rate(st.evictions(), before.stats.evictions()));
+           hit_ratio, all_hit, static_cast<double>(lookups) / secs,
+           rate(st.evictions(), before.stats.evictions()));
   lines.push_back(buf);
-  snprintf(buf, sizeof(buf), "stored %s/s  loaded %s/s  chunks %" PRIu64 "  leases %" PRIu64
-           "  reserved %s",
-           FormatSize(static_cast<uint64_t>(rate(st.bytes_stored(), before.stats.bytes_stored()))).c_str(),
-           FormatSize(static_cast<uint64_t>(rate(st.bytes_loaded(), before.stats.bytes_loaded()))).c_str(),
+  snprintf(buf, sizeof(buf),
+           "stored %s/s  loaded %s/s  chunks %" PRIu64 "  leases %" PRIu64 "  reserved %s",
+           FormatSize(static_cast<uint64_t>(rate(st.bytes_stored(), before.stats.bytes_stored())))
+               .c_str(),
+           FormatSize(static_cast<uint64_t>(rate(st.bytes_loaded(), before.stats.bytes_loaded())))
+               .c_str(),
            st.chunks(), st.leases(), FormatSize(now.statfs.reserved()).c_str());
   lines.push_back(buf);
   lines.push_back("");
   const char *sort_name = sort == SortKey::kP99 ? "p99" : sort == SortKey::kName ? "name" : "ops/s";
-  snprintf(buf, sizeof(buf), "%-16s %10s %10s %10s %8s   sorted by %s", "OPERATION", "OPS/S", "P50 us",
-           "P99 us", "ERRORS", sort_name);
+  snprintf(buf, sizeof(buf), "%-16s %10s %10s %10s %8s   sorted by %s", "OPERATION", "OPS/S",
+           "P50 us", "P99 us", "ERRORS", sort_name);
   lines.push_back(buf);
   std::vector<OpRow> rows = Rows(now, before, sort);
   std::vector<rpc::DirUsage> dirs(st.top_dirs().begin(), st.top_dirs().end());
-  std::sort(dirs.begin(), dirs.end(), [](const auto &a, const auto &b) { return a.bytes() > b.bytes(); });
+  std::sort(dirs.begin(), dirs.end(),
+            [](const auto &a, const auto &b) { return a.bytes() > b.bytes(); });
   const int dir_lines = dirs.empty() ? 0 : 2 + static_cast<int>(std::min<size_t>(dirs.size(), 4));
   const int room = height - static_cast<int>(lines.size()) - dir_lines - 1;
   int shown = 0;
   for (const OpRow &r : rows) {
     if (shown >= room) break;
-    snprintf(buf, sizeof(buf), "%-16s %10.1f %10.1f %10.1f %8" PRIu64, r.op.c_str(), r.rate, r.p50, r.p99, r.errors);
+    snprintf(buf, sizeof(buf), "%-16s %10.1f %10.1f %10.1f %8" PRIu64, r.op.c_str(), r.rate, r.p50,
+             r.p99, r.errors);
     lines.push_back(buf);
     ++shown;
   }
@@ -178,22 +190,26 @@ int main(int argc, char **argv) {
   Status s = flags.Parse(argc, argv, 1, &args);
   if (!s.ok()) return fprintf(stderr, "marutop: %s\n", s.message().c_str()), 1;
   if (flags.help_requested()) return fputs(flags.Help().c_str(), stdout), 0;
-  if (!args.empty() || interval <= 0) return fprintf(stderr, "marutop: bad arguments (see --help)\n"), 1;
+  if (!args.empty() || interval <= 0)
+    return fprintf(stderr, "marutop: bad arguments (see --help)\n"), 1;
 
   ClientOptions options;
   options.client_name = "marutop";
   options.retry_window_ms = 2000;
   Result<std::unique_ptr<MetaClient>> client = MetaClient::Connect(server, options);
   if (!client.ok()) {
-    fprintf(stderr, "marutop: %s (%s)\n", client.status().message().c_str(), strerror(client.status().errnum()));
+    fprintf(stderr, "marutop: %s (%s)\n", client.status().message().c_str(),
+            strerror(client.status().errnum()));
     return 1;
   }
   Sample before, now;
-  if (int rc = TakeSample(**client, &before)) return fprintf(stderr, "marutop: %s\n", strerror(-rc)), 1;
+  if (int rc = TakeSample(**client, &before))
+    return fprintf(stderr, "marutop: %s\n", strerror(-rc)), 1;
   SortKey sort = SortKey::kRate;
   if (once) {
     usleep(static_cast<useconds_t>(interval * 1e6));
-    if (int rc = TakeSample(**client, &now)) return fprintf(stderr, "marutop: %s\n", strerror(-rc)), 1;
+    if (int rc = TakeSample(**client, &now))
+      return fprintf(stderr, "marutop: %s\n", strerror(-rc)), 1;
     for (const auto &l : Render(server, now, before, sort, 24)) puts(l.c_str());
     return 0;
   }
@@ -214,7 +230,10 @@ int main(int argc, char **argv) {
       char key = 0;
       if (read(STDIN_FILENO, &key, 1) == 1) {
         if (key == 'q' || key == 'Q') break;
-        if (key == 's') sort = sort == SortKey::kRate ? SortKey::kP99 : sort == SortKey::kP99 ? SortKey::kName : SortKey::kRate;
+        if (key == 's')
+          sort = sort == SortKey::kRate  ? SortKey::kP99
+                 : sort == SortKey::kP99 ? SortKey::kName
+                                         : SortKey::kRate;
         if (key == '+') interval = std::min(60.0, interval * 2);
         if (key == '-') interval = std::max(0.25, interval / 2);
       }

@@ -20,7 +20,9 @@ namespace {
 constexpr uint64_t kFileUnit = 64u << 10;
 constexpr uint64_t kDaxUnit = 2u << 20;
 
-uint64_t RoundUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+uint64_t RoundUp(uint64_t v, uint64_t a) {
+  return (v + a - 1) / a * a;
+}
 
 std::string HowToFormat(const std::string &path) {
   return "format it with: maructl mkpool " + path + " --size SIZE";
@@ -59,7 +61,8 @@ Status Preallocate(int fd, uint64_t size, int numa_node, const std::string &path
     return Status::Error(errno, "cannot allocate " + FormatSize(size) + " for " + path);
   }
   if (numa_available() < 0) return Status::Error(ENOTSUP, "NUMA is not available on this host");
-  if (numa_node > numa_max_node()) return Status::Error(EINVAL, "no NUMA node " + std::to_string(numa_node));
+  if (numa_node > numa_max_node())
+    return Status::Error(EINVAL, "no NUMA node " + std::to_string(numa_node));
   void *p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) return Status::Error(errno, "cannot map " + path);
   numa_tonode_memory(p, size, numa_node);
@@ -112,7 +115,8 @@ Result<Superblock> ReadFromFd(int fd, const std::string &path, uint64_t device_s
   std::vector<uint8_t> buf(kSuperblockBytes);
   MARU_RETURN_IF_ERROR(ReadAll(fd, buf.data(), buf.size(), 0));
   Result<Superblock> sb = Superblock::Decode(buf.data(), device_size);
-  if (!sb.ok()) return Status::Error(EINVAL, path + ": " + sb.status().message() + "; " + HowToFormat(path));
+  if (!sb.ok())
+    return Status::Error(EINVAL, path + ": " + sb.status().message() + "; " + HowToFormat(path));
   return sb;
 }
 
@@ -158,8 +162,9 @@ Result<Superblock> FormatPool(const std::string &path, const FormatOptions &opti
   sb.data_offset = RoundUp(kSuperblockBytes, std::max(sb.unit, sb.alignment));
   size = size / sb.unit * sb.unit;
   if (size < sb.data_offset + sb.unit)
-    return Status::Error(EINVAL, "pool too small: at least " + FormatSize(sb.data_offset + sb.unit) +
-                                     " with a " + FormatSize(sb.unit) + " unit");
+    return Status::Error(EINVAL, "pool too small: at least " +
+                                     FormatSize(sb.data_offset + sb.unit) + " with a " +
+                                     FormatSize(sb.unit) + " unit");
   sb.size = size;
   sb.epoch = NewEpoch();
   sb.created_ns = RealtimeNs();

@@ -13,12 +13,12 @@
 namespace maru {
 
 struct FormatOptions {
-  uint64_t size = 0;      // required for files; devdax: 0 = whole device
-  uint64_t unit = 0;      // 0: 2 MiB on devdax, 64 KiB on files
-  int numa_node = -1;     // bind the file's memory to this node
-  uint32_t mode = 0660;   // permissions of a created pool file
+  uint64_t size = 0;     // required for files; devdax: 0 = whole device
+  uint64_t unit = 0;     // 0: 2 MiB on devdax, 64 KiB on files
+  int numa_node = -1;    // bind the file's memory to this node
+  uint32_t mode = 0660;  // permissions of a created pool file
   std::string label;
-  bool force = false;     // reformat a device that already holds a pool
+  bool force = false;  // reformat a device that already holds a pool
 };
 
 // Writes a fresh superblock (maructl mkpool). Creates or resizes a file

@@ -34,7 +34,9 @@ struct __attribute__((packed)) RawSuperblock {
 };
 static_assert(sizeof(RawSuperblock) <= kSuperblockBytes);
 
-bool IsPowerOfTwo(uint64_t v) { return v && !(v & (v - 1)); }
+bool IsPowerOfTwo(uint64_t v) {
+  return v && !(v & (v - 1));
+}
 
 void RandomBytes(void *out, size_t len) {
   auto *p = static_cast<uint8_t *>(out);
@@ -113,11 +115,16 @@ std::string Superblock::Describe() const {
            "pool uuid:    %s\n"
            "device uuid:  %s\n"
            "label:        %s\n"
-           "size:         %" PRIu64 " (%s)\n"
-           "data:         %" PRIu64 " bytes from offset %" PRIu64 "\n"
-           "unit:         %" PRIu64 " (%s)\n"
-           "alignment:    %" PRIu64 "\n"
-           "epoch:        %016" PRIx64 "\n"
+           "size:         %" PRIu64
+           " (%s)\n"
+           "data:         %" PRIu64 " bytes from offset %" PRIu64
+           "\n"
+           "unit:         %" PRIu64
+           " (%s)\n"
+           "alignment:    %" PRIu64
+           "\n"
+           "epoch:        %016" PRIx64
+           "\n"
            "numa node:    %d\n"
            "created:      %s\n",
            kSuperblockVersion, UuidToString(pool_uuid).c_str(), UuidToString(device_uuid).c_str(),
@@ -142,10 +149,9 @@ uint64_t NewEpoch() {
 
 std::string UuidToString(const Uuid &u) {
   char buf[40];
-  snprintf(buf, sizeof(buf),
-           "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
-           u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14],
-           u[15]);
+  snprintf(buf, sizeof(buf), "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+           u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
+           u[14], u[15]);
   return buf;
 }
 

@@ -25,8 +25,8 @@ struct Superblock {
   uint64_t data_offset = 0;  // first allocatable byte (a multiple of unit)
   uint64_t epoch = 0;        // changes whenever the memory may have lost its contents
   int64_t created_ns = 0;
-  int32_t numa_node = -1;    // node the memory was bound to at format time, -1 if none
-  std::string label;         // up to 63 bytes
+  int32_t numa_node = -1;  // node the memory was bound to at format time, -1 if none
+  std::string label;       // up to 63 bytes
 
   uint64_t data_bytes() const { return size - data_offset; }
 

@@ -21,17 +21,26 @@ std::string Hostname() {
 
 }  // namespace
 
-int64_t MonotonicMs() { return MonotonicNs() / 1000000; }
+int64_t MonotonicMs() {
+  return MonotonicNs() / 1000000;
+}
 
 int GrpcErrno(const grpc::Status &status) {
   switch (status.error_code()) {
-    case grpc::StatusCode::OK: return 0;
-    case grpc::StatusCode::UNAVAILABLE: return -ENOTCONN;
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return -ETIMEDOUT;
-    case grpc::StatusCode::RESOURCE_EXHAUSTED: return -E2BIG;
-    case grpc::StatusCode::UNIMPLEMENTED: return -ENOSYS;
-    case grpc::StatusCode::CANCELLED: return -ECANCELED;
-    default: return -EIO;
+    case grpc::StatusCode::OK:
+      return 0;
+    case grpc::StatusCode::UNAVAILABLE:
+      return -ENOTCONN;
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return -ETIMEDOUT;
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return -E2BIG;
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return -ENOSYS;
+    case grpc::StatusCode::CANCELLED:
+      return -ECANCELED;
+    default:
+      return -EIO;
   }
 }
 

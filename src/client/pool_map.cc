@@ -4,7 +4,9 @@
 
 namespace maru {
 
-ChunkView::~ChunkView() { munmap(base_, length_); }
+ChunkView::~ChunkView() {
+  munmap(base_, length_);
+}
 
 ExtentList FromWire(const google::protobuf::RepeatedPtrField<rpc::Extent> &extents) {
   ExtentList out;
@@ -13,7 +15,8 @@ ExtentList FromWire(const google::protobuf::RepeatedPtrField<rpc::Extent> &exten
   return out;
 }
 
-Result<std::unique_ptr<PoolMap>> PoolMap::Open(const rpc::OpenSessionReply &session, bool populate) {
+Result<std::unique_ptr<PoolMap>> PoolMap::Open(const rpc::OpenSessionReply &session,
+                                               bool populate) {
   auto map = std::make_unique<PoolMap>();
   for (const rpc::Device &d : session.devices()) {
     Result<std::unique_ptr<PoolDevice>> dev = PoolDevice::Open(d.path(), {true, populate});
@@ -25,7 +28,8 @@ Result<std::unique_ptr<PoolMap>> PoolMap::Open(const rpc::OpenSessionReply &sess
     const Superblock &sb = (*dev)->superblock();
     if (std::string(sb.device_uuid.begin(), sb.device_uuid.end()) != d.device_uuid() ||
         sb.epoch != d.epoch())
-      return Status::Error(ENODEV, d.path() + " on this host is not the pool device the server uses");
+      return Status::Error(ENODEV,
+                           d.path() + " on this host is not the pool device the server uses");
     if (map->devices_.size() <= d.index()) map->devices_.resize(d.index() + 1);
     map->devices_[d.index()] = std::move(*dev);
   }
@@ -42,7 +46,8 @@ bool PoolMap::Contains(const void *p, uint64_t len) const {
   return false;
 }
 
-Result<uint8_t *> PoolMap::Address(const ExtentList &extents, std::unique_ptr<ChunkView> *view) const {
+Result<uint8_t *> PoolMap::Address(const ExtentList &extents,
+                                   std::unique_ptr<ChunkView> *view) const {
   for (const Extent &e : extents) {
     const PoolDevice *d = device(e.device);
     if (!d || e.offset > d->mapped_bytes() || e.length > d->mapped_bytes() - e.offset)

@@ -33,45 +33,46 @@ struct Options {
   char *log_file = nullptr;
 };
 
-#define MARU_OPT(t, p) {t, offsetof(Options, p), 1}
-const fuse_opt kOptions[] = {
-    MARU_OPT("timeout_ms=%d", timeout_ms),
-    MARU_OPT("populate=%d", populate),
-    MARU_OPT("threads=%d", threads),
-    MARU_OPT("direct_io", direct_io),
-    MARU_OPT("attr_timeout=%lf", attr_timeout),
-    MARU_OPT("entry_timeout=%lf", entry_timeout),
-    MARU_OPT("checksum=%s", checksum),
-    MARU_OPT("log_level=%s", log_level),
-    MARU_OPT("log_file=%s", log_file),
-    MARU_OPT("-f", foreground),
-    MARU_OPT("-d", debug),
-    MARU_OPT("debug", debug),
-    MARU_OPT("-h", show_help),
-    MARU_OPT("--help", show_help),
-    FUSE_OPT_END};
+#define MARU_OPT(t, p) \
+  { t, offsetof(Options, p), 1 }
+const fuse_opt kOptions[] = {MARU_OPT("timeout_ms=%d", timeout_ms),
+                             MARU_OPT("populate=%d", populate),
+                             MARU_OPT("threads=%d", threads),
+                             MARU_OPT("direct_io", direct_io),
+                             MARU_OPT("attr_timeout=%lf", attr_timeout),
+                             MARU_OPT("entry_timeout=%lf", entry_timeout),
+                             MARU_OPT("checksum=%s", checksum),
+                             MARU_OPT("log_level=%s", log_level),
+                             MARU_OPT("log_file=%s", log_file),
+                             MARU_OPT("-f", foreground),
+                             MARU_OPT("-d", debug),
+                             MARU_OPT("debug", debug),
+                             MARU_OPT("-h", show_help),
+                             MARU_OPT("--help", show_help),
+                             FUSE_OPT_END};
 
 void Usage() {
-  puts("Usage: maru-fuse SERVER MOUNTPOINT [-f] [-d] [-o OPTION[,OPTION...]]\n"
-       "Mounts the namespace of the maru-server at SERVER (unix:///PATH or tcp://HOST:PORT).\n\n"
-       "  -f                     stay in the foreground\n"
-       "  -d, -o debug           foreground, and print every FUSE request\n"
-       "  -o timeout_ms=N        fail a call with EIO when the server has not answered\n"
-       "                         for N ms (default 10000)\n"
-       "  -o checksum=NAME       checksum recorded when a file is sealed: xxh3 (default),\n"
-       "                         crc32c or none\n"
-       "  -o attr_timeout=S      seconds the kernel may cache attributes of sealed files\n"
-       "                         and directories (default 1)\n"
-       "  -o entry_timeout=S     seconds the kernel may cache names (default 1; misses are\n"
-       "                         never cached)\n"
-       "  -o populate=0|1        prefault the pool mapping at mount (default 1)\n"
-       "  -o threads=N           most threads serving requests (default 16)\n"
-       "  -o direct_io           reads bypass the page cache: one copy instead of two, no\n"
-       "                         duplicate of the data in kernel memory, but no mmap\n"
-       "  -o log_level=LEVEL     error, warn, info, debug (default warn)\n"
-       "  -o log_file=PATH       where a background daemon logs (default: nowhere)\n"
-       "  -o allow_other, ...    any other option goes to FUSE (see fuse(8));\n"
-       "                         allow_other is on by default when run as root");
+  puts(
+      "Usage: maru-fuse SERVER MOUNTPOINT [-f] [-d] [-o OPTION[,OPTION...]]\n"
+      "Mounts the namespace of the maru-server at SERVER (unix:///PATH or tcp://HOST:PORT).\n\n"
+      "  -f                     stay in the foreground\n"
+      "  -d, -o debug           foreground, and print every FUSE request\n"
+      "  -o timeout_ms=N        fail a call with EIO when the server has not answered\n"
+      "                         for N ms (default 10000)\n"
+      "  -o checksum=NAME       checksum recorded when a file is sealed: xxh3 (default),\n"
+      "                         crc32c or none\n"
+      "  -o attr_timeout=S      seconds the kernel may cache attributes of sealed files\n"
+      "                         and directories (default 1)\n"
+      "  -o entry_timeout=S     seconds the kernel may cache names (default 1; misses are\n"
+      "                         never cached)\n"
+      "  -o populate=0|1        prefault the pool mapping at mount (default 1)\n"
+      "  -o threads=N           most threads serving requests (default 16)\n"
+      "  -o direct_io           reads bypass the page cache: one copy instead of two, no\n"
+      "                         duplicate of the data in kernel memory, but no mmap\n"
+      "  -o log_level=LEVEL     error, warn, info, debug (default warn)\n"
+      "  -o log_file=PATH       where a background daemon logs (default: nowhere)\n"
+      "  -o allow_other, ...    any other option goes to FUSE (see fuse(8));\n"
+      "                         allow_other is on by default when run as root");
 }
 
 int OptProc(void *data, const char *arg, int key, fuse_args *) {
@@ -122,8 +123,10 @@ class Daemonizer {
 Daemonizer g_daemon;
 
 int Fail(const std::string &message) {
-  if (g_daemon.active()) g_daemon.Report(false, message);
-  else fprintf(stderr, "maru-fuse: %s\n", message.c_str());
+  if (g_daemon.active())
+    g_daemon.Report(false, message);
+  else
+    fprintf(stderr, "maru-fuse: %s\n", message.c_str());
   return 1;
 }
 
@@ -152,7 +155,8 @@ int main(int argc, char **argv) {
     o.foreground = 1;
     fuse_opt_add_arg(&args, "-d");
   }
-  if (o.log_level && !SetLogLevel(o.log_level)) return Fail(std::string("unknown log_level ") + o.log_level);
+  if (o.log_level && !SetLogLevel(o.log_level))
+    return Fail(std::string("unknown log_level ") + o.log_level);
   FsOptions fs;
   fs.attr_timeout = o.attr_timeout;
   fs.entry_timeout = o.entry_timeout;
@@ -180,7 +184,8 @@ int main(int argc, char **argv) {
   if (!pool.ok()) return Fail(pool.status().ToString());
 
   MaruFs maru_fs(std::move(*client), std::move(*pool), fs);
-  fuse_session *se = fuse_session_new(&args, MaruFs::Operations(), sizeof(fuse_lowlevel_ops), &maru_fs);
+  fuse_session *se =
+      fuse_session_new(&args, MaruFs::Operations(), sizeof(fuse_lowlevel_ops), &maru_fs);
   if (!se) return Fail("bad FUSE options");
   if (fuse_set_signal_handlers(se) != 0) return Fail("cannot install signal handlers");
   if (fuse_session_mount(se, o.mountpoint) != 0) {

@@ -17,10 +17,12 @@ using Stub = rpc::Meta::Stub;
 constexpr uint64_t kMinGrowth = 1 << 20;  // a writer's reservation grows by at least this
 constexpr uint32_t kReaddirPage = 4096;
 constexpr const char *kXattrPrefix = "user.maru.";
-constexpr const char *kXattrNames[] = {"extents", "generation", "state", "leases", "pinned",
-                                       "hits", "checksum", "parent"};
+constexpr const char *kXattrNames[] = {"extents", "generation", "state",    "leases",
+                                       "pinned",  "hits",       "checksum", "parent"};
 
-MaruFs *Fs(fuse_req_t req) { return static_cast<MaruFs *>(fuse_req_userdata(req)); }
+MaruFs *Fs(fuse_req_t req) {
+  return static_cast<MaruFs *>(fuse_req_userdata(req));
+}
 
 std::shared_ptr<OpenFile> &Handle(fuse_file_info *fi) {
   return *reinterpret_cast<std::shared_ptr<OpenFile> *>(fi->fh);
@@ -176,7 +178,8 @@ void MaruFs::GetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info *) {
   fuse_reply_attr(req, &st, AttrTimeout(rep.attr()));
 }
 
-void MaruFs::SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set, fuse_file_info *fi) {
+void MaruFs::SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
+                     fuse_file_info *fi) {
   if (to_set & FUSE_SET_ATTR_SIZE) {
     // A size change is a write: through the open writer, or a new version.
     std::shared_ptr<OpenFile> f = fi ? Handle(fi) : Writer(ino);
@@ -206,12 +209,16 @@ void MaruFs::SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_s
   if (to_set & FUSE_SET_ATTR_MODE) r.set_set_mode(true), r.set_mode(attr->st_mode & 07777);
   if (to_set & FUSE_SET_ATTR_UID) r.set_set_uid(true), r.set_uid(attr->st_uid);
   if (to_set & FUSE_SET_ATTR_GID) r.set_set_gid(true), r.set_gid(attr->st_gid);
-  if (to_set & FUSE_SET_ATTR_ATIME_NOW) r.set_set_atime(true), r.set_atime_ns(-1);
+  if (to_set & FUSE_SET_ATTR_ATIME_NOW)
+    r.set_set_atime(true), r.set_atime_ns(-1);
   else if (to_set & FUSE_SET_ATTR_ATIME)
-    r.set_set_atime(true), r.set_atime_ns(attr->st_atim.tv_sec * 1000000000 + attr->st_atim.tv_nsec);
-  if (to_set & FUSE_SET_ATTR_MTIME_NOW) r.set_set_mtime(true), r.set_mtime_ns(-1);
+    r.set_set_atime(true),
+        r.set_atime_ns(attr->st_atim.tv_sec * 1000000000 + attr->st_atim.tv_nsec);
+  if (to_set & FUSE_SET_ATTR_MTIME_NOW)
+    r.set_set_mtime(true), r.set_mtime_ns(-1);
   else if (to_set & FUSE_SET_ATTR_MTIME)
-    r.set_set_mtime(true), r.set_mtime_ns(attr->st_mtim.tv_sec * 1000000000 + attr->st_mtim.tv_nsec);
+    r.set_set_mtime(true),
+        r.set_mtime_ns(attr->st_mtim.tv_sec * 1000000000 + attr->st_mtim.tv_nsec);
   rpc::AttrReply rep;
   int rc = Call(req, &Stub::SetAttr, r, &rep);
   if (rc < 0) return (void)fuse_reply_err(req, FsErrno(rc));
@@ -332,12 +339,14 @@ int MaruFs::StartVersion(fuse_req_t req, OpenFile *f, uint64_t keep) {
     if (old) {
       f->size = std::min(keep, old->size);
       std::vector<uint8_t> bounce;
-      old->map.ForEachPiece(0, f->size, [&](uint32_t dev, uint64_t at, uint64_t n, uint64_t file_off) {
-        const uint8_t *src = pool_->device(dev)->base() + at;
-        f->map.ForEachPiece(file_off, n, [&](uint32_t d2, uint64_t at2, uint64_t n2, uint64_t off2) {
-          memcpy(pool_->device(d2)->base() + at2, src + (off2 - file_off), n2);
-        });
-      });
+      old->map.ForEachPiece(
+          0, f->size, [&](uint32_t dev, uint64_t at, uint64_t n, uint64_t file_off) {
+            const uint8_t *src = pool_->device(dev)->base() + at;
+            f->map.ForEachPiece(
+                file_off, n, [&](uint32_t d2, uint64_t at2, uint64_t n2, uint64_t off2) {
+                  memcpy(pool_->device(d2)->base() + at2, src + (off2 - file_off), n2);
+                });
+          });
     }
   }
   if (old && old->lease) client_->ReleaseLease(old->lease);
@@ -401,7 +410,8 @@ void MaruFs::DropFile(OpenFile *f) {
   f->lease = 0;
 }
 
-void MaruFs::Create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, fuse_file_info *fi) {
+void MaruFs::Create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+                    fuse_file_info *fi) {
   if (!S_ISREG(mode)) return (void)fuse_reply_err(req, EPERM);
   rpc::CreateRequest r;
   *r.mutable_ref() = RefTo(parent, name);
@@ -521,7 +531,8 @@ void MaruFs::Release(fuse_req_t req, fuse_ino_t, fuse_file_info *fi) {
     std::lock_guard<std::mutex> lock(f->mu);
     if (f->writer && (!f->sealed || f->dirty)) {
       int rc = SealFile(f.get());
-      if (rc < 0) LOG_WARN("sealing inode %" PRIu64 " at release: %s", f->ino, strerror(FsErrno(rc)));
+      if (rc < 0)
+        LOG_WARN("sealing inode %" PRIu64 " at release: %s", f->ino, strerror(FsErrno(rc)));
     }
     DropFile(f.get());
   }
@@ -556,7 +567,8 @@ void MaruFs::OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi) {
   fuse_reply_open(req, fi);
 }
 
-void MaruFs::ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info *fi, bool plus) {
+void MaruFs::ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info *fi,
+                     bool plus) {
   auto *dir = reinterpret_cast<DirHandle *>(fi->fh);
   std::vector<char> buf(size);
   size_t used = 0;
@@ -583,17 +595,20 @@ void MaruFs::ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fus
       ToStat(attr, &e.attr);
       e.attr_timeout = AttrTimeout(attr);
       e.entry_timeout = options_.entry_timeout;
-      n = fuse_add_direntry_plus(req, buf.data() + used, size - used, name.c_str(), &e, static_cast<off_t>(i + 1));
+      n = fuse_add_direntry_plus(req, buf.data() + used, size - used, name.c_str(), &e,
+                                 static_cast<off_t>(i + 1));
     } else {
-      struct stat st{};
+      struct stat st {};
       st.st_ino = attr.ino();
       st.st_mode = attr.mode();
       if (plus) {
         fuse_entry_param e{};  // "." and "..": no lookup count taken
         e.attr = st;
-        n = fuse_add_direntry_plus(req, buf.data() + used, size - used, name.c_str(), &e, static_cast<off_t>(i + 1));
+        n = fuse_add_direntry_plus(req, buf.data() + used, size - used, name.c_str(), &e,
+                                   static_cast<off_t>(i + 1));
       } else {
-        n = fuse_add_direntry(req, buf.data() + used, size - used, name.c_str(), &st, static_cast<off_t>(i + 1));
+        n = fuse_add_direntry(req, buf.data() + used, size - used, name.c_str(), &st,
+                              static_cast<off_t>(i + 1));
       }
     }
     if (n > size - used) break;
@@ -612,7 +627,7 @@ void MaruFs::Statfs(fuse_req_t req, fuse_ino_t) {
   rpc::StatfsReply rep;
   int rc = Call(req, &Stub::Statfs, r, &rep);
   if (rc < 0) return (void)fuse_reply_err(req, FsErrno(rc));
-  struct statvfs st{};
+  struct statvfs st {};
   st.f_bsize = 1 << 20;
   st.f_frsize = 4096;
   st.f_blocks = rep.total() / st.f_frsize;
@@ -649,7 +664,9 @@ void MaruFs::GetXattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t s
   } else if (n == "generation") {
     value = std::to_string(a.gen());
   } else if (n == "state") {
-    value = a.state() == rpc::SEALED ? "sealed" : a.state() == rpc::WRITING ? "writing" : "directory";
+    value = a.state() == rpc::SEALED    ? "sealed"
+            : a.state() == rpc::WRITING ? "writing"
+                                        : "directory";
   } else if (n == "leases") {
     value = std::to_string(a.leases());
   } else if (n == "pinned") {
@@ -658,8 +675,8 @@ void MaruFs::GetXattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t s
     value = std::to_string(a.hits());
   } else if (n == "checksum") {
     if (a.checksum_type() == rpc::CHECKSUM_NONE) return (void)fuse_reply_err(req, ENODATA);
-    snprintf(buf, sizeof(buf), "%s:%016" PRIx64, ChecksumName(static_cast<ChecksumKind>(a.checksum_type())),
-             a.checksum());
+    snprintf(buf, sizeof(buf), "%s:%016" PRIx64,
+             ChecksumName(static_cast<ChecksumKind>(a.checksum_type())), a.checksum());
     value = buf;
   } else if (n == "parent") {
     if (rep.parent_path().empty()) return (void)fuse_reply_err(req, ENODATA);
@@ -684,7 +701,8 @@ void MaruFs::ListXattr(fuse_req_t req, fuse_ino_t, size_t size) {
   fuse_reply_buf(req, list.data(), list.size());
 }
 
-void MaruFs::SetXattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value, size_t size, int) {
+void MaruFs::SetXattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
+                      size_t size, int) {
   std::string n = name, v(value, size);
   while (!v.empty() && (v.back() == '\n' || v.back() == '\0')) v.pop_back();
   int rc;
@@ -738,18 +756,23 @@ const fuse_lowlevel_ops *MaruFs::Operations() {
       Fs(r)->SetAttr(r, i, a, s, fi);
     };
     o.readlink = [](fuse_req_t r, fuse_ino_t) { fuse_reply_err(r, EINVAL); };
-    o.mknod = [](fuse_req_t r, fuse_ino_t p, const char *n, mode_t m, dev_t d) { Fs(r)->Mknod(r, p, n, m, d); };
+    o.mknod = [](fuse_req_t r, fuse_ino_t p, const char *n, mode_t m, dev_t d) {
+      Fs(r)->Mknod(r, p, n, m, d);
+    };
     o.mkdir = [](fuse_req_t r, fuse_ino_t p, const char *n, mode_t m) { Fs(r)->Mkdir(r, p, n, m); };
     o.unlink = [](fuse_req_t r, fuse_ino_t p, const char *n) { Fs(r)->Unlink(r, p, n); };
     o.rmdir = [](fuse_req_t r, fuse_ino_t p, const char *n) { Fs(r)->Rmdir(r, p, n); };
     // Symbolic and hard links have no place in a chunk store.
-    o.symlink = [](fuse_req_t r, const char *, fuse_ino_t, const char *) { fuse_reply_err(r, EPERM); };
-    o.link = [](fuse_req_t r, fuse_ino_t, fuse_ino_t, const char *) { fuse_reply_err(r, EPERM); };
-    o.rename = [](fuse_req_t r, fuse_ino_t p, const char *n, fuse_ino_t np, const char *nn, unsigned f) {
-      Fs(r)->Rename(r, p, n, np, nn, f);
+    o.symlink = [](fuse_req_t r, const char *, fuse_ino_t, const char *) {
+      fuse_reply_err(r, EPERM);
     };
+    o.link = [](fuse_req_t r, fuse_ino_t, fuse_ino_t, const char *) { fuse_reply_err(r, EPERM); };
+    o.rename = [](fuse_req_t r, fuse_ino_t p, const char *n, fuse_ino_t np, const char *nn,
+                  unsigned f) { Fs(r)->Rename(r, p, n, np, nn, f); };
     o.open = [](fuse_req_t r, fuse_ino_t i, fuse_file_info *fi) { Fs(r)->Open(r, i, fi); };
-    o.read = [](fuse_req_t r, fuse_ino_t i, size_t s, off_t o, fuse_file_info *fi) { Fs(r)->Read(r, i, s, o, fi); };
+    o.read = [](fuse_req_t r, fuse_ino_t i, size_t s, off_t o, fuse_file_info *fi) {
+      Fs(r)->Read(r, i, s, o, fi);
+    };
     o.write_buf = [](fuse_req_t r, fuse_ino_t i, fuse_bufvec *b, off_t o, fuse_file_info *fi) {
       Fs(r)->WriteBuf(r, i, b, o, fi);
     };
@@ -763,13 +786,17 @@ const fuse_lowlevel_ops *MaruFs::Operations() {
     o.readdirplus = [](fuse_req_t r, fuse_ino_t i, size_t s, off_t o, fuse_file_info *fi) {
       Fs(r)->ReadDir(r, i, s, o, fi, true);
     };
-    o.releasedir = [](fuse_req_t r, fuse_ino_t i, fuse_file_info *fi) { Fs(r)->ReleaseDir(r, i, fi); };
+    o.releasedir = [](fuse_req_t r, fuse_ino_t i, fuse_file_info *fi) {
+      Fs(r)->ReleaseDir(r, i, fi);
+    };
     o.fsyncdir = [](fuse_req_t r, fuse_ino_t, int, fuse_file_info *) { fuse_reply_err(r, 0); };
     o.statfs = [](fuse_req_t r, fuse_ino_t i) { Fs(r)->Statfs(r, i); };
     o.setxattr = [](fuse_req_t r, fuse_ino_t i, const char *n, const char *v, size_t s, int f) {
       Fs(r)->SetXattr(r, i, n, v, s, f);
     };
-    o.getxattr = [](fuse_req_t r, fuse_ino_t i, const char *n, size_t s) { Fs(r)->GetXattr(r, i, n, s); };
+    o.getxattr = [](fuse_req_t r, fuse_ino_t i, const char *n, size_t s) {
+      Fs(r)->GetXattr(r, i, n, s);
+    };
     o.listxattr = [](fuse_req_t r, fuse_ino_t i, size_t s) { Fs(r)->ListXattr(r, i, s); };
     o.removexattr = [](fuse_req_t r, fuse_ino_t i, const char *n) { Fs(r)->RemoveXattr(r, i, n); };
     o.access = [](fuse_req_t r, fuse_ino_t i, int m) { Fs(r)->Access(r, i, m); };

@@ -23,8 +23,8 @@
 namespace maru {
 
 struct FsOptions {
-  double attr_timeout = 1.0;   // sealed files and directories
-  double entry_timeout = 1.0;  // names; negative lookups are never cached
+  double attr_timeout = 1.0;                    // sealed files and directories
+  double entry_timeout = 1.0;                   // names; negative lookups are never cached
   ChecksumKind checksum = ChecksumKind::kXxh3;  // recorded at seal
   // Reads bypass the page cache: one copy (pool to the reader's buffer)
   // instead of two, and no second copy of the data in kernel memory; but
@@ -55,10 +55,12 @@ class MaruFs {
   void Flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi);
   void Release(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi);
   void OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi);
-  void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info *fi, bool plus);
+  void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info *fi,
+               bool plus);
   void ReleaseDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi);
   void Statfs(fuse_req_t req, fuse_ino_t ino);
-  void SetXattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value, size_t size, int flags);
+  void SetXattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value, size_t size,
+                int flags);
   void GetXattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size);
   void ListXattr(fuse_req_t req, fuse_ino_t ino, size_t size);
   void RemoveXattr(fuse_req_t req, fuse_ino_t ino, const char *name);

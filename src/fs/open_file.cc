@@ -2,7 +2,9 @@
 
 namespace maru {
 
-ExtentMap::ExtentMap(ExtentList extents) { Append(extents); }
+ExtentMap::ExtentMap(ExtentList extents) {
+  Append(extents);
+}
 
 void ExtentMap::Append(const ExtentList &more) {
   for (const Extent &e : more) {

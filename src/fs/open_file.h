@@ -44,14 +44,14 @@ class ExtentMap {
 struct OpenFile {
   uint64_t ino = 0;
   bool writer = false;
-  std::mutex mu;          // writers: serializes growth and sealing
-  uint64_t gen = 0;       // the version read, or being written
-  uint64_t size = 0;      // readers: sealed size; writers: bytes written so far
-  ExtentMap map;          // where the bytes are
-  uint64_t lease = 0;     // MetaClient lease handle once there is one, else 0
-  bool sealed = false;    // writers: published by a flush
-  bool dirty = false;     // writers: written since the last seal
-  rpc::Caller caller;     // writers: who opened it, for the seal
+  std::mutex mu;        // writers: serializes growth and sealing
+  uint64_t gen = 0;     // the version read, or being written
+  uint64_t size = 0;    // readers: sealed size; writers: bytes written so far
+  ExtentMap map;        // where the bytes are
+  uint64_t lease = 0;   // MetaClient lease handle once there is one, else 0
+  bool sealed = false;  // writers: published by a flush
+  bool dirty = false;   // writers: written since the last seal
+  rpc::Caller caller;   // writers: who opened it, for the seal
   // Readers of a file this mount is writing read the writer's bytes: one
   // kernel inode, one file, as on a local filesystem.
   std::shared_ptr<OpenFile> follows;
@@ -61,7 +61,9 @@ template <typename F>
 void ExtentMap::ForEachPiece(uint64_t off, uint64_t len, F &&f) const {
   if (off >= length_) return;
   if (len > length_ - off) len = length_ - off;
-  size_t i = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), off) - starts_.begin()) - 1;
+  size_t i =
+      static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), off) - starts_.begin()) -
+      1;
   while (len > 0 && i < extents_.size()) {
     const Extent &e = extents_[i];
     uint64_t within = off - starts_[i];

@@ -15,9 +15,12 @@ bool MayAccess(const Inode &inode, const Caller &caller, int mask) {
     return (inode.mode & 0111) != 0;
   }
   uint32_t bits;
-  if (caller.uid == inode.uid) bits = (inode.mode >> 6) & 7;
-  else if (caller.InGroup(inode.gid)) bits = (inode.mode >> 3) & 7;
-  else bits = inode.mode & 7;
+  if (caller.uid == inode.uid)
+    bits = (inode.mode >> 6) & 7;
+  else if (caller.InGroup(inode.gid))
+    bits = (inode.mode >> 3) & 7;
+  else
+    bits = inode.mode & 7;
   return (bits & static_cast<uint32_t>(mask)) == static_cast<uint32_t>(mask);
 }
 

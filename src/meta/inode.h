@@ -42,7 +42,7 @@ struct Inode {
   int64_t pin_expiry_ns = 0;
   uint64_t hits = 0;
   std::map<std::string, uint64_t, std::less<>> children;  // directories only
-  uint32_t subdirs = 0;                       // directories only: for nlink
+  uint32_t subdirs = 0;                                   // directories only: for nlink
 
   bool is_dir() const { return S_ISDIR(mode); }
   bool is_file() const { return S_ISREG(mode); }
@@ -55,7 +55,6 @@ Inode FromRecord(const schema::Inode &record);
 void ToRecordExtents(const ExtentList &extents,
                      google::protobuf::RepeatedPtrField<schema::Extent> *out);
 ExtentList FromRecordExtents(const google::protobuf::RepeatedPtrField<schema::Extent> &in);
-void ToWireExtents(const ExtentList &extents,
-                   google::protobuf::RepeatedPtrField<rpc::Extent> *out);
+void ToWireExtents(const ExtentList &extents, google::protobuf::RepeatedPtrField<rpc::Extent> *out);
 
 }  // namespace maru

@@ -38,16 +38,24 @@ MetaDb::Batch::~Batch() = default;
 void MetaDb::Batch::PutInode(const schema::Inode &inode) {
   batch_->Put(NumberKey(kInodePrefix, inode.ino()), Serialize(inode));
 }
-void MetaDb::Batch::DeleteInode(uint64_t ino) { batch_->Delete(NumberKey(kInodePrefix, ino)); }
+void MetaDb::Batch::DeleteInode(uint64_t ino) {
+  batch_->Delete(NumberKey(kInodePrefix, ino));
+}
 void MetaDb::Batch::PutRetired(const schema::Retired &r) {
   batch_->Put(NumberKey(kRetiredPrefix, r.gen()), Serialize(r));
 }
-void MetaDb::Batch::DeleteRetired(uint64_t gen) { batch_->Delete(NumberKey(kRetiredPrefix, gen)); }
+void MetaDb::Batch::DeleteRetired(uint64_t gen) {
+  batch_->Delete(NumberKey(kRetiredPrefix, gen));
+}
 void MetaDb::Batch::PutIdentity(const schema::PoolIdentity &id) {
   batch_->Put(kIdentityKey, Serialize(id));
 }
-void MetaDb::Batch::PutCounters(const schema::Counters &c) { batch_->Put(kCountersKey, Serialize(c)); }
-bool MetaDb::Batch::empty() const { return batch_->Count() == 0; }
+void MetaDb::Batch::PutCounters(const schema::Counters &c) {
+  batch_->Put(kCountersKey, Serialize(c));
+}
+bool MetaDb::Batch::empty() const {
+  return batch_->Count() == 0;
+}
 
 Result<std::unique_ptr<MetaDb>> MetaDb::Open(const std::string &dir, bool sync_writes) {
   rocksdb::Options options;
@@ -78,7 +86,8 @@ Result<MetaDb::Contents> MetaDb::Load() {
     if (key.size() == 9 && key[0] == kInodePrefix) {
       parsed = c.inodes.emplace_back().ParseFromArray(value.data(), static_cast<int>(value.size()));
     } else if (key.size() == 9 && key[0] == kRetiredPrefix) {
-      parsed = c.retired.emplace_back().ParseFromArray(value.data(), static_cast<int>(value.size()));
+      parsed =
+          c.retired.emplace_back().ParseFromArray(value.data(), static_cast<int>(value.size()));
     } else if (key == kIdentityKey) {
       parsed = c.identity.emplace().ParseFromArray(value.data(), static_cast<int>(value.size()));
     } else if (key == kCountersKey) {

@@ -25,7 +25,9 @@ uint64_t RandomSessionId() {
   return id;
 }
 
-std::string UuidBytes(const Uuid &u) { return std::string(u.begin(), u.end()); }
+std::string UuidBytes(const Uuid &u) {
+  return std::string(u.begin(), u.end());
+}
 
 }  // namespace
 
@@ -98,7 +100,8 @@ Status MetaEngine::CheckPoolIdentity(MetaDb::Contents *contents, MetaDb::Batch *
       return Status::Error(ENODEV, "pool device " + rec.path() + " (index " +
                                        std::to_string(rec.index()) +
                                        ") holds chunks in this database but was not given; pass "
-                                       "--pool " + rec.path());
+                                       "--pool " +
+                                       rec.path());
     const Superblock &sb = found[match].second;
     placed[match] = true;
     if (UuidBytes(sb.device_uuid) != rec.device_uuid() || sb.epoch != rec.epoch()) {
@@ -138,7 +141,8 @@ Status MetaEngine::CheckPoolIdentity(MetaDb::Contents *contents, MetaDb::Batch *
   for (schema::Inode &r : contents->inodes) {
     if (on_reset(r.current().extents()) || on_reset(r.pending().extents())) {
       batch->DeleteInode(r.ino());
-      const auto &any = r.current().extents_size() ? r.current().extents(0) : r.pending().extents(0);
+      const auto &any =
+          r.current().extents_size() ? r.current().extents(0) : r.pending().extents(0);
       ++dropped[any.device()];
     } else {
       kept.push_back(std::move(r));
@@ -147,8 +151,10 @@ Status MetaEngine::CheckPoolIdentity(MetaDb::Contents *contents, MetaDb::Batch *
   contents->inodes = std::move(kept);
   std::vector<schema::Retired> retired;
   for (schema::Retired &r : contents->retired) {
-    if (on_reset(r.extents())) batch->DeleteRetired(r.gen());
-    else retired.push_back(std::move(r));
+    if (on_reset(r.extents()))
+      batch->DeleteRetired(r.gen());
+    else
+      retired.push_back(std::move(r));
   }
   contents->retired = std::move(retired);
   for (const auto &[index, what] : reset)
@@ -382,7 +388,9 @@ void MetaEngine::TouchDir(Txn &txn, Inode *dir) {
   txn.Dirty(dir);
 }
 
-void MetaEngine::UnrefGen(Txn &txn, uint64_t gen) { space_.Unref(gen, &txn.batch); }
+void MetaEngine::UnrefGen(Txn &txn, uint64_t gen) {
+  space_.Unref(gen, &txn.batch);
+}
 
 void MetaEngine::SetParentChunk(Inode *inode, uint64_t parent) {
   if (inode->parent_chunk == parent) return;
@@ -469,13 +477,16 @@ void MetaEngine::ExpireSession(Txn &txn, uint64_t id) {
   sessions_.Remove(id);
 }
 
-uint64_t MetaEngine::Used() const { return space_.capacity() - space_.free_bytes(); }
+uint64_t MetaEngine::Used() const {
+  return space_.capacity() - space_.free_bytes();
+}
 
 bool MetaEngine::AboveHighWatermark() const {
   // During the grace after a restart evicted space is not freed, so
   // evicting would only empty the cache.
   return !space_.in_grace(MonotonicNs()) &&
-         static_cast<double>(Used()) > options_.high_watermark * static_cast<double>(space_.capacity());
+         static_cast<double>(Used()) >
+             options_.high_watermark * static_cast<double>(space_.capacity());
 }
 
 bool MetaEngine::Evictable(const Inode &inode, int64_t now_ns) const {
@@ -540,8 +551,9 @@ Result<ExtentList> MetaEngine::AllocateWithEviction(Txn &txn, uint64_t bytes) {
   if (!extents.ok() && extents.status().errnum() == ENOSPC) {
     const int64_t mono = MonotonicNs();
     if (space_.in_grace(mono))
-      return Status::Error(ENOSPC, "pool full, and space freed before the restart is still held "
-                                   "for returning readers");
+      return Status::Error(ENOSPC,
+                           "pool full, and space freed before the restart is still held "
+                           "for returning readers");
     // Choose victims until they cover the shortfall; if they cannot, evict
     // nothing: a request that cannot fit must not empty the cache.
     const uint64_t unit = space_.unit();
@@ -690,7 +702,8 @@ void MetaEngine::Mkdir(const Caller &c, const rpc::MkdirRequest &req, rpc::AttrR
 
 Status MetaEngine::RemoveEntry(Txn &txn, const Caller &c, const rpc::Ref &ref, bool dir) {
   Result<NamespaceTree::ParentAndName> pn = tree_.ResolveParent(ref, c);
-  if (!pn.ok()) return pn.status().errnum() == EEXIST ? Status::Error(dir ? EBUSY : EISDIR) : pn.status();
+  if (!pn.ok())
+    return pn.status().errnum() == EEXIST ? Status::Error(dir ? EBUSY : EISDIR) : pn.status();
   Inode *victim = tree_.Child(*pn->dir, pn->name);
   if (!victim) return Status::Error(ENOENT);
   if (dir && !victim->is_dir()) return Status::Error(ENOTDIR);
@@ -766,7 +779,8 @@ void MetaEngine::Readdir(const Caller &c, const rpc::ReaddirRequest &req, rpc::R
     if (!MayAccess(**dir, c, kMayRead)) return Status::Error(EACCES);
     FillAttr(**dir, rep->mutable_dir());
     uint32_t max = req.max() ? std::min(req.max(), kReaddirMax) : kReaddirDefault;
-    auto it = req.after().empty() ? (*dir)->children.begin() : (*dir)->children.upper_bound(req.after());
+    auto it =
+        req.after().empty() ? (*dir)->children.begin() : (*dir)->children.upper_bound(req.after());
     for (; it != (*dir)->children.end() && max > 0; ++it, --max) {
       const Inode *child = tree_.Find(it->second);
       if (!child) continue;
@@ -786,13 +800,15 @@ void MetaEngine::SetAttr(const Caller &c, const rpc::SetAttrRequest &req, rpc::A
     Inode *inode = *found;
     const bool owner = IsOwnerOrRoot(*inode, c);
     if ((req.set_mode() || (req.set_atime() && req.atime_ns() != -1) ||
-         (req.set_mtime() && req.mtime_ns() != -1)) && !owner)
+         (req.set_mtime() && req.mtime_ns() != -1)) &&
+        !owner)
       return Status::Error(EPERM);
     if (((req.set_atime() && req.atime_ns() == -1) || (req.set_mtime() && req.mtime_ns() == -1)) &&
         !owner && !MayAccess(*inode, c, kMayWrite))
       return Status::Error(EACCES);
     if (req.set_uid() && req.uid() != inode->uid && !c.is_root()) return Status::Error(EPERM);
-    if (req.set_gid() && req.gid() != inode->gid && !(c.is_root() || (owner && c.InGroup(req.gid()))))
+    if (req.set_gid() && req.gid() != inode->gid &&
+        !(c.is_root() || (owner && c.InGroup(req.gid()))))
       return Status::Error(EPERM);
     uint64_t parent_chunk = inode->parent_chunk;
     if (req.set_parent()) {
@@ -972,7 +988,8 @@ void MetaEngine::Seal(const Caller &, const rpc::SealRequest &req, rpc::ChunkRep
     uint64_t offset = 0;
     ExtentList kept, trimmed;
     for (const Extent &e : v.extents) {
-      if (offset >= keep) trimmed.push_back(e);
+      if (offset >= keep)
+        trimmed.push_back(e);
       else if (offset + e.length > keep) {
         kept.push_back(Extent{e.device, e.offset, keep - offset});
         trimmed.push_back(Extent{e.device, e.offset + keep - offset, e.length - (keep - offset)});
@@ -1006,7 +1023,8 @@ void MetaEngine::Seal(const Caller &, const rpc::SealRequest &req, rpc::ChunkRep
     txn.Dirty(inode);
     FillChunk(*inode, *inode->current, lease, rep, true);
     if (AboveHighWatermark()) {
-      uint64_t target = static_cast<uint64_t>(options_.low_watermark * static_cast<double>(space_.capacity()));
+      uint64_t target =
+          static_cast<uint64_t>(options_.low_watermark * static_cast<double>(space_.capacity()));
       EvictBytes(txn, Used() - target, "watermark");
     }
     return Status::Ok();
@@ -1098,7 +1116,8 @@ void MetaEngine::Pin(const Caller &c, const rpc::PinRequest &req, rpc::AttrReply
     if (!IsOwnerOrRoot(*inode, c) && !MayAccess(*inode, c, kMayWrite)) return Status::Error(EACCES);
     if (inode->pinned != req.pin() && inode->current) pins_ += req.pin() ? 1 : -1;
     inode->pinned = req.pin();
-    inode->pin_expiry_ns = req.pin() && req.ttl_ms() ? RealtimeNs() + static_cast<int64_t>(req.ttl_ms()) * 1000000 : 0;
+    inode->pin_expiry_ns =
+        req.pin() && req.ttl_ms() ? RealtimeNs() + static_cast<int64_t>(req.ttl_ms()) * 1000000 : 0;
     inode->ctime_ns = RealtimeNs();
     txn.Dirty(inode);
     FillAttr(*inode, rep->mutable_attr());
@@ -1106,7 +1125,8 @@ void MetaEngine::Pin(const Caller &c, const rpc::PinRequest &req, rpc::AttrReply
   });
 }
 
-void MetaEngine::ListSessions(const Caller &, const rpc::StatsRequest &req, rpc::SessionsReply *rep) {
+void MetaEngine::ListSessions(const Caller &, const rpc::StatsRequest &req,
+                              rpc::SessionsReply *rep) {
   RunOp(req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
     const int64_t mono = MonotonicNs(), real = RealtimeNs();
     sessions_.ForEach([&](const Session &s) {
@@ -1144,7 +1164,8 @@ void MetaEngine::FillStats(rpc::StatsReply *rep) {
   rep->set_lookup_hits(lookup_hits_);
   rep->set_evictions(evictions_);
   rep->set_evicted_bytes(evicted_bytes_);
-  for (const auto &[reason, n] : evictions_by_reason_) (*rep->mutable_evictions_by_reason())[reason] = n;
+  for (const auto &[reason, n] : evictions_by_reason_)
+    (*rep->mutable_evictions_by_reason())[reason] = n;
   rep->set_bytes_stored(bytes_stored_);
   rep->set_bytes_loaded(bytes_loaded_);
   rep->set_sessions(sessions_.size());
@@ -1223,7 +1244,8 @@ void MetaEngine::Evict(const Caller &c, const rpc::EvictRequest &req, rpc::Evict
       Result<Inode *> inode = tree_.Resolve(ref, c);
       if (!inode.ok()) return inode.status();
       if (!(*inode)->is_file()) return Status::Error(EISDIR);
-      if (!Evictable(**inode, RealtimeNs())) return Status::Error(EBUSY, "pinned, open or being written");
+      if (!Evictable(**inode, RealtimeNs()))
+        return Status::Error(EBUSY, "pinned, open or being written");
       bytes += EvictChunk(txn, *inode, "admin");
     }
     if (req.older_than_ms() > 0) {
@@ -1250,7 +1272,8 @@ void MetaEngine::Fsck(const Caller &c, const rpc::StatsRequest &req, rpc::FsckRe
     if (!c.is_root()) return Status::Error(EPERM, "fsck is for root");
     // Rebuild the free map from scratch and compare it with the live one.
     SpaceManager check;
-    for (const SpaceManager::Device &d : space_.devices()) check.AddDevice(d.index, d.path, d.superblock);
+    for (const SpaceManager::Device &d : space_.devices())
+      check.AddDevice(d.index, d.path, d.superblock);
     uint64_t chunks = 0, extents = 0;
     tree_.ForEach([&](const Inode &inode) {
       for (const std::optional<Version> *v : {&inode.current, &inode.pending}) {
@@ -1267,7 +1290,8 @@ void MetaEngine::Fsck(const Caller &c, const rpc::StatsRequest &req, rpc::FsckRe
     });
     for (const auto &[gen, ext] : space_.retired()) {
       Status s = check.MarkUsed(ext);
-      if (!s.ok()) rep->add_problems("retired generation " + std::to_string(gen) + ": " + s.message());
+      if (!s.ok())
+        rep->add_problems("retired generation " + std::to_string(gen) + ": " + s.message());
     }
     if (check.FreeMaps() != space_.FreeMaps())
       rep->add_problems("free space map differs from the extent maps (leak or double use)");
@@ -1300,7 +1324,8 @@ void MetaEngine::Tick() {
   });
   space_.Tick(mono, &txn.batch);
   if (AboveHighWatermark()) {
-    uint64_t target = static_cast<uint64_t>(options_.low_watermark * static_cast<double>(space_.capacity()));
+    uint64_t target =
+        static_cast<uint64_t>(options_.low_watermark * static_cast<double>(space_.capacity()));
     EvictBytes(txn, Used() - target, "watermark");
   }
   txn.Commit();

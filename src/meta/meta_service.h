@@ -23,8 +23,8 @@ class MetaService final : public rpc::Meta::CallbackService {
  public:
   MetaService(MetaEngine *engine, const PeerRegistry *peers, IdentityPolicy policy);
 
-#define MARU_RPC(Name, Req, Rep)                                                              \
-  grpc::ServerUnaryReactor *Name(grpc::CallbackServerContext *ctx, const rpc::Req *req,       \
+#define MARU_RPC(Name, Req, Rep)                                                        \
+  grpc::ServerUnaryReactor *Name(grpc::CallbackServerContext *ctx, const rpc::Req *req, \
                                  rpc::Rep *rep) override;
 #include "meta/rpc_list.inc"
 #undef MARU_RPC

@@ -40,20 +40,27 @@ std::string RenderPrometheus(const rpc::StatsReply &st) {
   std::ostringstream out;
   out.precision(10);
   Metric(out, "maru_operations_total", "counter", "Requests served, by operation.");
-  for (const auto &op : st.ops()) out << "maru_operations_total{op=\"" << op.op() << "\"} " << op.count() << "\n";
-  Metric(out, "maru_operation_errors_total", "counter", "Requests answered with an error, by operation.");
-  for (const auto &op : st.ops()) out << "maru_operation_errors_total{op=\"" << op.op() << "\"} " << op.errors() << "\n";
-  Metric(out, "maru_operation_duration_seconds", "histogram", "Time to serve a request, by operation.");
+  for (const auto &op : st.ops())
+    out << "maru_operations_total{op=\"" << op.op() << "\"} " << op.count() << "\n";
+  Metric(out, "maru_operation_errors_total", "counter",
+         "Requests answered with an error, by operation.");
+  for (const auto &op : st.ops())
+    out << "maru_operation_errors_total{op=\"" << op.op() << "\"} " << op.errors() << "\n";
+  Metric(out, "maru_operation_duration_seconds", "histogram",
+         "Time to serve a request, by operation.");
   for (const auto &op : st.ops()) {
     uint64_t cumulative = 0;
     for (int i = 0; i < op.buckets_size(); ++i) {
       cumulative += op.buckets(i);
       out << "maru_operation_duration_seconds_bucket{op=\"" << op.op() << "\",le=\"";
-      if (i < st.bucket_bounds_us_size()) out << st.bucket_bounds_us(i) / 1e6;
-      else out << "+Inf";
+      if (i < st.bucket_bounds_us_size())
+        out << st.bucket_bounds_us(i) / 1e6;
+      else
+        out << "+Inf";
       out << "\"} " << cumulative << "\n";
     }
-    out << "maru_operation_duration_seconds_sum{op=\"" << op.op() << "\"} " << op.sum_us() / 1e6 << "\n";
+    out << "maru_operation_duration_seconds_sum{op=\"" << op.op() << "\"} " << op.sum_us() / 1e6
+        << "\n";
     out << "maru_operation_duration_seconds_count{op=\"" << op.op() << "\"} " << op.count() << "\n";
   }
   Metric(out, "maru_stored_bytes_total", "counter", "Bytes of chunks sealed.");
@@ -71,10 +78,12 @@ std::string RenderPrometheus(const rpc::StatsReply &st) {
   out << "maru_evicted_bytes_total " << st.evicted_bytes() << "\n";
   Metric(out, "maru_pool_capacity_bytes", "gauge", "Allocatable bytes, by pool device.");
   for (const auto &d : st.devices())
-    out << "maru_pool_capacity_bytes{device=\"" << d.index() << "\",path=\"" << Escape(d.path()) << "\"} " << d.size() << "\n";
+    out << "maru_pool_capacity_bytes{device=\"" << d.index() << "\",path=\"" << Escape(d.path())
+        << "\"} " << d.size() << "\n";
   Metric(out, "maru_pool_used_bytes", "gauge", "Allocated bytes, by pool device.");
   for (const auto &d : st.devices())
-    out << "maru_pool_used_bytes{device=\"" << d.index() << "\",path=\"" << Escape(d.path()) << "\"} " << d.used() << "\n";
+    out << "maru_pool_used_bytes{device=\"" << d.index() << "\",path=\"" << Escape(d.path())
+        << "\"} " << d.used() << "\n";
   Metric(out, "maru_chunks", "gauge", "Sealed chunks.");
   out << "maru_chunks " << st.chunks() << "\n";
   Metric(out, "maru_sessions", "gauge", "Client sessions.");
@@ -105,7 +114,8 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string &h
   setsockopt(m->fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   int rc = bind(m->fd_, res->ai_addr, res->ai_addrlen);
   freeaddrinfo(res);
-  if (rc < 0 || listen(m->fd_, 64) < 0) return Status::Error(errno, "cannot listen on " + host_port);
+  if (rc < 0 || listen(m->fd_, 64) < 0)
+    return Status::Error(errno, "cannot listen on " + host_port);
   if (pipe2(m->wake_, O_CLOEXEC) < 0) return Status::Error(errno, "pipe");
   m->thread_ = std::thread([raw = m.get()] { raw->Serve(); });
   return m;

@@ -9,9 +9,9 @@
 #include <string>
 #include <unordered_map>
 
+#include "maru.pb.h"
 #include "meta/access.h"
 #include "meta/inode.h"
-#include "maru.pb.h"
 #include "util/status.h"
 
 namespace maru {

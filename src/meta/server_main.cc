@@ -50,21 +50,34 @@ int main(int argc, char **argv) {
   ServerFlags f;
   Flags flags("maru-server --pool PATH [--pool PATH...] [OPTIONS]",
               "Serves the namespace, extents, sessions and leases of a Maru pool over gRPC.");
-  flags.Strings("pool", &f.pools, "pool device: a file formatted by 'maructl mkpool' or /dev/daxX.Y (repeatable)");
+  flags.Strings("pool", &f.pools,
+                "pool device: a file formatted by 'maructl mkpool' or /dev/daxX.Y (repeatable)");
   flags.String("db", &f.db, "RocksDB directory for the metadata");
-  flags.Strings("listen", &f.listen, "unix:///PATH or tcp://HOST:PORT to serve on (repeatable; default unix:///run/maru/maru.sock)");
-  flags.String("config", &f.config, "configuration file of 'option = value' lines; flags override it (default: " MARU_SYSCONFDIR "/maru/maru-server.conf if it exists)");
-  flags.Int("session-timeout-ms", &f.session_timeout_ms, "a client silent this long loses its leases and unfinished writes");
+  flags.Strings("listen", &f.listen,
+                "unix:///PATH or tcp://HOST:PORT to serve on (repeatable; default "
+                "unix:///run/maru/maru.sock)");
+  flags.String(
+      "config", &f.config,
+      "configuration file of 'option = value' lines; flags override it (default: " MARU_SYSCONFDIR
+      "/maru/maru-server.conf if it exists)");
+  flags.Int("session-timeout-ms", &f.session_timeout_ms,
+            "a client silent this long loses its leases and unfinished writes");
   flags.Int("heartbeat-ms", &f.heartbeat_ms, "how often clients are asked to heartbeat");
-  flags.Int("grace-ms", &f.grace_ms, "after a restart, keep freed extents this long for returning readers (-1: the session timeout)");
-  flags.Double("high-watermark", &f.high_watermark, "evict when the pool is fuller than this fraction");
+  flags.Int("grace-ms", &f.grace_ms,
+            "after a restart, keep freed extents this long for returning readers (-1: the session "
+            "timeout)");
+  flags.Double("high-watermark", &f.high_watermark,
+               "evict when the pool is fuller than this fraction");
   flags.Double("low-watermark", &f.low_watermark, "... until it is below this fraction");
   flags.String("eviction", &f.eviction, "eviction policy: lru or prefix");
   flags.Int("max-fragments", &f.max_fragments, "most extents one chunk may span");
-  flags.String("root-mode", &f.root_mode, "permissions of the root directory when the database is new (octal)");
+  flags.String("root-mode", &f.root_mode,
+               "permissions of the root directory when the database is new (octal)");
   flags.Bool("sync", &f.sync, "fsync every metadata write (survives power loss, slower)");
-  flags.Bool("tcp-squash", &f.squash_tcp, "treat every TCP caller as nobody instead of trusting the identity it asserts");
-  flags.String("metrics-listen", &f.metrics_listen, "HOST:PORT to serve Prometheus metrics on at /metrics");
+  flags.Bool("tcp-squash", &f.squash_tcp,
+             "treat every TCP caller as nobody instead of trusting the identity it asserts");
+  flags.String("metrics-listen", &f.metrics_listen,
+               "HOST:PORT to serve Prometheus metrics on at /metrics");
   flags.String("log-level", &f.log_level, "error, warn, info or debug");
   std::vector<std::string> positional;
   Status s = flags.Parse(argc, argv, 1, &positional);
@@ -79,7 +92,9 @@ int main(int argc, char **argv) {
     if (!s.ok()) return Fail(s.message());
   }
   if (!SetLogLevel(f.log_level)) return Fail("unknown log level '" + f.log_level + "'");
-  if (f.pools.empty()) return Fail("--pool is required (format one with: maructl mkpool /dev/shm/maru.pool --size 4G)");
+  if (f.pools.empty())
+    return Fail(
+        "--pool is required (format one with: maructl mkpool /dev/shm/maru.pool --size 4G)");
   if (f.listen.empty()) f.listen.push_back(kDefaultServerAddress);
   if (f.session_timeout_ms < 100 || f.heartbeat_ms < 10 || f.heartbeat_ms >= f.session_timeout_ms)
     return Fail("need --heartbeat-ms < --session-timeout-ms, and a timeout of at least 100 ms");
@@ -132,7 +147,8 @@ int main(int argc, char **argv) {
       if (!s.ok()) return Fail(s.message());
       unix_listeners.push_back(std::move(l));
     } else {
-      builder.AddListeningPort(addresses[i].GrpcTarget(), grpc::InsecureServerCredentials(), &ports[i]);
+      builder.AddListeningPort(addresses[i].GrpcTarget(), grpc::InsecureServerCredentials(),
+                               &ports[i]);
     }
   }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
@@ -144,7 +160,8 @@ int main(int argc, char **argv) {
 
   std::unique_ptr<MetricsServer> metrics;
   if (!f.metrics_listen.empty()) {
-    Result<std::unique_ptr<MetricsServer>> m = MetricsServer::Start(f.metrics_listen, engine->get());
+    Result<std::unique_ptr<MetricsServer>> m =
+        MetricsServer::Start(f.metrics_listen, engine->get());
     if (!m.ok()) return Fail(m.status().message());
     metrics = std::move(*m);
   }
@@ -152,7 +169,8 @@ int main(int argc, char **argv) {
   std::mutex tick_mu;
   std::condition_variable tick_cv;
   bool stopping = false;
-  const auto tick_every = std::chrono::milliseconds(std::clamp<int64_t>(f.session_timeout_ms / 4, 20, 500));
+  const auto tick_every =
+      std::chrono::milliseconds(std::clamp<int64_t>(f.session_timeout_ms / 4, 20, 500));
   std::thread ticker([&] {
     std::unique_lock<std::mutex> lock(tick_mu);
     while (!tick_cv.wait_for(lock, tick_every, [&] { return stopping; })) {

@@ -13,7 +13,9 @@ Session *SessionTable::Find(uint64_t id) {
   return it == sessions_.end() ? nullptr : &it->second;
 }
 
-void SessionTable::Remove(uint64_t id) { sessions_.erase(id); }
+void SessionTable::Remove(uint64_t id) {
+  sessions_.erase(id);
+}
 
 std::vector<uint64_t> SessionTable::Expired(int64_t now_ns, int64_t timeout_ns) const {
   std::vector<uint64_t> out;

@@ -7,7 +7,8 @@
 namespace maru {
 
 void SpaceManager::AddDevice(uint32_t index, const std::string &path, const Superblock &sb) {
-  devices_.push_back(Device{index, path, sb, ExtentAllocator(index, sb.data_offset, sb.size, sb.unit)});
+  devices_.push_back(
+      Device{index, path, sb, ExtentAllocator(index, sb.data_offset, sb.size, sb.unit)});
 }
 
 const SpaceManager::Device *SpaceManager::device(uint32_t index) const {
@@ -29,7 +30,8 @@ Result<ExtentList> SpaceManager::Allocate(uint64_t bytes) {
     if (d.allocator.free_bytes() < need) continue;
     bool contiguous = d.allocator.largest_free() >= need;
     if (!best || (contiguous && !best_contiguous) ||
-        (contiguous == best_contiguous && d.allocator.free_bytes() > best->allocator.free_bytes())) {
+        (contiguous == best_contiguous &&
+         d.allocator.free_bytes() > best->allocator.free_bytes())) {
       best = &d;
       best_contiguous = contiguous;
     }
@@ -56,7 +58,8 @@ void SpaceManager::FreeNow(const ExtentList &extents) {
     Device *d = mutable_device(e.device);
     Status s = d ? d->allocator.Free(e) : Status::Error(EINVAL, "unknown device");
     if (!s.ok())
-      LOG_ERROR("freeing extent %u:%lu+%lu: %s", e.device, e.offset, e.length, s.ToString().c_str());
+      LOG_ERROR("freeing extent %u:%lu+%lu: %s", e.device, e.offset, e.length,
+                s.ToString().c_str());
   }
 }
 
@@ -116,7 +119,9 @@ uint64_t SpaceManager::Tick(int64_t now_mono_ns, MetaDb::Batch *batch) {
   return freed;
 }
 
-uint64_t SpaceManager::unit() const { return devices_.empty() ? 0 : devices_[0].allocator.unit(); }
+uint64_t SpaceManager::unit() const {
+  return devices_.empty() ? 0 : devices_[0].allocator.unit();
+}
 
 uint64_t SpaceManager::capacity() const {
   uint64_t total = 0;

@@ -36,7 +36,9 @@ bool SomeoneListens(const std::string &path) {
 
 }  // namespace
 
-UnixListener::~UnixListener() { Stop(); }
+UnixListener::~UnixListener() {
+  Stop();
+}
 
 Status UnixListener::Bind() {
   std::error_code ec;
@@ -74,7 +76,8 @@ void UnixListener::AcceptLoop() {
       return;
     }
     if (fds[1].revents) return;
-    int conn = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);  // gRPC needs non-blocking
+    int conn =
+        accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);  // gRPC needs non-blocking
     if (conn < 0) {
       if (errno != EINTR && errno != EAGAIN && errno != ECONNABORTED)
         LOG_WARN("accept on %s: %s", path_.c_str(), strerror(errno));

@@ -27,8 +27,8 @@ Result<Address> ParseAddress(std::string_view text) {
     return a;
   }
   if (!text.starts_with("tcp://"))
-    return Status::Error(EINVAL, "address must be unix:///PATH or tcp://HOST:PORT, not '" +
-                                     std::string(text) + "'");
+    return Status::Error(
+        EINVAL, "address must be unix:///PATH or tcp://HOST:PORT, not '" + std::string(text) + "'");
   std::string_view rest = text.substr(6);
   size_t colon;
   if (rest.starts_with("[")) {

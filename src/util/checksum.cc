@@ -33,7 +33,7 @@ uint32_t Crc32cSoftware(const uint8_t *p, size_t len, uint32_t crc) {
 
 #if defined(__x86_64__)
 __attribute__((target("sse4.2"))) uint32_t Crc32cHardware(const uint8_t *p, size_t len,
-                                                           uint32_t crc) {
+                                                          uint32_t crc) {
   uint64_t c = crc;
   while (len >= 8) {
     uint64_t word;
@@ -68,22 +68,30 @@ uint32_t Crc32c(const void *data, size_t len, uint32_t crc) {
   return ~crc;
 }
 
-uint64_t Xxh3(const void *data, size_t len) { return XXH3_64bits(data, len); }
+uint64_t Xxh3(const void *data, size_t len) {
+  return XXH3_64bits(data, len);
+}
 
 uint64_t Checksum(ChecksumKind kind, const void *data, size_t len) {
   switch (kind) {
-    case ChecksumKind::kXxh3: return Xxh3(data, len);
-    case ChecksumKind::kCrc32c: return Crc32c(data, len);
-    case ChecksumKind::kNone: break;
+    case ChecksumKind::kXxh3:
+      return Xxh3(data, len);
+    case ChecksumKind::kCrc32c:
+      return Crc32c(data, len);
+    case ChecksumKind::kNone:
+      break;
   }
   return 0;
 }
 
 const char *ChecksumName(ChecksumKind kind) {
   switch (kind) {
-    case ChecksumKind::kXxh3: return "xxh3";
-    case ChecksumKind::kCrc32c: return "crc32c";
-    case ChecksumKind::kNone: break;
+    case ChecksumKind::kXxh3:
+      return "xxh3";
+    case ChecksumKind::kCrc32c:
+      return "crc32c";
+    case ChecksumKind::kNone:
+      break;
   }
   return "none";
 }
@@ -100,8 +108,10 @@ ChecksumStream::~ChecksumStream() {
 }
 
 void ChecksumStream::Update(const void *data, size_t len) {
-  if (kind_ == ChecksumKind::kXxh3) XXH3_64bits_update(static_cast<XXH3_state_t *>(xxh3_), data, len);
-  else if (kind_ == ChecksumKind::kCrc32c) crc_ = Crc32c(data, len, crc_);
+  if (kind_ == ChecksumKind::kXxh3)
+    XXH3_64bits_update(static_cast<XXH3_state_t *>(xxh3_), data, len);
+  else if (kind_ == ChecksumKind::kCrc32c)
+    crc_ = Crc32c(data, len, crc_);
 }
 
 uint64_t ChecksumStream::Digest() const {
@@ -110,10 +120,14 @@ uint64_t ChecksumStream::Digest() const {
 }
 
 bool ParseChecksumName(std::string_view name, ChecksumKind *kind) {
-  if (name == "xxh3") *kind = ChecksumKind::kXxh3;
-  else if (name == "crc32c") *kind = ChecksumKind::kCrc32c;
-  else if (name == "none") *kind = ChecksumKind::kNone;
-  else return false;
+  if (name == "xxh3")
+    *kind = ChecksumKind::kXxh3;
+  else if (name == "crc32c")
+    *kind = ChecksumKind::kCrc32c;
+  else if (name == "none")
+    *kind = ChecksumKind::kNone;
+  else
+    return false;
   return true;
 }
 

@@ -21,7 +21,9 @@ std::string Trim(std::string_view s) {
 Flags::Flags(std::string usage, std::string summary)
     : usage_(std::move(usage)), summary_(std::move(summary)) {}
 
-void Flags::Add(Flag flag) { flags_.push_back(std::move(flag)); }
+void Flags::Add(Flag flag) {
+  flags_.push_back(std::move(flag));
+}
 
 void Flags::String(const std::string &name, std::string *out, const std::string &help) {
   Add({name, help, out->empty() ? "" : *out, true, false, [out](std::string_view v) {
@@ -40,9 +42,12 @@ void Flags::Strings(const std::string &name, std::vector<std::string> *out,
 
 void Flags::Bool(const std::string &name, bool *out, const std::string &help) {
   Add({name, help, "", false, false, [out, name](std::string_view v) {
-         if (v.empty() || v == "1" || v == "true" || v == "yes") *out = true;
-         else if (v == "0" || v == "false" || v == "no") *out = false;
-         else return Status::Error(EINVAL, "--" + name + " takes true or false");
+         if (v.empty() || v == "1" || v == "true" || v == "yes")
+           *out = true;
+         else if (v == "0" || v == "false" || v == "no")
+           *out = false;
+         else
+           return Status::Error(EINVAL, "--" + name + " takes true or false");
          return Status::Ok();
        }});
 }
@@ -121,7 +126,8 @@ Status Flags::Parse(int argc, char **argv, int first, std::vector<std::string> *
       inline_value = true;
     }
     Flag *flag = Find(name);
-    if (!flag) return Status::Error(EINVAL, "unknown option --" + std::string(name) + " (see --help)");
+    if (!flag)
+      return Status::Error(EINVAL, "unknown option --" + std::string(name) + " (see --help)");
     if (flag->takes_value && !inline_value) {
       if (i + 1 >= argc) return Status::Error(EINVAL, "--" + std::string(name) + " needs a value");
       value = argv[++i];

@@ -30,9 +30,15 @@ bool SetLogLevel(std::string_view name) {
   return false;
 }
 
-void SetLogLevel(LogLevel level) { g_level = static_cast<int>(level); }
-bool LogEnabled(LogLevel level) { return static_cast<int>(level) <= g_level.load(); }
-void SetLogTag(const char *tag) { g_tag = tag; }
+void SetLogLevel(LogLevel level) {
+  g_level = static_cast<int>(level);
+}
+bool LogEnabled(LogLevel level) {
+  return static_cast<int>(level) <= g_level.load();
+}
+void SetLogTag(const char *tag) {
+  g_tag = tag;
+}
 
 void Log(LogLevel level, const char *fmt, ...) {
   static constexpr const char *kLabels[] = {"error", "warn", "info", "debug"};

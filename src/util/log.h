@@ -20,9 +20,10 @@ void Log(LogLevel level, const char *fmt, ...) __attribute__((format(printf, 2, 
 
 }  // namespace maru
 
-#define MARU_LOG(level, ...)                                                     \
-  do {                                                                           \
-    if (::maru::LogEnabled(::maru::LogLevel::level)) ::maru::Log(::maru::LogLevel::level, __VA_ARGS__); \
+#define MARU_LOG(level, ...)                             \
+  do {                                                   \
+    if (::maru::LogEnabled(::maru::LogLevel::level))     \
+      ::maru::Log(::maru::LogLevel::level, __VA_ARGS__); \
   } while (0)
 #define LOG_ERROR(...) MARU_LOG(kError, __VA_ARGS__)
 #define LOG_WARN(...) MARU_LOG(kWarn, __VA_ARGS__)

@@ -53,10 +53,10 @@ class Result {
   Status status_;
 };
 
-#define MARU_RETURN_IF_ERROR(expr)         \
-  do {                                     \
-    ::maru::Status _st = (expr);           \
-    if (!_st.ok()) return _st;             \
+#define MARU_RETURN_IF_ERROR(expr) \
+  do {                             \
+    ::maru::Status _st = (expr);   \
+    if (!_st.ok()) return _st;     \
   } while (0)
 
 }  // namespace maru

@@ -21,12 +21,23 @@ Result<uint64_t> ParseSize(std::string_view text) {
   int shift = 0;
   if (!suffix.empty()) {
     switch (toupper(static_cast<unsigned char>(suffix[0]))) {
-      case 'K': shift = 10; break;
-      case 'M': shift = 20; break;
-      case 'G': shift = 30; break;
-      case 'T': shift = 40; break;
-      case 'B': shift = -1; break;
-      default: return Status::Error(EINVAL, "unknown size suffix '" + std::string(suffix) + "'");
+      case 'K':
+        shift = 10;
+        break;
+      case 'M':
+        shift = 20;
+        break;
+      case 'G':
+        shift = 30;
+        break;
+      case 'T':
+        shift = 40;
+        break;
+      case 'B':
+        shift = -1;
+        break;
+      default:
+        return Status::Error(EINVAL, "unknown size suffix '" + std::string(suffix) + "'");
     }
     suffix.remove_prefix(1);
     if (shift < 0) {
@@ -62,7 +73,11 @@ static int64_t ClockNs(clockid_t clock) {
   return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
-int64_t RealtimeNs() { return ClockNs(CLOCK_REALTIME); }
-int64_t MonotonicNs() { return ClockNs(CLOCK_MONOTONIC); }
+int64_t RealtimeNs() {
+  return ClockNs(CLOCK_REALTIME);
+}
+int64_t MonotonicNs() {
+  return ClockNs(CLOCK_MONOTONIC);
+}
 
 }  // namespace maru
