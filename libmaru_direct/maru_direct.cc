@@ -1,17 +1,22 @@
-// libmaru_direct: the C API over MetaClient (control) and PoolMap (data).
+// libmaru_direct: the C API over MetaClient (control) and, for data, either
+// PoolMap (the pool is mapped here: loads and stores in place) or
+// RemotePool (it is not: one-sided get/put through maru-agent).
 #include <google/protobuf/arena.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <new>
 #include <string>
 #include <vector>
 
 #include "client/meta_client.h"
+#include "alloc/extent_map.h"
 #include "client/pool_map.h"
+#include "rdma/remote_pool.h"
 #include "util/address.h"
 #include "util/checksum.h"
 #include "util/path.h"
@@ -19,11 +24,13 @@
 #include "maru_direct_internal.h"
 
 using maru::MetaClient;
+namespace rpc = maru::rpc;
 using Stub = maru::rpc::Meta::Stub;
 
 struct maru_handle {
   std::unique_ptr<MetaClient> client;
-  std::unique_ptr<maru::PoolMap> pool;
+  std::unique_ptr<maru::PoolMap> pool;      // the pool is mapped here
+  std::unique_ptr<maru::RemotePool> remote;  // or reached through agents
   std::atomic<uint64_t> next_request{1};
 };
 
@@ -37,6 +44,11 @@ struct maru_chunk {
   maru::rpc::ChecksumType recorded_type = maru::rpc::CHECKSUM_NONE;
   uint64_t recorded = 0;
   uint64_t lease_handle = 0;
+  // Remote chunks: where the bytes are, and a local copy once fetched (or,
+  // for a writer, the staging buffer written to the pool at seal).
+  maru::ExtentMap extents;
+  std::unique_ptr<uint8_t, decltype(&free)> staging{nullptr, &free};
+  bool remote = false;
 };
 
 namespace {
@@ -56,6 +68,43 @@ int CheckPath(const char *path) {
   return parts->empty() ? -EINVAL : 0;  // "/" is no chunk
 }
 
+int AllocateStaging(maru_chunk_t *c) {
+  void *p = nullptr;
+  if (posix_memalign(&p, 4096, std::max<uint64_t>(c->size, 1)) != 0) return -ENOMEM;
+  c->staging.reset(static_cast<uint8_t *>(p));
+  c->data = c->staging.get();
+  return 0;
+}
+
+// The one-sided transfers that move [off, off+len) of a remote chunk to or
+// from `local`.
+void AddTransfers(const maru_chunk_t *c, uint64_t off, uint64_t len, uint8_t *local,
+                  std::vector<maru::RemotePool::Transfer> *out) {
+  c->extents.ForEachPiece(off, len, [&](uint32_t dev, uint64_t at, uint64_t n, uint64_t file_off) {
+    out->push_back({dev, at, n, local + (file_off - off)});
+  });
+}
+
+// Reads land in place: a read is good only if the lease held throughout.
+int CheckStillLeased(maru_chunk_t *c) {
+  return c->m->client->LeaseValid(c->lease_handle) ? 0 : -ESTALE;
+}
+
+// Fetches a remote chunk into a local copy.
+int Fetch(maru_chunk_t *c) {
+  if (c->data || c->size == 0) return 0;
+  if (int rc = AllocateStaging(c); rc < 0) return rc;
+  std::vector<maru::RemotePool::Transfer> transfers;
+  AddTransfers(c, 0, c->size, c->staging.get(), &transfers);
+  maru::Status s = c->m->remote->Get(c->m->client->session(), transfers);
+  int rc = s.ok() ? CheckStillLeased(c) : -s.errnum();
+  if (rc < 0) {
+    c->staging.reset();
+    c->data = nullptr;
+  }
+  return rc;
+}
+
 // Turns a chunk reply into a handle: its address in the pool mapping and
 // its lease (or reservation).
 int MakeChunk(maru_t *m, const maru::rpc::ChunkReply &rep, bool writing, maru_chunk_t **out) {
@@ -68,9 +117,17 @@ int MakeChunk(maru_t *m, const maru::rpc::ChunkReply &rep, bool writing, maru_ch
   c->writing = writing;
   c->recorded_type = rep.attr().checksum_type();
   c->recorded = rep.attr().checksum();
-  maru::Result<uint8_t *> data = m->pool->Address(maru::FromWire(rep.extents()), &c->view);
-  if (!data.ok()) return -data.status().errnum();
-  c->data = *data;
+  if (m->remote) {
+    c->remote = true;
+    c->extents = maru::ExtentMap(maru::FromWire(rep.extents()));
+    if (writing) {
+      if (int rc = AllocateStaging(c.get()); rc < 0) return rc;
+    }
+  } else {
+    maru::Result<uint8_t *> data = m->pool->Address(maru::FromWire(rep.extents()), &c->view);
+    if (!data.ok()) return -data.status().errnum();
+    c->data = *data;
+  }
   if (!writing) c->lease_handle = m->client->TrackLease(rep.lease(), c->ino, c->gen);
   *out = c.release();
   return 0;
@@ -97,13 +154,38 @@ int maru_connect(const char *target, maru_t **out) {
   options.retry_window_ms = EnvInt("MARU_RETRY_MS", options.retry_window_ms);
   auto client = MetaClient::Connect(target, options);
   if (!client.ok()) return -client.status().errnum();
-  auto pool = maru::PoolMap::Open((*client)->session_info(), EnvInt("MARU_POPULATE", 1) != 0);
-  if (!pool.ok()) return -pool.status().errnum();
-  auto m = new (std::nothrow) maru_t();
+  auto m = std::unique_ptr<maru_t>(new (std::nothrow) maru_t());
   if (!m) return -ENOMEM;
+  const rpc::OpenSessionReply info = (*client)->session_info();
   m->client = std::move(*client);
-  m->pool = std::move(*pool);
-  *out = m;
+  // Map the pool if this host sees it; else go through the agents.
+  const char *data_path = getenv("MARU_DATA");
+  const bool force_remote = data_path && strcmp(data_path, "remote") == 0;
+  maru::Result<std::unique_ptr<maru::PoolMap>> pool = maru::Status::Error(ENODEV, "remote");
+  if (!force_remote) pool = maru::PoolMap::Open(info, EnvInt("MARU_POPULATE", 1) != 0);
+  if (pool.ok()) {
+    m->pool = std::move(*pool);
+  } else {
+    const int err = pool.status().errnum();
+    if (!force_remote && err != ENOENT && err != ENODEV && err != EACCES) return -err;
+    std::map<uint32_t, std::string> agents;
+    for (const rpc::Device &d : info.devices())
+      if (!d.agent().empty()) agents[d.index()] = d.agent();
+    if (agents.size() != static_cast<size_t>(info.devices_size())) return force_remote ? -ENODEV : -err;
+    MetaClient *meta = m->client.get();
+    auto refresh = [meta] {
+      maru::RemotePool::AgentMap now;
+      rpc::StatfsRequest req;
+      rpc::StatfsReply rep;
+      if (meta->Call(&Stub::Statfs, req, &rep) == 0)
+        for (const rpc::Device &d : rep.devices()) now[d.index()] = d.agent();
+      return now;
+    };
+    auto remote = maru::RemotePool::Create(agents, options.call_timeout_ms, refresh);
+    if (!remote.ok()) return -remote.status().errnum();
+    m->remote = std::move(*remote);
+  }
+  *out = m.release();
   return 0;
 }
 
@@ -117,7 +199,7 @@ int maru_create_ex(maru_t *m, const char *path, uint64_t size, const maru_create
   *out = nullptr;
   if (int rc = CheckPath(path); rc < 0) return rc;
   if (size == 0) return -EINVAL;
-  if (!m->pool->writable()) return -EROFS;
+  if (m->pool && !m->pool->writable()) return -EROFS;
   if (opts && opts->parent)
     if (int rc = CheckPath(opts->parent); rc < 0) return rc;
   if (opts && (opts->checksum < MARU_CHECKSUM_NONE || opts->checksum > MARU_CHECKSUM_CRC32C))
@@ -159,6 +241,13 @@ int maru_create_child(maru_t *m, const char *path, const char *parent, uint64_t 
 
 int maru_seal(maru_chunk_t *c) {
   if (!c || !c->writing) return -EINVAL;
+  if (c->remote && c->size) {
+    // The staging buffer goes to the reserved extents first, then publish.
+    std::vector<maru::RemotePool::Transfer> transfers;
+    AddTransfers(c, 0, c->size, c->staging.get(), &transfers);
+    maru::Status s = c->m->remote->Put(c->m->client->session(), transfers);
+    if (!s.ok()) return -s.errnum();
+  }
   maru::rpc::SealRequest req;
   req.set_ino(c->ino);
   req.set_gen(c->gen);
@@ -238,21 +327,50 @@ int maru_lookup_prefix(maru_t *m, const char *const *paths, size_t n, maru_chunk
 }
 
 void *maru_chunk_data(maru_chunk_t *c) {
-  return c ? c->data : nullptr;
+  if (!c) return nullptr;
+  if (c->remote && !c->data && Fetch(c) < 0) return nullptr;
+  return c->data;
 }
 uint64_t maru_chunk_size(const maru_chunk_t *c) {
   return c ? c->size : 0;
 }
 
 int maru_read_into(maru_chunk_t *c, void *dst, uint64_t off, uint64_t len) {
-  if (!c || (!dst && len) || off > c->size || len > c->size - off) return -EINVAL;
-  if (len) memcpy(dst, c->data + off, len);
+  maru_read_op_t op{c, dst, off, len};
+  return maru_read_into_batch(&op, 1);
+}
+
+int maru_read_into_batch(const maru_read_op_t *ops, size_t n) {
+  if (!ops && n) return -EINVAL;
+  std::vector<maru::RemotePool::Transfer> transfers;
+  maru_t *m = nullptr;
+  for (size_t i = 0; i < n; ++i) {
+    const maru_read_op_t &op = ops[i];
+    maru_chunk_t *c = op.chunk;
+    if (!c || (!op.dst && op.len) || op.off > c->size || op.len > c->size - op.off) return -EINVAL;
+    if (c->data) {
+      if (op.len) memcpy(op.dst, c->data + op.off, op.len);
+      continue;
+    }
+    if (m && m != c->m) return -EINVAL;  // one connection per batch
+    m = c->m;
+    AddTransfers(c, op.off, op.len, static_cast<uint8_t *>(op.dst), &transfers);
+  }
+  if (transfers.empty()) return 0;
+  // Straight into the callers' buffers, all in flight at once.
+  maru::Status s = m->remote->Get(m->client->session(), transfers);
+  if (!s.ok()) return -s.errnum();
+  for (size_t i = 0; i < n; ++i)
+    if (!ops[i].chunk->data)
+      if (int rc = CheckStillLeased(ops[i].chunk); rc < 0) return rc;
   return 0;
 }
 
 int maru_verify(maru_chunk_t *c) {
   if (!c) return -EINVAL;
   if (c->recorded_type == maru::rpc::CHECKSUM_NONE) return 0;
+  if (c->remote && !c->data)
+    if (int rc = Fetch(c); rc < 0) return rc;
   auto kind = static_cast<maru::ChecksumKind>(c->recorded_type);
   return maru::Checksum(kind, c->data, c->size) == c->recorded ? 0 : -EBADMSG;
 }
@@ -334,6 +452,8 @@ const char *maru_strerror(int err) {
       return "pool device not visible on this host";
     case EBADMSG:
       return "chunk bytes do not match their checksum";
+    case ECONNRESET:
+      return "connection to the pool's agent lost";
   }
   return strerror(err);
 }

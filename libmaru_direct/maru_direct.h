@@ -33,6 +33,7 @@
  *   -ENOTCONN      the server is unreachable (after waiting for it to come
  *                  back, MARU_RETRY_MS, default 30000)
  *   -ECONNREFUSED  no server at the address when connecting
+ *   -ECONNRESET    the pool's maru-agent went away mid-transfer
  *   -EROFS         this process may only read the pool (no write
  *                  permission on the pool device)
  *   -ESTALE        the chunk's lease or reservation was lost (the session
@@ -45,7 +46,16 @@
  * then); multiprocessing "spawn" and fork+exec are fine. Any number of
  * processes may connect to the same server.
  *
+ * Hosts that cannot map the pool (no CXL) reach it through maru-agent, over
+ * UCX one-sided get/put: the same calls work; maru_create() hands out a
+ * local staging buffer that maru_seal() writes to the pool, and reads fetch
+ * into a local copy or, with maru_read_into(), straight into the caller's
+ * buffer. A remote read is reported -ESTALE, never silently stale, if the
+ * lease may have lapsed while the bytes moved; -ECONNRESET if the agent went
+ * away (the next call reconnects).
+ *
  * Environment: MARU_SERVER (the default target when maru_connect gets NULL),
+ * MARU_DATA=remote (use the agents even where the pool is visible),
  * MARU_POPULATE=0 (do not prefault the pool mapping at connect),
  * MARU_TIMEOUT_MS (one call's deadline, default 10000), MARU_RETRY_MS.
  */
@@ -115,12 +125,28 @@ int maru_lookup_prefix(maru_t *m, const char *const *paths, size_t n, maru_chunk
                        size_t *hits);
 
 /* The chunk's bytes: contiguous, in shared memory, valid until release.
- * Writable only before maru_seal(). */
+ * Writable only before maru_seal(). On a host that reaches the pool through
+ * maru-agent, they are a local copy, fetched at the first call (NULL if that
+ * fails; maru_read_into() reports why). */
 void *maru_chunk_data(maru_chunk_t *c);
 uint64_t maru_chunk_size(const maru_chunk_t *c);
 
-/* Copies chunk bytes [off, off+len) into `dst`. -EINVAL if out of range. */
+/* Copies chunk bytes [off, off+len) into `dst` (memory the caller owns,
+ * e.g. registered with a GPU). For a chunk of a pool reached through an
+ * agent the bytes land in `dst` directly, with no staging copy.
+ * -EINVAL if out of range. */
 int maru_read_into(maru_chunk_t *c, void *dst, uint64_t off, uint64_t len);
+
+typedef struct maru_read_op {
+  maru_chunk_t *chunk;
+  void *dst;
+  uint64_t off;
+  uint64_t len;
+} maru_read_op_t;
+
+/* maru_read_into() of many ranges (of chunks of one maru_t), with all the
+ * remote transfers in flight at once. */
+int maru_read_into_batch(const maru_read_op_t *ops, size_t n);
 
 /* Recomputes the checksum recorded at seal. 0 if it matches or none was
  * recorded, -EBADMSG if the bytes differ. */

@@ -12,6 +12,13 @@
 //     lookup HITS PATH...         maru_lookup_prefix must find HITS, with patterns
 //     offset PATH POOL            print where the chunk lies in the POOL file
 //     create-and-die PATH SIZE    reserve, write a little, then SIGKILL itself
+//     fetch PATH SIZE             open and check the pattern through maru_chunk_data
+//     read-into PATH SIZE         open and check the pattern read with maru_read_into
+//                                 (in three pieces) and maru_read_into_batch
+//     hold-read PATH SIZE GO      open, print "opened", wait for the file GO to
+//                                 exist, then read: prints the result
+//     read-through-outage PATH SIZE  read until a read fails (the agent went
+//                                 away), then until one succeeds again
 //     store-log DIR COUNT SIZE LOG   store DIR/c0.. one by one, appending each sealed
 //                                 path to LOG; errors (a server away) are retried
 //     verify-log LOG SIZE         every path in LOG must hold its bytes
@@ -256,6 +263,68 @@ int RunCommand(const std::vector<std::string> &cmd) {
     if (rc) return Fail("create " + arg(1) + ": " + maru_strerror(rc), 60);
     memset(maru_chunk_data(c), 1, 4096);
     kill(getpid(), SIGKILL);
+  }
+  if (op == "fetch" || op == "read-into") {
+    int rc = maru_open(M(), arg(1).c_str(), &c);
+    if (rc) return Fail("open " + arg(1) + ": " + maru_strerror(rc), 80);
+    const uint64_t size = num(2);
+    int result = 0;
+    if (op == "fetch") {
+      void *data = maru_chunk_data(c);
+      if (!data) result = Fail("fetch failed", 81);
+      else if (!maru_test::CheckPattern(data, size, arg(1))) result = Fail("wrong bytes", 82);
+    } else {
+      std::vector<uint8_t> buf(size);
+      const uint64_t third = size / 3 / 8 * 8;
+      rc = maru_read_into(c, buf.data(), 0, third);
+      if (rc == 0) rc = maru_read_into(c, buf.data() + third, third, size - third);
+      if (rc) result = Fail(std::string("read_into: ") + maru_strerror(rc), 83);
+      else if (!maru_test::CheckPattern(buf.data(), size, arg(1))) result = Fail("wrong bytes", 84);
+      std::vector<uint8_t> again(size);
+      maru_read_op_t ops[2] = {{c, again.data(), 0, size / 2}, {c, again.data() + size / 2, size / 2, size - size / 2}};
+      rc = maru_read_into_batch(ops, 2);
+      if (!result && (rc || again != buf)) result = Fail("read_into_batch", 85);
+    }
+    maru_release(c);
+    return result;
+  }
+  if (op == "hold-read") {
+    int rc = maru_open(M(), arg(1).c_str(), &c);
+    if (rc) return Fail("open " + arg(1) + ": " + maru_strerror(rc), 88);
+    printf("opened\n");
+    fflush(stdout);
+    while (access(arg(3).c_str(), F_OK) != 0) usleep(10000);
+    std::vector<uint8_t> buf(num(2));
+    rc = maru_read_into(c, buf.data(), 0, buf.size());
+    const bool mine = rc == 0 && maru_test::CheckPattern(buf.data(), buf.size(), arg(1));
+    printf("read %s%s\n", rc ? maru_strerror(rc) : "ok", rc == 0 && !mine ? " WRONG BYTES" : "");
+    maru_release(c);
+    return 0;
+  }
+  if (op == "read-through-outage") {
+    std::vector<uint8_t> buf(num(2));
+    bool saw_error = false;
+    for (int i = 0; i < 100000; ++i) {
+      int rc = maru_open(M(), arg(1).c_str(), &c);
+      if (rc == 0) {
+        rc = maru_read_into(c, buf.data(), 0, buf.size());
+        if (rc == 0 && !maru_test::CheckPattern(buf.data(), buf.size(), arg(1))) return Fail("wrong bytes", 86);
+        maru_release(c);
+      }
+      if (rc && !saw_error) {
+        printf("error %s\n", maru_strerror(rc));
+        fflush(stdout);
+        saw_error = true;
+      } else if (rc == 0 && saw_error) {
+        printf("recovered\n");
+        return 0;
+      } else if (rc == 0 && i % 10 == 0) {
+        printf("reading\n");
+        fflush(stdout);
+      }
+      if (rc) usleep(50000);
+    }
+    return Fail("never failed and recovered", 87);
   }
   if (op == "store-log") return StoreLog(arg(1), num(2), num(3), arg(4));
   if (op == "verify-log") return VerifyLog(arg(1), num(2));

@@ -272,9 +272,13 @@ pid_t SpawnClient(const std::string &address, const std::string &script) {
   return pid;
 }
 
+std::string ClientCommand(const std::string &address, const std::string &script) {
+  return BinDir("tests/direct_client") + " " + address + " " + script;
+}
+
 int RunClient(const std::string &address, const std::string &script, std::string *out) {
   std::string output;
-  int rc = Run(BinDir("tests/direct_client") + " " + address + " " + script, &output);
+  int rc = Run(ClientCommand(address, script), &output);
   if (rc != 0) fprintf(stderr, "direct_client %s -> %d: %s\n", script.c_str(), rc, output.c_str());
   if (out) *out = output;
   return rc;
@@ -327,6 +331,72 @@ void FuseMount::Unmount() {
 FuseMount::~FuseMount() {
   Unmount();
   rmdir(mountpoint_.c_str());
+}
+
+}  // namespace maru_test
+
+namespace maru_test {
+
+std::string AgentBinary() { return BinDir("src/rdma/maru-agent"); }
+
+Agent::Agent(const std::string &pool, const std::string &server, const std::string &listen)
+    : pool_(pool), server_(server), listen_(listen) {}
+
+Agent::~Agent() { Kill9(); }
+
+static std::string ReadFile(const std::string &path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool Agent::Start() {
+  const std::string log = dir_.path() + "/agent.log";
+  truncate(log.c_str(), 0);
+  pid_ = StartLogged({AgentBinary(), "--pool", pool_, "--server", server_, "--listen", listen_}, log,
+                     [&] { return ReadFile(log).find("serving") != std::string::npos; });
+  if (pid_ < 0) {
+    fprintf(stderr, "maru-agent did not start:\n%s\n", ReadFile(log).c_str());
+    return false;
+  }
+  std::string text = ReadFile(log);
+  size_t at = text.find(" at tcp://");
+  address_ = at == std::string::npos ? "" : text.substr(at + 4, text.find('\n', at) - at - 4);
+  return true;
+}
+
+void Agent::Kill9() {
+  if (pid_ <= 0) return;
+  kill(pid_, SIGKILL);
+  waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+}
+
+NetNs::NetNs() {
+  static std::atomic<int> counter{0};
+  const int n = counter++;
+  const int id = (getpid() * 7 + n) % 250 + 1;
+  name_ = UniqueName("maru-ns");
+  host_if_ = "mh" + std::to_string(getpid() % 100000) + "x" + std::to_string(n);
+  const std::string peer_if = "mp" + std::to_string(getpid() % 100000) + "x" + std::to_string(n);
+  host_ip_ = "10.213." + std::to_string(id) + ".1";
+  const std::string peer_ip = "10.213." + std::to_string(id) + ".2";
+  std::string out;
+  ok_ = Run("ip netns add " + name_, &out) == 0 &&
+        Run("ip link add " + host_if_ + " type veth peer name " + peer_if, &out) == 0 &&
+        Run("ip link set " + peer_if + " netns " + name_, &out) == 0 &&
+        Run("ip addr add " + host_ip_ + "/24 dev " + host_if_, &out) == 0 &&
+        Run("ip link set " + host_if_ + " up", &out) == 0 &&
+        Run(Exec() + "ip addr add " + peer_ip + "/24 dev " + peer_if, &out) == 0 &&
+        Run(Exec() + "ip link set " + peer_if + " up", &out) == 0 &&
+        Run(Exec() + "ip link set lo up", &out) == 0;
+  if (!ok_) fprintf(stderr, "cannot set up a network namespace: %s\n", out.c_str());
+}
+
+NetNs::~NetNs() {
+  Run("ip link del " + host_if_);
+  Run("ip netns del " + name_);
 }
 
 }  // namespace maru_test

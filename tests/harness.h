@@ -80,6 +80,37 @@ class FuseMount {
   pid_t pid_ = -1;
 };
 
+// A maru-agent serving `pool` of `server`, listening on HOST:PORT.
+class Agent {
+ public:
+  Agent(const std::string &pool, const std::string &server, const std::string &listen);
+  ~Agent();
+  bool Start();
+  void Kill9();
+  const std::string &address() const { return address_; }  // what clients are told
+
+ private:
+  TempDir dir_;
+  std::string pool_, server_, listen_, address_;
+  pid_t pid_ = -1;
+};
+
+// A network namespace with a veth pair to the host: a "remote host" whose
+// traffic really crosses a network interface. Removed on destruction.
+class NetNs {
+ public:
+  NetNs();
+  ~NetNs();
+  bool ok() const { return ok_; }
+  const std::string &host_ip() const { return host_ip_; }  // the host's end
+  // Prefix that runs a command inside the namespace.
+  std::string Exec() const { return "ip netns exec " + name_ + " "; }
+
+ private:
+  std::string name_, host_if_, host_ip_;
+  bool ok_ = false;
+};
+
 // Forks; the child runs `body` and exits with its return value. Returns the
 // child's pid.
 pid_t Fork(const std::function<int()> &body);
@@ -111,5 +142,8 @@ pid_t SpawnClient(const std::string &address, const std::string &script);
 // Runs tests/direct_client (a separate client process) against `address`
 // with a script of commands; returns its exit code, output in `out`.
 int RunClient(const std::string &address, const std::string &script, std::string *out = nullptr);
+// The shell command that runs direct_client (to prefix with an environment
+// or `ip netns exec`).
+std::string ClientCommand(const std::string &address, const std::string &script);
 
 }  // namespace maru_test

@@ -166,7 +166,14 @@ flags=$(PKG_CONFIG_SYSROOT_DIR=$root PKG_CONFIG_PATH=$(dirname "$pc") pkg-config
   fail "pkg-config maru-direct"
 cc $work/client.c $flags -o $work/client || fail "compile with pkg-config flags: $flags"
 libdir=$(dirname "$(find "$root" -name 'libmaru_direct.so*' | head -1)")
-LD_LIBRARY_PATH=$libdir $work/client $addr || fail "the pkg-config client against a live server"
+# A build under AddressSanitizer installs an instrumented library: its
+# runtime must come first.
+preload=
+if ldd "$libdir"/libmaru_direct.so* 2>/dev/null | grep -q libasan; then
+  preload=$(cc -print-file-name=libasan.so)
+fi
+LD_PRELOAD=$preload ASAN_OPTIONS=detect_leaks=0 LD_LIBRARY_PATH=$libdir $work/client $addr ||
+  fail "the pkg-config client against a live server"
 
 if [ $failures -ne 0 ]; then
   echo "$failures failures"

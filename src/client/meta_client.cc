@@ -169,6 +169,17 @@ void MetaClient::ReleaseLease(uint64_t handle) {
   }
 }
 
+bool MetaClient::LeaseValid(uint64_t handle) {
+  {
+    std::lock_guard<std::mutex> lock(lease_mu_);
+    auto it = tracked_.find(handle);
+    if (it == tracked_.end() || it->second.lease == 0) return false;
+  }
+  // Half the session timeout of silence is the most a lease may be trusted.
+  const int64_t timeout = session_info().timeout_ms();
+  return MonotonicMs() - last_answer_ms_.load() < std::max<int64_t>(timeout / 2, 1);
+}
+
 void MetaClient::FlushReleases() {
   rpc::ReleaseRequest req;
   {

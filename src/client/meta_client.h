@@ -37,6 +37,7 @@ struct ClientOptions {
 
 // Converts a gRPC transport failure into a negative errno.
 int GrpcErrno(const grpc::Status &status);
+int64_t MonotonicMs();
 
 class MetaClient {
  public:
@@ -64,6 +65,11 @@ class MetaClient {
   void ReleaseLease(uint64_t handle);
   // Sends pending releases now.
   void FlushReleases();
+  // True if the lease behind `handle` surely still holds: it was renewed
+  // across any server restart, and the server heard from this session
+  // recently enough that it cannot have expired it. A one-sided read that
+  // finds this false afterwards may have read reused bytes.
+  bool LeaseValid(uint64_t handle);
 
   uint64_t session() const { return session_.load(); }
   // The session's description from the server (devices, timeouts).
@@ -89,6 +95,7 @@ class MetaClient {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<Stub> stub_;
   std::atomic<uint64_t> session_{0};
+  std::atomic<int64_t> last_answer_ms_{0};  // the server last answered this session
   mutable std::mutex session_mu_;  // guards info_
   std::mutex resume_mu_;           // one resume at a time
   rpc::OpenSessionReply info_;
@@ -116,10 +123,9 @@ int MetaClient::CallOnce(Method<Req, Rep> method, const Req &req, Rep *rep) {
   rep->Clear();
   grpc::Status st = (stub_.get()->*method)(&ctx, req, rep);
   if (!st.ok()) return GrpcErrno(st);
+  if (rep->error() != ENOTCONN) last_answer_ms_.store(MonotonicMs());
   return -rep->error();
 }
-
-int64_t MonotonicMs();
 
 template <typename Req, typename Rep>
 int MetaClient::Call(Method<Req, Rep> method, Req &req, Rep *rep, const rpc::Caller *as) {

@@ -147,6 +147,11 @@ int main(int argc, char **argv) {
   SetLogTag("maru-fuse");
   SetLogLevel(LogLevel::kWarn);
   fuse_args args = FUSE_ARGS_INIT(argc, argv);
+  // Whatever way main returns, the parsed arguments are freed.
+  struct ArgsOwner {
+    fuse_args *args;
+    ~ArgsOwner() { fuse_opt_free_args(args); }
+  } owner{&args};
   Options o;
   if (fuse_opt_parse(&args, &o, kOptions, OptProc) < 0) return 1;
   if (o.show_help) return Usage(), 0;
@@ -205,6 +210,5 @@ int main(int argc, char **argv) {
   fuse_session_unmount(se);
   fuse_remove_signal_handlers(se);
   fuse_session_destroy(se);
-  fuse_opt_free_args(&args);
   return rc == 0 ? 0 : 1;
 }

@@ -339,6 +339,7 @@ void MetaEngine::FillDevice(const SpaceManager::Device &d, rpc::Device *dev) con
   dev->set_unit(d.allocator.unit());
   dev->set_epoch(d.superblock.epoch);
   dev->set_device_uuid(UuidBytes(d.superblock.device_uuid));
+  if (auto it = agents_.find(d.index); it != agents_.end()) dev->set_agent(it->second.address);
 }
 
 void MetaEngine::FillChunk(const Inode &inode, const Version &v, uint64_t lease,
@@ -474,6 +475,7 @@ void MetaEngine::ExpireSession(Txn &txn, uint64_t id) {
       DropPending(txn, inode, false);
   }
   for (uint64_t gen : s->orphan_gens) UnrefGen(txn, gen);
+  std::erase_if(agents_, [&](const auto &a) { return a.second.session == id; });
   sessions_.Remove(id);
 }
 
@@ -1297,6 +1299,52 @@ void MetaEngine::Fsck(const Caller &c, const rpc::StatsRequest &req, rpc::FsckRe
       rep->add_problems("free space map differs from the extent maps (leak or double use)");
     rep->set_chunks(chunks);
     rep->set_extents(extents);
+    return Status::Ok();
+  });
+}
+
+void MetaEngine::RegisterAgent(const Caller &c, const rpc::RegisterAgentRequest &req,
+                               rpc::ErrorReply *rep) {
+  RunOp(req, rep, [&](Txn &, Session *session) -> Status {
+    if (!c.is_root()) return Status::Error(EPERM, "agents run as root");
+    if (req.address().empty()) return Status::Error(EINVAL, "an agent needs an address");
+    for (const std::string &uuid : req.device_uuids()) {
+      const SpaceManager::Device *found = nullptr;
+      for (const SpaceManager::Device &d : space_.devices())
+        if (UuidBytes(d.superblock.device_uuid) == uuid) found = &d;
+      if (!found) return Status::Error(ENODEV, "not a device of this pool");
+      agents_[found->index] = AgentInfo{req.address(), session->id};
+    }
+    return Status::Ok();
+  });
+}
+
+void MetaEngine::CheckExtents(const Caller &c, const rpc::CheckExtentsRequest &req,
+                              rpc::ErrorReply *rep) {
+  RunOp(req, rep, [&](Txn &, Session *) -> Status {
+    if (!c.is_root()) return Status::Error(EPERM, "only agents check extents");
+    Session *client = sessions_.Find(req.client_session());
+    if (!client || client->orphaned) return Status::Error(ESTALE, "no such session");
+    // Every extent asked for must lie inside a version the client holds: a
+    // lease on it, or its own reservation.
+    std::vector<const ExtentList *> held;
+    for (uint64_t lease_id : client->leases) {
+      const Lease *lease = leases_.Find(lease_id);
+      const Inode *inode = lease ? tree_.Find(lease->ino) : nullptr;
+      if (inode && inode->current && inode->current->gen == lease->gen) held.push_back(&inode->current->extents);
+      else if (lease && space_.retired().count(lease->gen)) held.push_back(&space_.retired().at(lease->gen));
+    }
+    for (uint64_t ino : client->reservations)
+      if (const Inode *inode = tree_.Find(ino); inode && inode->pending) held.push_back(&inode->pending->extents);
+    for (const rpc::Extent &want : req.extents()) {
+      bool covered = false;
+      for (const ExtentList *list : held)
+        for (const Extent &e : *list)
+          covered |= e.device == req.device() && e.device == want.device() && want.offset() >= e.offset &&
+                     want.offset() + want.length() <= e.end();
+      // Not (or no longer) held: for a reader, its lease is gone.
+      if (!covered) return Status::Error(ESTALE, "extent not leased or reserved by that session");
+    }
     return Status::Ok();
   });
 }

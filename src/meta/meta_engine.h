@@ -79,6 +79,8 @@ class MetaEngine {
   void ListChunks(const Caller &c, const rpc::ListChunksRequest &req, rpc::ListChunksReply *rep);
   void Evict(const Caller &c, const rpc::EvictRequest &req, rpc::EvictReply *rep);
   void Fsck(const Caller &c, const rpc::StatsRequest &req, rpc::FsckReply *rep);
+  void RegisterAgent(const Caller &c, const rpc::RegisterAgentRequest &req, rpc::ErrorReply *rep);
+  void CheckExtents(const Caller &c, const rpc::CheckExtentsRequest &req, rpc::ErrorReply *rep);
 
   // What Stats reports, without a session (for /metrics).
   void Snapshot(rpc::StatsReply *rep);
@@ -152,6 +154,11 @@ class MetaEngine {
   uint64_t evictions_ = 0, evicted_bytes_ = 0;
   uint64_t bytes_stored_ = 0, bytes_loaded_ = 0;
   std::map<std::string, uint64_t> evictions_by_reason_;
+  struct AgentInfo {
+    std::string address;
+    uint64_t session = 0;
+  };
+  std::map<uint32_t, AgentInfo> agents_;  // device index -> the agent serving it
   // Chunk chains: inode -> the inodes that name it as their parent chunk.
   std::unordered_map<uint64_t, std::unordered_set<uint64_t>> extensions_;
 };

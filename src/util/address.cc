@@ -46,7 +46,7 @@ Result<Address> ParseAddress(std::string_view text) {
   std::string port(rest.substr(colon + 1));
   char *end = nullptr;
   long p = strtol(port.c_str(), &end, 10);
-  if (port.empty() || *end != '\0' || p <= 0 || p > 65535)
+  if (port.empty() || *end != '\0' || p < 0 || p > 65535)
     return Status::Error(EINVAL, "bad tcp port '" + port + "'");
   a.kind = Address::Kind::kTcp;
   a.port = static_cast<int>(p);

@@ -1,4 +1,4 @@
-#include "fs/open_file.h"
+#include "alloc/extent_map.h"
 
 namespace maru {
 

@@ -1,0 +1,183 @@
+#include "rdma/remote_pool.h"
+
+#include <netdb.h>
+#include <sys/socket.h>
+
+#include <cstring>
+
+#include "rdma/ucx_wire.h"
+#include "util/address.h"
+#include "util/log.h"
+
+namespace maru {
+
+Result<std::unique_ptr<RemotePool>> RemotePool::Create(AgentMap agents, int64_t timeout_ms,
+                                                       std::function<AgentMap()> refresh) {
+  std::unique_ptr<RemotePool> pool(new RemotePool());
+  pool->timeout_ms_ = timeout_ms;
+  pool->refresh_ = std::move(refresh);
+  Result<std::unique_ptr<UcxWorker>> ucx = UcxWorker::Create();
+  if (!ucx.ok()) return ucx.status();
+  pool->ucx_ = std::move(*ucx);
+  ucp_am_handler_param_t am{};
+  am.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+  am.id = wire::kGrantReplyId;
+  am.cb = OnReply;
+  am.arg = pool.get();
+  ucs_status_t st = ucp_worker_set_am_recv_handler(pool->ucx_->worker(), &am);
+  if (st != UCS_OK) return Status::Error(UcsErrno(st), "cannot set the grant reply handler");
+  for (auto &[device, address] : agents) {
+    Result<Address> a = ParseAddress(address);
+    if (!a.ok() || a->kind != Address::Kind::kTcp)
+      return Status::Error(EINVAL, "agent address must be tcp://HOST:PORT, not '" + address + "'");
+    pool->agents_[device].address = address;
+  }
+  return pool;
+}
+
+RemotePool::~RemotePool() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto &[device, agent] : agents_) Disconnect(agent);
+}
+
+void RemotePool::OnError(void *arg, ucp_ep_h, ucs_status_t status) {
+  auto *agent = static_cast<Agent *>(arg);
+  LOG_DEBUG("agent %s: %s", agent->address.c_str(), ucs_status_string(status));
+  agent->failed = true;
+}
+
+ucs_status_t RemotePool::OnReply(void *arg, const void *, size_t, void *data, size_t length,
+                                 const ucp_am_recv_param_t *param) {
+  auto *self = static_cast<RemotePool *>(arg);
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) || length < sizeof(wire::GrantReply)) return UCS_OK;
+  const auto *r = static_cast<const wire::GrantReply *>(data);
+  if (sizeof(wire::GrantReply) + r->rkey_bytes > length) return UCS_OK;
+  Reply &out = self->replies_[r->request_id];
+  out.error = r->error ? r->error : 0;
+  out.base = r->remote_base;
+  out.rkey.assign(r->rkey, r->rkey + r->rkey_bytes);
+  if (r->error == 0 && r->rkey_bytes == 0) out.error = EPROTO;
+  return UCS_OK;
+}
+
+void RemotePool::Disconnect(Agent &agent) {
+  if (agent.failed) agent.lost = true;
+  if (agent.rkey) ucp_rkey_destroy(agent.rkey);
+  agent.rkey = nullptr;
+  if (agent.ep) {
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    ucx_->Wait(ucp_ep_close_nbx(agent.ep, &p), 1000);
+  }
+  agent.ep = nullptr;
+  agent.failed = false;
+}
+
+Status RemotePool::Connect(Agent &agent) {
+  if (agent.ep && !agent.failed) return Status::Ok();
+  Disconnect(agent);
+  if (agent.lost && refresh_) {
+    for (auto &[device, address] : refresh_())
+      if (auto it = agents_.find(device); it != agents_.end() && !address.empty()) it->second.address = address;
+    agent.lost = false;
+  }
+  Result<Address> a = ParseAddress(agent.address);
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_socktype = SOCK_STREAM;
+  if (getaddrinfo(a->host.c_str(), std::to_string(a->port).c_str(), &hints, &res) != 0)
+    return Status::Error(EHOSTUNREACH, "cannot resolve agent " + agent.address);
+  ucp_ep_params_t ep{};
+  ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR | UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                  UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+  ep.sockaddr.addr = res->ai_addr;
+  ep.sockaddr.addrlen = res->ai_addrlen;
+  ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  ep.err_handler.cb = OnError;
+  ep.err_handler.arg = &agent;
+  ucs_status_t st = ucp_ep_create(ucx_->worker(), &ep, &agent.ep);
+  freeaddrinfo(res);
+  if (st != UCS_OK) {
+    agent.ep = nullptr;
+    return Status::Error(UcsErrno(st), "cannot reach agent " + agent.address);
+  }
+  return Status::Ok();
+}
+
+Status RemotePool::Grant(Agent &agent, uint64_t session, uint32_t device,
+                         const std::vector<const Transfer *> &transfers) {
+  std::vector<uint8_t> msg(sizeof(wire::GrantRequest) + transfers.size() * 16);
+  auto *req = reinterpret_cast<wire::GrantRequest *>(msg.data());
+  req->request_id = next_request_++;
+  req->session = session;
+  req->device = device;
+  req->count = static_cast<uint32_t>(transfers.size());
+  for (size_t i = 0; i < transfers.size(); ++i) {
+    req->extents[i].offset = transfers[i]->offset;
+    req->extents[i].length = transfers[i]->length;
+  }
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = UCP_AM_SEND_FLAG_REPLY;
+  const uint64_t id = req->request_id;
+  ucs_status_t st = ucx_->Wait(ucp_am_send_nbx(agent.ep, wire::kGrantRequestId, nullptr, 0, msg.data(), msg.size(), &p),
+                               timeout_ms_);
+  if (st != UCS_OK) return Status::Error(agent.failed ? ECONNRESET : UcsErrno(st), "grant request to " + agent.address);
+  if (!ucx_->ProgressUntil([&] { return replies_.count(id) || agent.failed; }, timeout_ms_))
+    return Status::Error(ETIMEDOUT, "agent " + agent.address + " did not answer");
+  if (!replies_.count(id)) return Status::Error(ECONNRESET, "agent " + agent.address + " went away");
+  Reply reply = std::move(replies_[id]);
+  replies_.erase(id);
+  if (reply.error) return Status::Error(reply.error, "agent refused the extents");
+  if (!agent.rkey || agent.base != reply.base) {
+    if (agent.rkey) ucp_rkey_destroy(agent.rkey);
+    agent.rkey = nullptr;
+    st = ucp_ep_rkey_unpack(agent.ep, reply.rkey.data(), &agent.rkey);
+    if (st != UCS_OK) return Status::Error(UcsErrno(st), "bad remote key from " + agent.address);
+    agent.base = reply.base;
+  }
+  return Status::Ok();
+}
+
+Status RemotePool::Move(uint64_t session, const std::vector<Transfer> &transfers, bool put) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<uint32_t, std::vector<const Transfer *>> by_device;
+  for (const Transfer &t : transfers) by_device[t.device].push_back(&t);
+  std::vector<std::pair<Agent *, void *>> requests;
+  Status result;
+  for (auto &[device, list] : by_device) {
+    auto it = agents_.find(device);
+    if (it == agents_.end()) return Status::Error(ENODEV, "no agent serves device " + std::to_string(device));
+    Agent &agent = it->second;
+    MARU_RETURN_IF_ERROR(Connect(agent));
+    Status granted = Grant(agent, session, device, list);
+    if (!granted.ok()) {
+      if (agent.failed) Disconnect(agent);  // the next call reconnects
+      return granted;
+    }
+    // Every transfer of the device in flight at once.
+    for (const Transfer *t : list) {
+      ucp_request_param_t p{};
+      void *r = put ? ucp_put_nbx(agent.ep, t->local, t->length, agent.base + t->offset, agent.rkey, &p)
+                    : ucp_get_nbx(agent.ep, t->local, t->length, agent.base + t->offset, agent.rkey, &p);
+      requests.emplace_back(&agent, r);
+    }
+    if (put) {
+      // Puts are complete only once flushed to the target.
+      ucp_request_param_t p{};
+      requests.emplace_back(&agent, ucp_ep_flush_nbx(agent.ep, &p));
+    }
+  }
+  for (auto &[agent, r] : requests) {
+    ucs_status_t st = ucx_->Wait(r, timeout_ms_);
+    if (st != UCS_OK && result.ok())
+      result = Status::Error(agent->failed ? ECONNRESET : UcsErrno(st),
+                             std::string(put ? "put to " : "get from ") + agent->address + ": " + ucs_status_string(st));
+  }
+  for (auto &[device, agent] : agents_)
+    if (agent.failed) Disconnect(agent);
+  return result;
+}
+
+}  // namespace maru

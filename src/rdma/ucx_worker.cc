@@ -1,0 +1,97 @@
+#include "rdma/ucx_worker.h"
+
+#include <poll.h>
+
+#include <chrono>
+#include <thread>
+
+#include "util/units.h"
+
+namespace maru {
+
+int UcsErrno(ucs_status_t status) {
+  switch (status) {
+    case UCS_OK: return 0;
+    case UCS_ERR_NO_MEMORY: return ENOMEM;
+    case UCS_ERR_INVALID_PARAM: return EINVAL;
+    case UCS_ERR_TIMED_OUT: return ETIMEDOUT;
+    case UCS_ERR_CANCELED: return ECANCELED;
+    case UCS_ERR_UNREACHABLE: return EHOSTUNREACH;
+    case UCS_ERR_REJECTED: return ECONNREFUSED;
+    case UCS_ERR_NOT_CONNECTED:
+    case UCS_ERR_CONNECTION_RESET:
+    case UCS_ERR_ENDPOINT_TIMEOUT: return ECONNRESET;
+    default: return EIO;
+  }
+}
+
+Result<std::unique_ptr<UcxWorker>> UcxWorker::Create() {
+  std::unique_ptr<UcxWorker> w(new UcxWorker());
+  ucp_config_t *config = nullptr;
+  ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
+  if (st != UCS_OK) return Status::Error(UcsErrno(st), "cannot read the UCX configuration");
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+  params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+  params.mt_workers_shared = 0;
+  st = ucp_init(&params, config, &w->context_);
+  ucp_config_release(config);
+  if (st != UCS_OK) return Status::Error(UcsErrno(st), std::string("ucp_init: ") + ucs_status_string(st));
+  ucp_worker_params_t wp{};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
+  st = ucp_worker_create(w->context_, &wp, &w->worker_);
+  if (st != UCS_OK) return Status::Error(UcsErrno(st), std::string("ucp_worker_create: ") + ucs_status_string(st));
+  return w;
+}
+
+UcxWorker::~UcxWorker() {
+  if (worker_) ucp_worker_destroy(worker_);
+  if (context_) ucp_cleanup(context_);
+}
+
+void UcxWorker::Sleep(int timeout_ms) {
+  int efd = -1;
+  if (ucp_worker_get_efd(worker_, &efd) != UCS_OK) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return;
+  }
+  if (ucp_worker_arm(worker_) == UCS_ERR_BUSY) return;  // events are waiting already
+  pollfd p{efd, POLLIN, 0};
+  poll(&p, 1, timeout_ms);
+}
+
+void UcxWorker::Progress() {
+  while (ucp_worker_progress(worker_) != 0) {
+  }
+}
+
+bool UcxWorker::ProgressUntil(const std::function<bool()> &done, int64_t timeout_ms) {
+  const int64_t deadline = MonotonicNs() + timeout_ms * 1000000;
+  unsigned idle = 0;
+  while (!done()) {
+    if (ucp_worker_progress(worker_) == 0) {
+      if (MonotonicNs() > deadline) return false;
+      // Spin briefly, then yield: completions come from the network.
+      if (++idle > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    } else {
+      idle = 0;
+    }
+  }
+  return true;
+}
+
+ucs_status_t UcxWorker::Wait(void *request, int64_t timeout_ms) {
+  if (request == nullptr) return UCS_OK;
+  if (UCS_PTR_IS_ERR(request)) return UCS_PTR_STATUS(request);
+  bool finished = ProgressUntil([&] { return ucp_request_check_status(request) != UCS_INPROGRESS; }, timeout_ms);
+  if (!finished) {
+    ucp_request_cancel(worker_, request);
+    ProgressUntil([&] { return ucp_request_check_status(request) != UCS_INPROGRESS; }, 5000);
+  }
+  ucs_status_t st = ucp_request_check_status(request);
+  ucp_request_free(request);
+  return finished ? st : UCS_ERR_TIMED_OUT;
+}
+
+}  // namespace maru

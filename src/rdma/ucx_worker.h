@@ -1,0 +1,44 @@
+// A UCX context and worker, the pieces both maru-agent and remote clients
+// need: one-sided RMA plus active messages. The owner serializes access
+// (UCS_THREAD_MODE_SERIALIZED).
+#pragma once
+
+#include <ucp/api/ucp.h>
+
+#include <functional>
+#include <memory>
+
+#include "util/status.h"
+
+namespace maru {
+
+// Maps a UCX status to a positive errno.
+int UcsErrno(ucs_status_t status);
+
+class UcxWorker {
+ public:
+  static Result<std::unique_ptr<UcxWorker>> Create();
+  ~UcxWorker();
+  UcxWorker(const UcxWorker &) = delete;
+  UcxWorker &operator=(const UcxWorker &) = delete;
+
+  ucp_context_h context() const { return context_; }
+  ucp_worker_h worker() const { return worker_; }
+
+  // Drives communication until nothing more happens right now.
+  void Progress();
+  // Waits for a request returned by a *_nbx call; NULL means it already
+  // completed. Cancels it after `timeout_ms`.
+  ucs_status_t Wait(void *request, int64_t timeout_ms);
+  // Progresses until `done` holds or `timeout_ms` passes.
+  bool ProgressUntil(const std::function<bool()> &done, int64_t timeout_ms);
+  // Sleeps until the network has something for this worker, or `timeout_ms`.
+  void Sleep(int timeout_ms);
+
+ private:
+  UcxWorker() = default;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+};
+
+}  // namespace maru

@@ -1,0 +1,127 @@
+// Hosts without CXL: maru-server, maru-agent and a remote client as separate
+// processes, the client in its own network namespace behind a veth pair, so
+// the bytes cross a network interface (UCX over TCP).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "harness.h"
+
+namespace {
+
+using maru_test::Agent;
+using maru_test::NetNs;
+using maru_test::Server;
+using maru_test::TestPool;
+
+std::string Slurp(const std::string &path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class RemoteTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    setenv("UCX_TLS", "tcp", 1);
+    ASSERT_TRUE(ns_.ok());
+    port_ = 30000 + (getpid() * 13) % 20000;
+    server_ = std::make_unique<Server>(
+        pool_.path(), std::vector<std::string>{"--listen", "tcp://" + ns_.host_ip() + ":" + std::to_string(port_),
+                                               "--session-timeout-ms", "1500", "--heartbeat-ms", "300"});
+    ASSERT_TRUE(server_->Start());
+    agent_ = std::make_unique<Agent>(pool_.path(), server_->address(), "tcp://" + ns_.host_ip() + ":0");
+    ASSERT_TRUE(agent_->Start());
+  }
+
+  // direct_client on the remote host: over TCP, data through the agent.
+  std::string Remote(const std::string &script) {
+    return "env UCX_TLS=tcp MARU_DATA=remote MARU_TIMEOUT_MS=3000 " + ns_.Exec() +
+           maru_test::ClientCommand("tcp://" + ns_.host_ip() + ":" + std::to_string(port_), script);
+  }
+  int RunRemote(const std::string &script, std::string *out = nullptr) {
+    std::string output;
+    int rc = maru_test::Run(Remote(script), &output);
+    if (rc) fprintf(stderr, "remote %s -> %d: %s\n", script.c_str(), rc, output.c_str());
+    if (out) *out = output;
+    return rc;
+  }
+
+  NetNs ns_;
+  TestPool pool_{256ull << 20};
+  int port_ = 0;
+  std::unique_ptr<Server> server_;
+  std::unique_ptr<Agent> agent_;
+};
+
+TEST_F(RemoteTest, StoreRemotelyReadLocallyAndTheOtherWay) {
+  // Stored from the remote host: the bytes land in the pool, read in place here.
+  ASSERT_EQ(RunRemote("store /remote/a 8388608 + fetch /remote/a 8388608 + read-into /remote/a 8388608"), 0);
+  EXPECT_EQ(maru_test::RunClient(server_->address(), "load /remote/a 8388608 " + pool_.path()), 0);
+  // Stored here in place: the remote host reads the same bytes.
+  ASSERT_EQ(maru_test::RunClient(server_->address(), "store /local/b 33554432 + store /local/c 4096"), 0);
+  EXPECT_EQ(RunRemote("read-into /local/b 33554432 + fetch /local/b 33554432 + fetch /local/c 4096"), 0);
+  // Prefix lookups and errors work the same way remotely.
+  EXPECT_EQ(RunRemote("lookup 2 /local/b /local/c /local/none"), 0);
+  EXPECT_EQ(RunRemote("open-errno /local/none " + std::to_string(ENOENT)), 0);
+}
+
+TEST_F(RemoteTest, AgentKilledMidTransferFailsCleanlyAndComesBack) {
+  ASSERT_EQ(maru_test::RunClient(server_->address(), "store /big 67108864"), 0);
+  maru_test::TempDir dir;
+  const std::string log = dir.path() + "/reader.log";
+  pid_t reader = fork();
+  if (reader == 0) {
+    execl("/bin/sh", "sh", "-c", ("exec " + Remote("read-through-outage /big 67108864") + " >" + log + " 2>&1").c_str(),
+          static_cast<char *>(nullptr));
+    _exit(127);
+  }
+  ASSERT_TRUE(maru_test::WaitFor([&] { return Slurp(log).find("reading") != std::string::npos; }, 30000)) << Slurp(log);
+  agent_->Kill9();
+  ASSERT_TRUE(maru_test::WaitFor([&] { return Slurp(log).find("error") != std::string::npos; }, 30000)) << Slurp(log);
+  // A new agent, on another port: the client finds it through the server.
+  ASSERT_TRUE(agent_->Start());
+  EXPECT_EQ(maru_test::Wait(reader), 0) << Slurp(log);
+  std::string out = Slurp(log);
+  EXPECT_NE(out.find("recovered"), std::string::npos) << out;
+  EXPECT_EQ(out.find("WRONG"), std::string::npos) << out;
+}
+
+TEST_F(RemoteTest, ALeaseLostMidTransferIsReportedNeverStale) {
+  ASSERT_EQ(maru_test::RunClient(server_->address(), "store /lease/a 1048576"), 0);
+  maru_test::TempDir dir;
+  const std::string log = dir.path() + "/reader.log", go = dir.path() + "/go";
+  pid_t reader = fork();
+  if (reader == 0) {
+    execl("/bin/sh", "sh", "-c",
+          ("exec " + Remote("hold-read /lease/a 1048576 " + go) + " >" + log + " 2>&1").c_str(),
+          static_cast<char *>(nullptr));
+    _exit(127);
+  }
+  ASSERT_TRUE(maru_test::WaitFor([&] { return Slurp(log).find("opened") != std::string::npos; }, 30000)) << Slurp(log);
+  // The reader stalls past its session timeout; its lease goes, the chunk is
+  // removed and its extents are written over by other chunks.
+  ASSERT_TRUE(maru_test::Freeze(reader));
+  ASSERT_EQ(maru_test::RunClient(server_->address(), "unlink-errno /lease/a 0"), 0);
+  ASSERT_TRUE(maru_test::WaitFor([&] {
+    std::string out;
+    maru_test::Run(maru_test::MaructlBinary() + " sessions --server " + server_->address(), &out);
+    return out.find("libmaru_direct") == std::string::npos;  // the stalled session expired
+  }, 20000));
+  std::string fill;
+  for (int i = 0; i < 200; ++i) fill += " + store /fill/" + std::to_string(i) + " 1048576";
+  ASSERT_EQ(maru_test::RunClient(server_->address(), fill.substr(3)), 0);
+  std::ofstream(go).put('x');
+  kill(reader, SIGCONT);
+  EXPECT_EQ(maru_test::Wait(reader), 0);
+  std::string out = Slurp(log);
+  EXPECT_NE(out.find("read lease or reservation lost"), std::string::npos) << out;
+  EXPECT_EQ(out.find("WRONG"), std::string::npos) << out;
+}
+
+}  // namespace
