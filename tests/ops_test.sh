@@ -28,10 +28,11 @@ bin_fuse=$build/src/fs/maru-fuse
 bin_ctl=$build/tools/maructl
 bin_top=$build/tools/marutop
 bin_bench=$build/tools/maru-bench
+bin_agent=$build/src/rdma/maru-agent
 client=$build/tests/direct_client
 
 # --- every binary's --help exits 0 --------------------------------------------
-for b in "$bin_server" "$bin_fuse" "$bin_ctl" "$bin_top" "$bin_bench"; do
+for b in "$bin_server" "$bin_fuse" "$bin_ctl" "$bin_top" "$bin_bench" "$bin_agent"; do
   check "$(basename "$b") --help" "$b" --help
 done
 for c in mkpool df ls stat pin unpin evict fsck verify sessions stats; do
@@ -76,7 +77,7 @@ check "server from its configuration file" "$bin_ctl" df --server $addr
 metrics() {
   exec 3<>/dev/tcp/127.0.0.1/$port || return 1
   printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3
-  sed '1,/^\r$/d' <&3
+  sed '1,/^\r$/d' <&3 2>/dev/null
   exec 3<&-
 }
 # Prometheus text format: comments, and `name{labels} value` samples.
@@ -138,7 +139,7 @@ root=$work/root
 DESTDIR=$root meson install -C "$build" --no-rebuild --quiet >/dev/null 2>&1 || fail "meson install"
 pc=$(find "$root" -name maru-direct.pc | head -1)
 [ -n "$pc" ] || fail "maru-direct.pc not installed"
-for f in maru-server maru-fuse maructl marutop maru-bench mount.fuse.maru maru_direct.h \
+for f in maru-server maru-fuse maru-agent maructl marutop maru-bench mount.fuse.maru maru_direct.h maru-agent.8 \
          maru-server.service mnt-maru.mount maru-server.conf maructl.8 libmaru_direct.3 maru.7; do
   [ -n "$(find "$root" -name "$f*" | head -1)" ] || fail "$f not installed"
 done

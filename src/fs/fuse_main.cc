@@ -28,9 +28,14 @@ struct Options {
   int direct_io = 0;
   double attr_timeout = 1.0;
   double entry_timeout = 1.0;
-  char *checksum = nullptr;
+  char *checksum = nullptr;  // strings are allocated by fuse_opt_parse
   char *log_level = nullptr;
   char *log_file = nullptr;
+  ~Options() {
+    free(checksum);
+    free(log_level);
+    free(log_file);
+  }
 };
 
 #define MARU_OPT(t, p) \
