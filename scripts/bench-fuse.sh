@@ -25,7 +25,7 @@ cleanup() {
 trap cleanup EXIT
 
 $build/tools/maructl mkpool "$pool" --size 3G >/dev/null
-$build/src/meta/maru-server --pool "$pool" --db "$work/db" --listen "$sock" --log-level warn &
+$build/src/meta/maru-server --pool "$pool" --db "$work/db" --listen "$sock" --log-level warn >"$work/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 200); do $build/tools/maructl df --server "$sock" >/dev/null 2>&1 && break; sleep 0.05; done
 mkdir "$work/mnt" "$work/dio"
@@ -38,18 +38,13 @@ fio_run() {
     jq -r '.jobs[0] | if .write.bw_bytes > 0 then "\(.write.bw_bytes/1e6) \(.write.iops)" else "\(.read.bw_bytes/1e6) \(.read.iops)" end'
 }
 
-# The direct_io mount reads the files the page-cache mount wrote.
 echo "| workload | numjobs | tmpfs | maru mount | ratio | maru -o direct_io | ratio |"
 echo "|---|---|---|---|---|---|---|"
 for jobs in 1 4; do
   for section in seqwrite seqread randread; do
     read -r t_bw t_iops < <(fio_run "$tmpfs" $jobs $section)
     read -r m_bw m_iops < <(fio_run "$work/mnt" $jobs $section)
-    if [ $section = seqwrite ]; then
-      d_bw=$m_bw d_iops=$m_iops dio="(same writes)"
-    else
-      read -r d_bw d_iops < <(fio_run "$work/dio" $jobs $section)
-    fi
+    read -r d_bw d_iops < <(fio_run "$work/dio" $jobs $section)
     if [ $section = randread ]; then
       printf "| %s 4k | %d | %.0f IOPS | %.0f IOPS | %.3f | %.0f IOPS | %.3f |\n" $section $jobs \
         "$t_iops" "$m_iops" "$(echo "$m_iops / $t_iops" | bc -l)" "$d_iops" "$(echo "$d_iops / $t_iops" | bc -l)"
@@ -58,5 +53,5 @@ for jobs in 1 4; do
         "$t_bw" "$m_bw" "$(echo "$m_bw / $t_bw" | bc -l)" "$d_bw" "$(echo "$d_bw / $t_bw" | bc -l)"
     fi
   done
-  rm -f "$tmpfs"/* "$work/mnt"/*
+  rm -f "$tmpfs"/* "$work/mnt"/* "$work/dio"/*
 done

@@ -22,7 +22,7 @@ trap cleanup EXIT
 bin=build
 echo "== format a 1 GiB pool in /dev/shm and start maru-server"
 $bin/tools/maructl mkpool "$pool" --size 1G --label demo
-$bin/src/meta/maru-server --pool "$pool" --db "$work/db" --listen "$sock" --log-level warn &
+$bin/src/meta/maru-server --pool "$pool" --db "$work/db" --listen "$sock" --log-level warn >"$work/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 200); do
   $bin/tools/maructl df --server "$sock" >/dev/null 2>&1 && break

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -171,6 +172,8 @@ static pid_t StartLogged(const std::vector<std::string> &args, const std::string
                          const std::function<bool()> &ready) {
   pid_t pid = fork();
   if (pid == 0) {
+    // If the test dies, so does what it started.
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
     int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     dup2(fd, 2);
     dup2(fd, 1);

@@ -431,6 +431,7 @@ void MaruFs::Create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t 
   }
   fi->fh = reinterpret_cast<uint64_t>(new std::shared_ptr<OpenFile>(f));
   fi->keep_cache = 0;
+  fi->direct_io = options_.direct_io;
   fuse_entry_param e{};
   e.ino = f->ino;
   e.generation = 1;
@@ -477,6 +478,7 @@ void MaruFs::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi) {
     std::lock_guard<std::mutex> lock(mu_);
     writers_[ino] = f;
     fi->keep_cache = 0;
+    fi->direct_io = options_.direct_io;
   }
   fi->fh = reinterpret_cast<uint64_t>(new std::shared_ptr<OpenFile>(f));
   fuse_reply_open(req, fi);

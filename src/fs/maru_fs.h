@@ -26,9 +26,10 @@ struct FsOptions {
   double attr_timeout = 1.0;                    // sealed files and directories
   double entry_timeout = 1.0;                   // names; negative lookups are never cached
   ChecksumKind checksum = ChecksumKind::kXxh3;  // recorded at seal
-  // Reads bypass the page cache: one copy (pool to the reader's buffer)
-  // instead of two, and no second copy of the data in kernel memory; but
-  // nothing is cached and mmap is refused (kernels before 6.6 / libfuse < 3.16).
+  // I/O bypasses the page cache: one copy between the pool and the caller's
+  // buffer instead of two, and no second copy of the data in kernel memory;
+  // but nothing is cached, and mmap needs FUSE_DIRECT_IO_ALLOW_MMAP (kernel
+  // 6.6, libfuse 3.16).
   bool direct_io = false;
 };
 
