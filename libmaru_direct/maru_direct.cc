@@ -13,9 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "client/meta_client.h"
 #include "alloc/extent_map.h"
+#include "client/meta_client.h"
 #include "client/pool_map.h"
+#include "fast_lane.h"
 #include "rdma/remote_pool.h"
 #include "util/address.h"
 #include "util/checksum.h"
@@ -29,7 +30,7 @@ using Stub = maru::rpc::Meta::Stub;
 
 struct maru_handle {
   std::unique_ptr<MetaClient> client;
-  std::unique_ptr<maru::PoolMap> pool;      // the pool is mapped here
+  std::unique_ptr<maru::PoolMap> pool;       // the pool is mapped here
   std::unique_ptr<maru::RemotePool> remote;  // or reached through agents
   std::atomic<uint64_t> next_request{1};
 };
@@ -63,9 +64,10 @@ int64_t EnvInt(const char *name, int64_t fallback) {
 
 int CheckPath(const char *path) {
   if (!path) return -EINVAL;
-  maru::Result<std::vector<std::string>> parts = maru::SplitPath(path);
-  if (!parts.ok()) return -parts.status().errnum();
-  return parts->empty() ? -EINVAL : 0;  // "/" is no chunk
+  thread_local std::vector<std::string_view> parts;
+  maru::Status s = maru::SplitPathViews(path, &parts);
+  if (!s.ok()) return -s.errnum();
+  return parts.empty() ? -EINVAL : 0;  // "/" is no chunk
 }
 
 int AllocateStaging(maru_chunk_t *c) {
@@ -171,7 +173,8 @@ int maru_connect(const char *target, maru_t **out) {
     std::map<uint32_t, std::string> agents;
     for (const rpc::Device &d : info.devices())
       if (!d.agent().empty()) agents[d.index()] = d.agent();
-    if (agents.size() != static_cast<size_t>(info.devices_size())) return force_remote ? -ENODEV : -err;
+    if (agents.size() != static_cast<size_t>(info.devices_size()))
+      return force_remote ? -ENODEV : -err;
     MetaClient *meta = m->client.get();
     auto refresh = [meta] {
       maru::RemotePool::AgentMap now;
@@ -275,7 +278,7 @@ int maru_open(maru_t *m, const char *path, maru_chunk_t **out) {
   maru::rpc::RefRequest req;
   req.mutable_ref()->set_path(path);
   maru::rpc::ChunkReply rep;
-  int rc = m->client->Call(&Stub::Open, req, &rep);
+  int rc = m->client->CallFast(maru::fastlane::kOpen, &Stub::Open, req, &rep);
   if (rc < 0) return rc;
   rc = MakeChunk(m, rep, false, out);
   if (rc < 0) {
@@ -302,7 +305,7 @@ int maru_lookup_prefix(maru_t *m, const char *const *paths, size_t n, maru_chunk
     req.add_paths(paths[i]);
   }
   if (n == 0) return 0;
-  int rc = m->client->Call(&Stub::LookupPrefix, req, &rep);
+  int rc = m->client->CallFast(maru::fastlane::kLookupPrefix, &Stub::LookupPrefix, req, &rep);
   if (rc < 0) return rc;
   size_t i = 0;
   for (; i < static_cast<size_t>(rep.hits_size()); ++i) {

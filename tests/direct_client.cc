@@ -271,17 +271,22 @@ int RunCommand(const std::vector<std::string> &cmd) {
     int result = 0;
     if (op == "fetch") {
       void *data = maru_chunk_data(c);
-      if (!data) result = Fail("fetch failed", 81);
-      else if (!maru_test::CheckPattern(data, size, arg(1))) result = Fail("wrong bytes", 82);
+      if (!data)
+        result = Fail("fetch failed", 81);
+      else if (!maru_test::CheckPattern(data, size, arg(1)))
+        result = Fail("wrong bytes", 82);
     } else {
       std::vector<uint8_t> buf(size);
       const uint64_t third = size / 3 / 8 * 8;
       rc = maru_read_into(c, buf.data(), 0, third);
       if (rc == 0) rc = maru_read_into(c, buf.data() + third, third, size - third);
-      if (rc) result = Fail(std::string("read_into: ") + maru_strerror(rc), 83);
-      else if (!maru_test::CheckPattern(buf.data(), size, arg(1))) result = Fail("wrong bytes", 84);
+      if (rc)
+        result = Fail(std::string("read_into: ") + maru_strerror(rc), 83);
+      else if (!maru_test::CheckPattern(buf.data(), size, arg(1)))
+        result = Fail("wrong bytes", 84);
       std::vector<uint8_t> again(size);
-      maru_read_op_t ops[2] = {{c, again.data(), 0, size / 2}, {c, again.data() + size / 2, size / 2, size - size / 2}};
+      maru_read_op_t ops[2] = {{c, again.data(), 0, size / 2},
+                               {c, again.data() + size / 2, size / 2, size - size / 2}};
       rc = maru_read_into_batch(ops, 2);
       if (!result && (rc || again != buf)) result = Fail("read_into_batch", 85);
     }
@@ -308,7 +313,8 @@ int RunCommand(const std::vector<std::string> &cmd) {
       int rc = maru_open(M(), arg(1).c_str(), &c);
       if (rc == 0) {
         rc = maru_read_into(c, buf.data(), 0, buf.size());
-        if (rc == 0 && !maru_test::CheckPattern(buf.data(), buf.size(), arg(1))) return Fail("wrong bytes", 86);
+        if (rc == 0 && !maru_test::CheckPattern(buf.data(), buf.size(), arg(1)))
+          return Fail("wrong bytes", 86);
         maru_release(c);
       }
       if (rc && !saw_error) {

@@ -1,6 +1,8 @@
 // libmaru_direct against a real maru-server, from several processes.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -241,7 +243,19 @@ TEST_F(DirectTest, UnlinkedChunkStaysReadableWhileHeld) {
 TEST_F(DirectTest, PermissionsUseTheCallersIdentity) {
   maru_t *m = Connect();
   ASSERT_EQ(Store(m, "/root-only/secret", 4096), 0);
+  maru_create_opts_t opts{};
+  opts.mode = 0600;
+  maru_chunk_t *c;
+  ASSERT_EQ(maru_create_ex(m, "/root-only/private", 4096, &opts, &c), 0);
+  ASSERT_EQ(maru_seal(c), 0);
+  maru_release(c);
   maru_disconnect(m);
+  // Opens and lookups go over the fast lane, the rest over gRPC: both
+  // identify the caller by SO_PEERCRED.
+  EXPECT_EQ(
+      RunClient(server_.address(), "uid 65534 + open-errno /root-only/private " +
+                                       std::to_string(EACCES) + " + lookup 0 /root-only/private"),
+      0);
   EXPECT_EQ(RunClient(server_.address(),
                       "uid 65534 + create-errno /root-only/mine 4096 " + std::to_string(EACCES) +
                           " + unlink-errno /root-only/secret " + std::to_string(EACCES) +
@@ -278,6 +292,45 @@ TEST_F(DirectTest, FragmentedChunkIsContiguousForTheCaller) {
   ASSERT_EQ(Store(m, "/frag/big", 16 << 20), 0);
   EXPECT_EQ(RunClient(server_.address(), "load /frag/big 16777216 " + pool_.path()), 0);
   maru_disconnect(m);
+}
+
+TEST_F(DirectTest, FastLaneSurvivesGarbageAndGrpcAloneWorks) {
+  // Garbage on the fast lane costs its sender the connection, nothing else.
+  for (const std::string &junk :
+       {std::string("\x05\x00\x00\x00\x63hello", 10), std::string("\xff\xff\xff\x7f\x01", 5),
+        std::string("\x03\x00\x00\x00\x01\xff\xff\xff", 8)}) {
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::string path = server_.socket_path() + ".fast";
+    strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)), 0);
+    ASSERT_EQ(write(fd, junk.data(), junk.size()), static_cast<ssize_t>(junk.size()));
+    shutdown(fd, SHUT_WR);
+    char buf[64];
+    while (read(fd, buf, sizeof(buf)) > 0) {
+    }
+    close(fd);
+  }
+  EXPECT_EQ(RunClient(server_.address(), "store /lane/a 65536 + load /lane/a 65536 " +
+                                             pool_.path() + " + lookup 1 /lane/a /lane/b"),
+            0);
+  // A client that does not use the lane gets the same answers over gRPC.
+  EXPECT_EQ(maru_test::Run(
+                "MARU_FAST_LANE=0 " +
+                maru_test::ClientCommand(server_.address(), "load /lane/a 65536 " + pool_.path() +
+                                                                " + lookup 1 /lane/a /lane/b")),
+            0);
+}
+
+TEST(ServerStart, WorksWithoutTheFastLane) {
+  TestPool pool(64ull << 20);
+  Server server(pool.path(), {"--no-fast-lane"});
+  ASSERT_TRUE(server.Start());
+  EXPECT_NE(access((server.socket_path() + ".fast").c_str(), F_OK), 0);
+  EXPECT_EQ(
+      RunClient(server.address(), "store /x 4096 + load /x 4096 " + pool.path() + " + lookup 1 /x"),
+      0);
 }
 
 TEST(ServerStart, RefusesAPoolWithoutValidSuperblock) {

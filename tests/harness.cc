@@ -340,12 +340,16 @@ FuseMount::~FuseMount() {
 
 namespace maru_test {
 
-std::string AgentBinary() { return BinDir("src/rdma/maru-agent"); }
+std::string AgentBinary() {
+  return BinDir("src/rdma/maru-agent");
+}
 
 Agent::Agent(const std::string &pool, const std::string &server, const std::string &listen)
     : pool_(pool), server_(server), listen_(listen) {}
 
-Agent::~Agent() { Kill9(); }
+Agent::~Agent() {
+  Kill9();
+}
 
 static std::string ReadFile(const std::string &path) {
   std::ifstream in(path);
@@ -357,8 +361,8 @@ static std::string ReadFile(const std::string &path) {
 bool Agent::Start() {
   const std::string log = dir_.path() + "/agent.log";
   truncate(log.c_str(), 0);
-  pid_ = StartLogged({AgentBinary(), "--pool", pool_, "--server", server_, "--listen", listen_}, log,
-                     [&] { return ReadFile(log).find("serving") != std::string::npos; });
+  pid_ = StartLogged({AgentBinary(), "--pool", pool_, "--server", server_, "--listen", listen_},
+                     log, [&] { return ReadFile(log).find("serving") != std::string::npos; });
   if (pid_ < 0) {
     fprintf(stderr, "maru-agent did not start:\n%s\n", ReadFile(log).c_str());
     return false;

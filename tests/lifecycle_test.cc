@@ -54,7 +54,8 @@ TEST(Lifecycle, KillDashNineUnderLoadLosesNoSealedChunk) {
   EXPECT_EQ(Wait(churn), 0);
   ASSERT_EQ(Lines(log), 400u);
   std::string out;
-  EXPECT_EQ(RunClient(server.address(), "verify-log " + log + " 65536", &out), 0) << out;
+  EXPECT_EQ(RunClient(server.address(), "verify-log " + log + " 65536", &out), 0)
+      << out << server.log();
   // The clients are gone: none of their reservations is left behind.
   EXPECT_TRUE(maru_test::WaitFor(
       [&] {

@@ -32,10 +32,12 @@ class RemoteTest : public ::testing::Test {
     ASSERT_TRUE(ns_.ok());
     port_ = 30000 + (getpid() * 13) % 20000;
     server_ = std::make_unique<Server>(
-        pool_.path(), std::vector<std::string>{"--listen", "tcp://" + ns_.host_ip() + ":" + std::to_string(port_),
-                                               "--session-timeout-ms", "1500", "--heartbeat-ms", "300"});
+        pool_.path(),
+        std::vector<std::string>{"--listen", "tcp://" + ns_.host_ip() + ":" + std::to_string(port_),
+                                 "--session-timeout-ms", "1500", "--heartbeat-ms", "300"});
     ASSERT_TRUE(server_->Start());
-    agent_ = std::make_unique<Agent>(pool_.path(), server_->address(), "tcp://" + ns_.host_ip() + ":0");
+    agent_ =
+        std::make_unique<Agent>(pool_.path(), server_->address(), "tcp://" + ns_.host_ip() + ":0");
     ASSERT_TRUE(agent_->Start());
   }
 
@@ -61,11 +63,15 @@ class RemoteTest : public ::testing::Test {
 
 TEST_F(RemoteTest, StoreRemotelyReadLocallyAndTheOtherWay) {
   // Stored from the remote host: the bytes land in the pool, read in place here.
-  ASSERT_EQ(RunRemote("store /remote/a 8388608 + fetch /remote/a 8388608 + read-into /remote/a 8388608"), 0);
+  ASSERT_EQ(
+      RunRemote("store /remote/a 8388608 + fetch /remote/a 8388608 + read-into /remote/a 8388608"),
+      0);
   EXPECT_EQ(maru_test::RunClient(server_->address(), "load /remote/a 8388608 " + pool_.path()), 0);
   // Stored here in place: the remote host reads the same bytes.
-  ASSERT_EQ(maru_test::RunClient(server_->address(), "store /local/b 33554432 + store /local/c 4096"), 0);
-  EXPECT_EQ(RunRemote("read-into /local/b 33554432 + fetch /local/b 33554432 + fetch /local/c 4096"), 0);
+  ASSERT_EQ(
+      maru_test::RunClient(server_->address(), "store /local/b 33554432 + store /local/c 4096"), 0);
+  EXPECT_EQ(
+      RunRemote("read-into /local/b 33554432 + fetch /local/b 33554432 + fetch /local/c 4096"), 0);
   // Prefix lookups and errors work the same way remotely.
   EXPECT_EQ(RunRemote("lookup 2 /local/b /local/c /local/none"), 0);
   EXPECT_EQ(RunRemote("open-errno /local/none " + std::to_string(ENOENT)), 0);
@@ -77,13 +83,18 @@ TEST_F(RemoteTest, AgentKilledMidTransferFailsCleanlyAndComesBack) {
   const std::string log = dir.path() + "/reader.log";
   pid_t reader = fork();
   if (reader == 0) {
-    execl("/bin/sh", "sh", "-c", ("exec " + Remote("read-through-outage /big 67108864") + " >" + log + " 2>&1").c_str(),
+    execl("/bin/sh", "sh", "-c",
+          ("exec " + Remote("read-through-outage /big 67108864") + " >" + log + " 2>&1").c_str(),
           static_cast<char *>(nullptr));
     _exit(127);
   }
-  ASSERT_TRUE(maru_test::WaitFor([&] { return Slurp(log).find("reading") != std::string::npos; }, 30000)) << Slurp(log);
+  ASSERT_TRUE(
+      maru_test::WaitFor([&] { return Slurp(log).find("reading") != std::string::npos; }, 30000))
+      << Slurp(log);
   agent_->Kill9();
-  ASSERT_TRUE(maru_test::WaitFor([&] { return Slurp(log).find("error") != std::string::npos; }, 30000)) << Slurp(log);
+  ASSERT_TRUE(
+      maru_test::WaitFor([&] { return Slurp(log).find("error") != std::string::npos; }, 30000))
+      << Slurp(log);
   // A new agent, on another port: the client finds it through the server.
   ASSERT_TRUE(agent_->Start());
   EXPECT_EQ(maru_test::Wait(reader), 0) << Slurp(log);
@@ -103,16 +114,21 @@ TEST_F(RemoteTest, ALeaseLostMidTransferIsReportedNeverStale) {
           static_cast<char *>(nullptr));
     _exit(127);
   }
-  ASSERT_TRUE(maru_test::WaitFor([&] { return Slurp(log).find("opened") != std::string::npos; }, 30000)) << Slurp(log);
+  ASSERT_TRUE(
+      maru_test::WaitFor([&] { return Slurp(log).find("opened") != std::string::npos; }, 30000))
+      << Slurp(log);
   // The reader stalls past its session timeout; its lease goes, the chunk is
   // removed and its extents are written over by other chunks.
   ASSERT_TRUE(maru_test::Freeze(reader));
   ASSERT_EQ(maru_test::RunClient(server_->address(), "unlink-errno /lease/a 0"), 0);
-  ASSERT_TRUE(maru_test::WaitFor([&] {
-    std::string out;
-    maru_test::Run(maru_test::MaructlBinary() + " sessions --server " + server_->address(), &out);
-    return out.find("libmaru_direct") == std::string::npos;  // the stalled session expired
-  }, 20000));
+  ASSERT_TRUE(maru_test::WaitFor(
+      [&] {
+        std::string out;
+        maru_test::Run(maru_test::MaructlBinary() + " sessions --server " + server_->address(),
+                       &out);
+        return out.find("libmaru_direct") == std::string::npos;  // the stalled session expired
+      },
+      20000));
   std::string fill;
   for (int i = 0; i < 200; ++i) fill += " + store /fill/" + std::to_string(i) + " 1048576";
   ASSERT_EQ(maru_test::RunClient(server_->address(), fill.substr(3)), 0);

@@ -1,8 +1,11 @@
 #include "client/meta_client.h"
 
 #include <sys/stat.h>
-#include <unistd.h>
 
+#include <unistd.h>
+#include <cstring>
+
+#include "fast_lane.h"
 #include "util/address.h"
 #include "util/log.h"
 #include "util/units.h"
@@ -128,6 +131,11 @@ int MetaClient::OpenSession(bool resume) {
       t.lease = it == renewed.end() ? 0 : it->second;
     }
   }
+  if (!fast_ && !rep.fast_lane().empty() && address_.rfind("unix://", 0) == 0) {
+    const char *env = getenv("MARU_FAST_LANE");
+    if (!env || strcmp(env, "0") != 0)
+      fast_ = std::make_unique<FastLaneClient>(rep.fast_lane(), options_.call_timeout_ms);
+  }
   std::lock_guard<std::mutex> lock(session_mu_);
   info_ = rep;
   session_.store(rep.session());
@@ -191,7 +199,8 @@ void MetaClient::FlushReleases() {
   rpc::ErrorReply rep;
   req.mutable_header()->set_session(session_.load());
   // Best effort: a lease the server already forgot needs no release.
-  CallOnce(&Stub::Release, req, &rep);
+  if (!fast_ || fast_->Call(fastlane::kRelease, req, &rep) != 0)
+    CallOnce(&Stub::Release, req, &rep);
 }
 
 void MetaClient::Background() {

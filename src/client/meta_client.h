@@ -22,6 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "client/fast_lane_client.h"
 #include "maru.grpc.pb.h"
 #include "util/status.h"
 
@@ -57,6 +58,10 @@ class MetaClient {
   // from the reply's `error` or from the transport.
   template <typename Req, typename Rep>
   int Call(Method<Req, Rep> method, Req &req, Rep *rep, const rpc::Caller *as = nullptr);
+  // Call() over the fast lane (op from src/proto/fast_lane.h) when the server
+  // offers one here; gRPC when not, or when the lane breaks.
+  template <typename Req, typename Rep>
+  int CallFast(uint8_t op, Method<Req, Rep> method, Req &req, Rep *rep);
 
   // Leases this client holds. Tracking them lets a resumed session renew
   // them; the handle stays valid across renewals.
@@ -96,6 +101,7 @@ class MetaClient {
   std::unique_ptr<Stub> stub_;
   std::atomic<uint64_t> session_{0};
   std::atomic<int64_t> last_answer_ms_{0};  // the server last answered this session
+  std::unique_ptr<FastLaneClient> fast_;
   mutable std::mutex session_mu_;  // guards info_
   std::mutex resume_mu_;           // one resume at a time
   rpc::OpenSessionReply info_;
@@ -125,6 +131,20 @@ int MetaClient::CallOnce(Method<Req, Rep> method, const Req &req, Rep *rep) {
   if (!st.ok()) return GrpcErrno(st);
   if (rep->error() != ENOTCONN) last_answer_ms_.store(MonotonicMs());
   return -rep->error();
+}
+
+template <typename Req, typename Rep>
+int MetaClient::CallFast(uint8_t op, Method<Req, Rep> method, Req &req, Rep *rep) {
+  if (fast_) {
+    req.mutable_header()->set_session(session_.load());
+    int rc = fast_->Call(op, req, rep);
+    if (rc == -ETIMEDOUT) return rc;
+    if (rc == 0 && rep->error() != ENOTCONN) {
+      last_answer_ms_.store(MonotonicMs());
+      return -rep->error();
+    }
+  }
+  return Call(method, req, rep);  // also resumes a session the server forgot
 }
 
 template <typename Req, typename Rep>

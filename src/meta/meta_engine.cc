@@ -483,12 +483,22 @@ uint64_t MetaEngine::Used() const {
   return space_.capacity() - space_.free_bytes();
 }
 
-bool MetaEngine::AboveHighWatermark() const {
+uint64_t MetaEngine::ReclaimableUse(Txn &txn) {
+  // Retired versions nobody reads are freed first; those still read stay
+  // whatever is evicted, so they do not count.
+  space_.Tick(MonotonicNs(), &txn.batch);
+  return Used() - std::min(Used(), space_.retired_bytes());
+}
+
+void MetaEngine::EvictToLowWatermark(Txn &txn) {
   // During the grace after a restart evicted space is not freed, so
   // evicting would only empty the cache.
-  return !space_.in_grace(MonotonicNs()) &&
-         static_cast<double>(Used()) >
-             options_.high_watermark * static_cast<double>(space_.capacity());
+  if (space_.in_grace(MonotonicNs())) return;
+  const double capacity = static_cast<double>(space_.capacity());
+  const uint64_t use = ReclaimableUse(txn);
+  if (static_cast<double>(use) <= options_.high_watermark * capacity) return;
+  const uint64_t target = static_cast<uint64_t>(options_.low_watermark * capacity);
+  if (use > target) EvictBytes(txn, use - target, "watermark");
 }
 
 bool MetaEngine::Evictable(const Inode &inode, int64_t now_ns) const {
@@ -550,6 +560,11 @@ uint64_t MetaEngine::EvictBytes(Txn &txn, uint64_t bytes, const char *reason) {
 
 Result<ExtentList> MetaEngine::AllocateWithEviction(Txn &txn, uint64_t bytes) {
   Result<ExtentList> extents = space_.Allocate(bytes);
+  if (!extents.ok() && extents.status().errnum() == ENOSPC) {
+    const int64_t mono = MonotonicNs();
+    // Space waiting for readers that are gone is free for the taking first.
+    if (space_.Tick(mono, &txn.batch) > 0) extents = space_.Allocate(bytes);
+  }
   if (!extents.ok() && extents.status().errnum() == ENOSPC) {
     const int64_t mono = MonotonicNs();
     if (space_.in_grace(mono))
@@ -624,6 +639,7 @@ void MetaEngine::OpenSession(const Caller &c, const rpc::OpenSessionRequest &req
   rep->set_heartbeat_ms(options_.heartbeat_ms);
   rep->set_timeout_ms(static_cast<uint32_t>(options_.session_timeout_ms));
   rep->set_pool_uuid(pool_uuid_);
+  rep->set_fast_lane(options_.fast_lane);
   for (const SpaceManager::Device &d : space_.devices()) FillDevice(d, rep->add_devices());
 }
 
@@ -1024,11 +1040,7 @@ void MetaEngine::Seal(const Caller &, const rpc::SealRequest &req, rpc::ChunkRep
     }
     txn.Dirty(inode);
     FillChunk(*inode, *inode->current, lease, rep, true);
-    if (AboveHighWatermark()) {
-      uint64_t target =
-          static_cast<uint64_t>(options_.low_watermark * static_cast<double>(space_.capacity()));
-      EvictBytes(txn, Used() - target, "watermark");
-    }
+    EvictToLowWatermark(txn);
     return Status::Ok();
   });
 }
@@ -1331,17 +1343,20 @@ void MetaEngine::CheckExtents(const Caller &c, const rpc::CheckExtentsRequest &r
     for (uint64_t lease_id : client->leases) {
       const Lease *lease = leases_.Find(lease_id);
       const Inode *inode = lease ? tree_.Find(lease->ino) : nullptr;
-      if (inode && inode->current && inode->current->gen == lease->gen) held.push_back(&inode->current->extents);
-      else if (lease && space_.retired().count(lease->gen)) held.push_back(&space_.retired().at(lease->gen));
+      if (inode && inode->current && inode->current->gen == lease->gen)
+        held.push_back(&inode->current->extents);
+      else if (lease && space_.retired().count(lease->gen))
+        held.push_back(&space_.retired().at(lease->gen));
     }
     for (uint64_t ino : client->reservations)
-      if (const Inode *inode = tree_.Find(ino); inode && inode->pending) held.push_back(&inode->pending->extents);
+      if (const Inode *inode = tree_.Find(ino); inode && inode->pending)
+        held.push_back(&inode->pending->extents);
     for (const rpc::Extent &want : req.extents()) {
       bool covered = false;
       for (const ExtentList *list : held)
         for (const Extent &e : *list)
-          covered |= e.device == req.device() && e.device == want.device() && want.offset() >= e.offset &&
-                     want.offset() + want.length() <= e.end();
+          covered |= e.device == req.device() && e.device == want.device() &&
+                     want.offset() >= e.offset && want.offset() + want.length() <= e.end();
       // Not (or no longer) held: for a reader, its lease is gone.
       if (!covered) return Status::Error(ESTALE, "extent not leased or reserved by that session");
     }
@@ -1370,12 +1385,7 @@ void MetaEngine::Tick() {
       txn.Dirty(&inode);
     }
   });
-  space_.Tick(mono, &txn.batch);
-  if (AboveHighWatermark()) {
-    uint64_t target =
-        static_cast<uint64_t>(options_.low_watermark * static_cast<double>(space_.capacity()));
-    EvictBytes(txn, Used() - target, "watermark");
-  }
+  EvictToLowWatermark(txn);
   txn.Commit();
 }
 

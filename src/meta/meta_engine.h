@@ -44,6 +44,7 @@ struct EngineOptions {
   double low_watermark = 0.90;   // ... until usage is below this
   std::string eviction = "lru";  // "lru" or "prefix"
   uint32_t max_fragments = 64;   // extents per chunk before a create fails
+  std::string fast_lane;         // the fast lane's socket path, told to clients
 };
 
 class MetaEngine {
@@ -130,7 +131,10 @@ class MetaEngine {
   // Records that `inode` extends chunk `parent` (0: none), for eviction.
   void SetParentChunk(Inode *inode, uint64_t parent);
   uint64_t Used() const;
-  bool AboveHighWatermark() const;
+  // Pool use that eviction could win back (retired versions still being
+  // read are not); frees retired versions nobody reads first.
+  uint64_t ReclaimableUse(Txn &txn);
+  void EvictToLowWatermark(Txn &txn);
   void FillStats(rpc::StatsReply *rep);
 
   EngineOptions options_;

@@ -19,9 +19,13 @@ MetaService::MetaService(MetaEngine *engine, const PeerRegistry *peers, Identity
 }
 
 Caller MetaService::CallerOf(grpc::CallbackServerContext *ctx, const rpc::Header &header) const {
+  return ResolveCaller(peers_->Lookup(ctx->peer()), header, policy_);
+}
+
+Caller ResolveCaller(const std::optional<PeerCredentials> &peer, const rpc::Header &header,
+                     const IdentityPolicy &policy) {
   Caller c;
   const rpc::Caller &asserted = header.caller();
-  std::optional<PeerCredentials> peer = peers_->Lookup(ctx->peer());
   bool trusted;
   if (peer) {
     c.uid = peer->uid;
@@ -30,8 +34,8 @@ Caller MetaService::CallerOf(grpc::CallbackServerContext *ctx, const rpc::Header
     c.pid = static_cast<uint32_t>(peer->pid);
     trusted = peer->uid == 0;  // a root daemon (maru-fuse) speaks for its callers
   } else {
-    c.uid = c.gid = policy_.squash_tcp ? kNobody : 0;
-    trusted = !policy_.squash_tcp;
+    c.uid = c.gid = policy.squash_tcp ? kNobody : 0;
+    trusted = !policy.squash_tcp;
   }
   if (trusted && asserted.set()) {
     c.uid = asserted.uid();

@@ -19,6 +19,12 @@ struct IdentityPolicy {
   bool squash_tcp = false;
 };
 
+// Who is asking: the kernel's word for a Unix peer (`peer`), else the TCP
+// policy; a trusted peer (root, or TCP unless squashed) may assert the
+// identity of the process it serves in the header.
+Caller ResolveCaller(const std::optional<PeerCredentials> &peer, const rpc::Header &header,
+                     const IdentityPolicy &policy);
+
 class MetaService final : public rpc::Meta::CallbackService {
  public:
   MetaService(MetaEngine *engine, const PeerRegistry *peers, IdentityPolicy policy);

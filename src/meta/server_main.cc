@@ -8,6 +8,8 @@
 #include <memory>
 #include <thread>
 
+#include "fast_lane.h"
+#include "meta/fast_lane_server.h"
 #include "meta/meta_engine.h"
 #include "meta/meta_service.h"
 #include "meta/metrics_server.h"
@@ -35,7 +37,7 @@ struct ServerFlags {
   int64_t grace_ms = -1;
   int64_t max_fragments = 64;
   double high_watermark = 0.95, low_watermark = 0.90;
-  bool sync = false, squash_tcp = false;
+  bool sync = false, squash_tcp = false, no_fast_lane = false;
 };
 
 int Fail(const std::string &message) {
@@ -76,6 +78,8 @@ int main(int argc, char **argv) {
   flags.Bool("sync", &f.sync, "fsync every metadata write (survives power loss, slower)");
   flags.Bool("tcp-squash", &f.squash_tcp,
              "treat every TCP caller as nobody instead of trusting the identity it asserts");
+  flags.Bool("no-fast-lane", &f.no_fast_lane,
+             "serve lookups, opens and releases over gRPC only (no SOCKET.fast)");
   flags.String("metrics-listen", &f.metrics_listen,
                "HOST:PORT to serve Prometheus metrics on at /metrics");
   flags.String("log-level", &f.log_level, "error, warn, info or debug");
@@ -129,6 +133,10 @@ int main(int argc, char **argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
+  if (!f.no_fast_lane)
+    for (const Address &a : addresses)
+      if (a.kind == Address::Kind::kUnix && options.fast_lane.empty())
+        options.fast_lane = a.path + fastlane::kSuffix;
   Result<std::unique_ptr<MetaEngine>> engine = MetaEngine::Open(options);
   if (!engine.ok()) return Fail(engine.status().message());
 
@@ -139,6 +147,7 @@ int main(int argc, char **argv) {
   builder.SetMaxReceiveMessageSize(64 << 20);
   builder.SetMaxSendMessageSize(64 << 20);
   std::vector<std::unique_ptr<UnixListener>> unix_listeners;
+  std::unique_ptr<FastLaneServer> fast_lane;
   std::vector<int> ports(addresses.size(), 0);
   for (size_t i = 0; i < addresses.size(); ++i) {
     if (addresses[i].kind == Address::Kind::kUnix) {
@@ -146,6 +155,12 @@ int main(int argc, char **argv) {
       s = l->Bind();
       if (!s.ok()) return Fail(s.message());
       unix_listeners.push_back(std::move(l));
+      if (!fast_lane && !f.no_fast_lane) {
+        fast_lane = std::make_unique<FastLaneServer>(addresses[i].path + fastlane::kSuffix,
+                                                     engine->get(), IdentityPolicy{f.squash_tcp});
+        s = fast_lane->Bind();
+        if (!s.ok()) return Fail(s.message());
+      }
     } else {
       builder.AddListeningPort(addresses[i].GrpcTarget(), grpc::InsecureServerCredentials(),
                                &ports[i]);
@@ -157,6 +172,7 @@ int main(int argc, char **argv) {
     if (addresses[i].kind == Address::Kind::kTcp && ports[i] == 0)
       return Fail("cannot listen on " + addresses[i].ToString());
   for (auto &l : unix_listeners) l->Start(server.get());
+  if (fast_lane) fast_lane->Start();
 
   std::unique_ptr<MetricsServer> metrics;
   if (!f.metrics_listen.empty()) {
@@ -194,6 +210,7 @@ int main(int argc, char **argv) {
   tick_cv.notify_all();
   ticker.join();
   for (auto &l : unix_listeners) l->Stop();
+  if (fast_lane) fast_lane->Stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   metrics.reset();
   return 0;

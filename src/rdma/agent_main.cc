@@ -42,16 +42,21 @@ std::string Hostname() {
 int main(int argc, char **argv) {
   SetLogTag("maru-agent");
   std::vector<std::string> pools;
-  std::string server = kDefaultServerAddress, listen = "tcp://0.0.0.0:7071", advertise, log_level = "info";
-  Flags flags("maru-agent --pool PATH [--pool PATH...] [--server ADDRESS] [--listen tcp://HOST:PORT]",
-              "Serves pool devices of this memory node to hosts that cannot map them: remote\n"
-              "clients read and write extents with UCX one-sided get/put, after maru-server\n"
-              "confirms their session holds them. UCX picks the transport (UCX_TLS): RDMA\n"
-              "verbs where there is a NIC, TCP where there is none.");
-  flags.Strings("pool", &pools, "pool device to serve (repeatable); it must belong to the server's pool");
+  std::string server = kDefaultServerAddress, listen = "tcp://0.0.0.0:7071", advertise,
+              log_level = "info";
+  Flags flags(
+      "maru-agent --pool PATH [--pool PATH...] [--server ADDRESS] [--listen tcp://HOST:PORT]",
+      "Serves pool devices of this memory node to hosts that cannot map them: remote\n"
+      "clients read and write extents with UCX one-sided get/put, after maru-server\n"
+      "confirms their session holds them. UCX picks the transport (UCX_TLS): RDMA\n"
+      "verbs where there is a NIC, TCP where there is none.");
+  flags.Strings("pool", &pools,
+                "pool device to serve (repeatable); it must belong to the server's pool");
   flags.String("server", &server, "maru-server address");
   flags.String("listen", &listen, "where remote clients connect (port 0: any free port)");
-  flags.String("advertise", &advertise, "the address clients are told (default: --listen, with this host's name for 0.0.0.0)");
+  flags.String(
+      "advertise", &advertise,
+      "the address clients are told (default: --listen, with this host's name for 0.0.0.0)");
   flags.String("log-level", &log_level, "error, warn, info or debug");
   std::vector<std::string> args;
   Status s = flags.Parse(argc, argv, 1, &args);
@@ -61,7 +66,8 @@ int main(int argc, char **argv) {
   if (pools.empty()) return Fail("--pool is required");
   if (!SetLogLevel(log_level)) return Fail("unknown log level " + log_level);
   Result<Address> where = ParseAddress(listen);
-  if (!where.ok() || where->kind != Address::Kind::kTcp) return Fail("--listen takes tcp://HOST:PORT");
+  if (!where.ok() || where->kind != Address::Kind::kTcp)
+    return Fail("--listen takes tcp://HOST:PORT");
 
   ClientOptions options;
   options.client_name = "maru-agent";
@@ -76,7 +82,9 @@ int main(int argc, char **argv) {
     const Uuid &u = (*dev)->superblock().device_uuid;
     const rpc::Device *match = nullptr;
     for (const rpc::Device &d : info.devices())
-      if (d.device_uuid() == std::string(u.begin(), u.end()) && d.epoch() == (*dev)->superblock().epoch) match = &d;
+      if (d.device_uuid() == std::string(u.begin(), u.end()) &&
+          d.epoch() == (*dev)->superblock().epoch)
+        match = &d;
     if (!match) return Fail(path + " is not a device of the pool that " + server + " serves");
     devices[match->index()] = std::move(*dev);
   }
@@ -98,7 +106,8 @@ int main(int argc, char **argv) {
     advertise = "tcp://" + host + ":" + std::to_string((*agent)->port());
   }
   registration.set_address(advertise);
-  if (int rc = Register(*meta, registration)) return Fail("cannot register with " + server + ": " + strerror(-rc));
+  if (int rc = Register(*meta, registration))
+    return Fail("cannot register with " + server + ": " + strerror(-rc));
   LOG_INFO("serving %d device(s) at %s", registration.device_uuids_size(), advertise.c_str());
 
   g_agent = agent->get();

@@ -20,7 +20,8 @@ Result<std::unique_ptr<RemotePool>> RemotePool::Create(AgentMap agents, int64_t 
   if (!ucx.ok()) return ucx.status();
   pool->ucx_ = std::move(*ucx);
   ucp_am_handler_param_t am{};
-  am.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+  am.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                  UCP_AM_HANDLER_PARAM_FIELD_ARG;
   am.id = wire::kGrantReplyId;
   am.cb = OnReply;
   am.arg = pool.get();
@@ -49,7 +50,8 @@ void RemotePool::OnError(void *arg, ucp_ep_h, ucs_status_t status) {
 ucs_status_t RemotePool::OnReply(void *arg, const void *, size_t, void *data, size_t length,
                                  const ucp_am_recv_param_t *param) {
   auto *self = static_cast<RemotePool *>(arg);
-  if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) || length < sizeof(wire::GrantReply)) return UCS_OK;
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) || length < sizeof(wire::GrantReply))
+    return UCS_OK;
   const auto *r = static_cast<const wire::GrantReply *>(data);
   if (sizeof(wire::GrantReply) + r->rkey_bytes > length) return UCS_OK;
   Reply &out = self->replies_[r->request_id];
@@ -79,7 +81,8 @@ Status RemotePool::Connect(Agent &agent) {
   Disconnect(agent);
   if (agent.lost && refresh_) {
     for (auto &[device, address] : refresh_())
-      if (auto it = agents_.find(device); it != agents_.end() && !address.empty()) it->second.address = address;
+      if (auto it = agents_.find(device); it != agents_.end() && !address.empty())
+        it->second.address = address;
     agent.lost = false;
   }
   Result<Address> a = ParseAddress(agent.address);
@@ -88,8 +91,8 @@ Status RemotePool::Connect(Agent &agent) {
   if (getaddrinfo(a->host.c_str(), std::to_string(a->port).c_str(), &hints, &res) != 0)
     return Status::Error(EHOSTUNREACH, "cannot resolve agent " + agent.address);
   ucp_ep_params_t ep{};
-  ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR | UCP_EP_PARAM_FIELD_ERR_HANDLER |
-                  UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                  UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
   ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
   ep.sockaddr.addr = res->ai_addr;
   ep.sockaddr.addrlen = res->ai_addrlen;
@@ -121,12 +124,16 @@ Status RemotePool::Grant(Agent &agent, uint64_t session, uint32_t device,
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   p.flags = UCP_AM_SEND_FLAG_REPLY;
   const uint64_t id = req->request_id;
-  ucs_status_t st = ucx_->Wait(ucp_am_send_nbx(agent.ep, wire::kGrantRequestId, nullptr, 0, msg.data(), msg.size(), &p),
-                               timeout_ms_);
-  if (st != UCS_OK) return Status::Error(agent.failed ? ECONNRESET : UcsErrno(st), "grant request to " + agent.address);
+  ucs_status_t st = ucx_->Wait(
+      ucp_am_send_nbx(agent.ep, wire::kGrantRequestId, nullptr, 0, msg.data(), msg.size(), &p),
+      timeout_ms_);
+  if (st != UCS_OK)
+    return Status::Error(agent.failed ? ECONNRESET : UcsErrno(st),
+                         "grant request to " + agent.address);
   if (!ucx_->ProgressUntil([&] { return replies_.count(id) || agent.failed; }, timeout_ms_))
     return Status::Error(ETIMEDOUT, "agent " + agent.address + " did not answer");
-  if (!replies_.count(id)) return Status::Error(ECONNRESET, "agent " + agent.address + " went away");
+  if (!replies_.count(id))
+    return Status::Error(ECONNRESET, "agent " + agent.address + " went away");
   Reply reply = std::move(replies_[id]);
   replies_.erase(id);
   if (reply.error) return Status::Error(reply.error, "agent refused the extents");
@@ -148,7 +155,8 @@ Status RemotePool::Move(uint64_t session, const std::vector<Transfer> &transfers
   Status result;
   for (auto &[device, list] : by_device) {
     auto it = agents_.find(device);
-    if (it == agents_.end()) return Status::Error(ENODEV, "no agent serves device " + std::to_string(device));
+    if (it == agents_.end())
+      return Status::Error(ENODEV, "no agent serves device " + std::to_string(device));
     Agent &agent = it->second;
     MARU_RETURN_IF_ERROR(Connect(agent));
     Status granted = Grant(agent, session, device, list);
@@ -159,8 +167,9 @@ Status RemotePool::Move(uint64_t session, const std::vector<Transfer> &transfers
     // Every transfer of the device in flight at once.
     for (const Transfer *t : list) {
       ucp_request_param_t p{};
-      void *r = put ? ucp_put_nbx(agent.ep, t->local, t->length, agent.base + t->offset, agent.rkey, &p)
-                    : ucp_get_nbx(agent.ep, t->local, t->length, agent.base + t->offset, agent.rkey, &p);
+      void *r =
+          put ? ucp_put_nbx(agent.ep, t->local, t->length, agent.base + t->offset, agent.rkey, &p)
+              : ucp_get_nbx(agent.ep, t->local, t->length, agent.base + t->offset, agent.rkey, &p);
       requests.emplace_back(&agent, r);
     }
     if (put) {
@@ -173,7 +182,8 @@ Status RemotePool::Move(uint64_t session, const std::vector<Transfer> &transfers
     ucs_status_t st = ucx_->Wait(r, timeout_ms_);
     if (st != UCS_OK && result.ok())
       result = Status::Error(agent->failed ? ECONNRESET : UcsErrno(st),
-                             std::string(put ? "put to " : "get from ") + agent->address + ": " + ucs_status_string(st));
+                             std::string(put ? "put to " : "get from ") + agent->address + ": " +
+                                 ucs_status_string(st));
   }
   for (auto &[device, agent] : agents_)
     if (agent.failed) Disconnect(agent);

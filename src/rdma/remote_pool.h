@@ -26,7 +26,7 @@ class RemotePool {
     uint32_t device;
     uint64_t offset;  // in the device
     uint64_t length;
-    void *local;      // the caller's buffer
+    void *local;  // the caller's buffer
   };
 
   using AgentMap = std::map<uint32_t, std::string>;  // device index -> tcp://HOST:PORT
@@ -39,8 +39,12 @@ class RemotePool {
 
   bool serves(uint32_t device) const { return agents_.count(device) > 0; }
   // All transfers in flight at once; returns when all are done or one failed.
-  Status Get(uint64_t session, const std::vector<Transfer> &transfers) { return Move(session, transfers, false); }
-  Status Put(uint64_t session, const std::vector<Transfer> &transfers) { return Move(session, transfers, true); }
+  Status Get(uint64_t session, const std::vector<Transfer> &transfers) {
+    return Move(session, transfers, false);
+  }
+  Status Put(uint64_t session, const std::vector<Transfer> &transfers) {
+    return Move(session, transfers, true);
+  }
 
  private:
   struct Agent {
@@ -61,7 +65,8 @@ class RemotePool {
   Status Move(uint64_t session, const std::vector<Transfer> &transfers, bool put);
   Status Connect(Agent &agent);
   void Disconnect(Agent &agent);
-  Status Grant(Agent &agent, uint64_t session, uint32_t device, const std::vector<const Transfer *> &t);
+  Status Grant(Agent &agent, uint64_t session, uint32_t device,
+               const std::vector<const Transfer *> &t);
   static void OnError(void *arg, ucp_ep_h ep, ucs_status_t status);
   static ucs_status_t OnReply(void *arg, const void *header, size_t header_length, void *data,
                               size_t length, const ucp_am_recv_param_t *param);

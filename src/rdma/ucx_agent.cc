@@ -12,9 +12,9 @@
 
 namespace maru {
 
-Result<std::unique_ptr<UcxAgent>> UcxAgent::Start(std::unique_ptr<MetaClient> client,
-                                                  std::map<uint32_t, std::unique_ptr<PoolDevice>> devices,
-                                                  const std::string &listen_host, int port) {
+Result<std::unique_ptr<UcxAgent>> UcxAgent::Start(
+    std::unique_ptr<MetaClient> client, std::map<uint32_t, std::unique_ptr<PoolDevice>> devices,
+    const std::string &listen_host, int port) {
   std::unique_ptr<UcxAgent> agent(new UcxAgent());
   agent->client_ = std::move(client);
   agent->devices_ = std::move(devices);
@@ -31,18 +31,21 @@ Result<std::unique_ptr<UcxAgent>> UcxAgent::Start(std::unique_ptr<MetaClient> cl
     mp.address = dev->base();
     mp.length = dev->mapped_bytes();
     ucs_status_t st = ucp_mem_map(agent->ucx_->context(), &mp, &reg.memh);
-    if (st != UCS_OK) return Status::Error(UcsErrno(st), "cannot register " + dev->path() + " with UCX");
+    if (st != UCS_OK)
+      return Status::Error(UcsErrno(st), "cannot register " + dev->path() + " with UCX");
     void *packed = nullptr;
     size_t size = 0;
     st = ucp_rkey_pack(agent->ucx_->context(), reg.memh, &packed, &size);
-    if (st != UCS_OK || size > wire::kMaxRkeyBytes) return Status::Error(EIO, "cannot pack a remote key");
+    if (st != UCS_OK || size > wire::kMaxRkeyBytes)
+      return Status::Error(EIO, "cannot pack a remote key");
     reg.rkey.assign(static_cast<uint8_t *>(packed), static_cast<uint8_t *>(packed) + size);
     ucp_rkey_buffer_release(packed);
     agent->registered_[index] = std::move(reg);
   }
 
   ucp_am_handler_param_t am{};
-  am.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+  am.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                  UCP_AM_HANDLER_PARAM_FIELD_ARG;
   am.id = wire::kGrantRequestId;
   am.cb = OnGrant;
   am.arg = agent.get();
@@ -53,7 +56,8 @@ Result<std::unique_ptr<UcxAgent>> UcxAgent::Start(std::unique_ptr<MetaClient> cl
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE;
-  if (getaddrinfo(listen_host.empty() ? nullptr : listen_host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0)
+  if (getaddrinfo(listen_host.empty() ? nullptr : listen_host.c_str(), std::to_string(port).c_str(),
+                  &hints, &res) != 0)
     return Status::Error(EINVAL, "cannot resolve " + listen_host);
   ucp_listener_params_t lp{};
   lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
@@ -65,13 +69,14 @@ Result<std::unique_ptr<UcxAgent>> UcxAgent::Start(std::unique_ptr<MetaClient> cl
   freeaddrinfo(res);
   if (st != UCS_OK)
     return Status::Error(UcsErrno(st) == EIO ? EADDRINUSE : UcsErrno(st),
-                         "cannot listen on " + listen_host + ":" + std::to_string(port) + ": " + ucs_status_string(st));
+                         "cannot listen on " + listen_host + ":" + std::to_string(port) + ": " +
+                             ucs_status_string(st));
   ucp_listener_attr_t attr{};
   attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
   if (ucp_listener_query(agent->listener_, &attr) == UCS_OK) {
     auto *sa = reinterpret_cast<sockaddr *>(&attr.sockaddr);
     agent->port_ = ntohs(sa->sa_family == AF_INET6 ? reinterpret_cast<sockaddr_in6 *>(sa)->sin6_port
-                                                     : reinterpret_cast<sockaddr_in *>(sa)->sin_port);
+                                                   : reinterpret_cast<sockaddr_in *>(sa)->sin_port);
   }
   return agent;
 }
@@ -117,10 +122,12 @@ void UcxAgent::OnEndpointError(void *arg, ucp_ep_h ep, ucs_status_t status) {
 ucs_status_t UcxAgent::OnGrant(void *arg, const void *, size_t, void *data, size_t length,
                                const ucp_am_recv_param_t *param) {
   auto *self = static_cast<UcxAgent *>(arg);
-  if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) || !(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP))
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ||
+      !(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP))
     return UCS_OK;  // not a grant request this agent can answer
   // Answered from the main loop: asking the server must not block progress.
-  PendingGrant g{param->reply_ep, std::vector<uint8_t>(static_cast<uint8_t *>(data), static_cast<uint8_t *>(data) + length)};
+  PendingGrant g{param->reply_ep, std::vector<uint8_t>(static_cast<uint8_t *>(data),
+                                                       static_cast<uint8_t *>(data) + length)};
   self->pending_.push_back(std::move(g));
   return UCS_OK;
 }
@@ -132,7 +139,8 @@ void UcxAgent::Answer(const PendingGrant &grant) {
   if (grant.request.size() >= sizeof(wire::GrantRequest)) {
     const auto *req = reinterpret_cast<const wire::GrantRequest *>(grant.request.data());
     reply()->request_id = req->request_id;
-    const size_t need = sizeof(wire::GrantRequest) + static_cast<size_t>(req->count) * sizeof(req->extents[0]);
+    const size_t need =
+        sizeof(wire::GrantRequest) + static_cast<size_t>(req->count) * sizeof(req->extents[0]);
     auto reg = registered_.find(req->device);
     if (req->count > wire::kMaxGrantExtents || grant.request.size() < need) {
       reply()->error = EINVAL;
@@ -163,7 +171,9 @@ void UcxAgent::Answer(const PendingGrant &grant) {
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   p.flags = UCP_AM_SEND_FLAG_REPLY;
-  ucs_status_t st = ucx_->Wait(ucp_am_send_nbx(grant.reply_ep, wire::kGrantReplyId, nullptr, 0, out.data(), out.size(), &p), 5000);
+  ucs_status_t st = ucx_->Wait(
+      ucp_am_send_nbx(grant.reply_ep, wire::kGrantReplyId, nullptr, 0, out.data(), out.size(), &p),
+      5000);
   if (st != UCS_OK) LOG_DEBUG("grant reply not delivered: %s", ucs_status_string(st));
 }
 

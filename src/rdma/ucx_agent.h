@@ -23,9 +23,9 @@ namespace maru {
 class UcxAgent {
  public:
   // `devices` are opened pool devices, by the server's device index.
-  static Result<std::unique_ptr<UcxAgent>> Start(std::unique_ptr<MetaClient> client,
-                                                 std::map<uint32_t, std::unique_ptr<PoolDevice>> devices,
-                                                 const std::string &listen_host, int port);
+  static Result<std::unique_ptr<UcxAgent>> Start(
+      std::unique_ptr<MetaClient> client, std::map<uint32_t, std::unique_ptr<PoolDevice>> devices,
+      const std::string &listen_host, int port);
   ~UcxAgent();
 
   // Serves until Stop() (from a signal handler, say), calling `tick` now

@@ -11,17 +11,26 @@ namespace maru {
 
 int UcsErrno(ucs_status_t status) {
   switch (status) {
-    case UCS_OK: return 0;
-    case UCS_ERR_NO_MEMORY: return ENOMEM;
-    case UCS_ERR_INVALID_PARAM: return EINVAL;
-    case UCS_ERR_TIMED_OUT: return ETIMEDOUT;
-    case UCS_ERR_CANCELED: return ECANCELED;
-    case UCS_ERR_UNREACHABLE: return EHOSTUNREACH;
-    case UCS_ERR_REJECTED: return ECONNREFUSED;
+    case UCS_OK:
+      return 0;
+    case UCS_ERR_NO_MEMORY:
+      return ENOMEM;
+    case UCS_ERR_INVALID_PARAM:
+      return EINVAL;
+    case UCS_ERR_TIMED_OUT:
+      return ETIMEDOUT;
+    case UCS_ERR_CANCELED:
+      return ECANCELED;
+    case UCS_ERR_UNREACHABLE:
+      return EHOSTUNREACH;
+    case UCS_ERR_REJECTED:
+      return ECONNREFUSED;
     case UCS_ERR_NOT_CONNECTED:
     case UCS_ERR_CONNECTION_RESET:
-    case UCS_ERR_ENDPOINT_TIMEOUT: return ECONNRESET;
-    default: return EIO;
+    case UCS_ERR_ENDPOINT_TIMEOUT:
+      return ECONNRESET;
+    default:
+      return EIO;
   }
 }
 
@@ -36,12 +45,14 @@ Result<std::unique_ptr<UcxWorker>> UcxWorker::Create() {
   params.mt_workers_shared = 0;
   st = ucp_init(&params, config, &w->context_);
   ucp_config_release(config);
-  if (st != UCS_OK) return Status::Error(UcsErrno(st), std::string("ucp_init: ") + ucs_status_string(st));
+  if (st != UCS_OK)
+    return Status::Error(UcsErrno(st), std::string("ucp_init: ") + ucs_status_string(st));
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
   st = ucp_worker_create(w->context_, &wp, &w->worker_);
-  if (st != UCS_OK) return Status::Error(UcsErrno(st), std::string("ucp_worker_create: ") + ucs_status_string(st));
+  if (st != UCS_OK)
+    return Status::Error(UcsErrno(st), std::string("ucp_worker_create: ") + ucs_status_string(st));
   return w;
 }
 
@@ -84,7 +95,8 @@ bool UcxWorker::ProgressUntil(const std::function<bool()> &done, int64_t timeout
 ucs_status_t UcxWorker::Wait(void *request, int64_t timeout_ms) {
   if (request == nullptr) return UCS_OK;
   if (UCS_PTR_IS_ERR(request)) return UCS_PTR_STATUS(request);
-  bool finished = ProgressUntil([&] { return ucp_request_check_status(request) != UCS_INPROGRESS; }, timeout_ms);
+  bool finished = ProgressUntil([&] { return ucp_request_check_status(request) != UCS_INPROGRESS; },
+                                timeout_ms);
   if (!finished) {
     ucp_request_cancel(worker_, request);
     ProgressUntil([&] { return ucp_request_check_status(request) != UCS_INPROGRESS; }, 5000);

@@ -1,0 +1,49 @@
+// The server side of the fast lane (src/proto/fast_lane.h): a Unix socket
+// beside the gRPC one, a thread per connection, the same engine calls and
+// the same identity rules (SO_PEERCRED) as MetaService.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "meta/meta_engine.h"
+#include "meta/meta_service.h"
+
+namespace maru {
+
+class FastLaneServer {
+ public:
+  FastLaneServer(std::string path, MetaEngine *engine, IdentityPolicy policy);
+  ~FastLaneServer();
+
+  Status Bind();
+  void Start();
+  void Stop();
+  const std::string &path() const { return path_; }
+
+ private:
+  struct Connection {
+    int fd;
+    PeerCredentials peer;
+    std::thread thread;
+  };
+  void AcceptLoop();
+  void Serve(Connection *conn);
+  // Runs one request; false if it could not be parsed.
+  bool Dispatch(const PeerCredentials &peer, uint8_t op, const std::string &in, std::string *out);
+
+  std::string path_;
+  MetaEngine *engine_;
+  IdentityPolicy policy_;
+  int slot_lookup_, slot_open_, slot_release_;
+  int fd_ = -1;
+  int wake_[2] = {-1, -1};
+  std::thread accept_thread_;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<Connection>> connections_;
+};
+
+}  // namespace maru
