@@ -13,6 +13,7 @@
 
 #include "harness.h"
 #include "maru_direct.h"
+#include "maru_direct.hpp"
 #include "pattern.h"
 
 namespace {
@@ -294,6 +295,26 @@ TEST_F(DirectTest, FragmentedChunkIsContiguousForTheCaller) {
   maru_disconnect(m);
 }
 
+TEST_F(DirectTest, CppWrapperReleasesWhatItHolds) {
+  maru_direct::Client client;
+  ASSERT_EQ(client.Connect(server_.address().c_str()), 0);
+  {
+    maru_direct::Chunk c;
+    ASSERT_EQ(client.Create("/cpp/a", 65536, &c), 0);
+    FillPattern(c.data(), c.size(), "/cpp/a");
+    ASSERT_EQ(c.Seal(), 0);
+    maru_direct::Chunk unsealed;
+    ASSERT_EQ(client.Create("/cpp/abandoned", 4096, &unsealed), 0);
+  }  // both released here: the lease dropped, the unsealed chunk abandoned
+  std::vector<maru_direct::Chunk> hits;
+  ASSERT_EQ(client.LookupPrefix({"/cpp/a", "/cpp/abandoned"}, &hits), 0);
+  ASSERT_EQ(hits.size(), 1u);
+  EXPECT_TRUE(CheckPattern(hits[0].data(), hits[0].size(), "/cpp/a"));
+  maru_direct::Chunk again;
+  EXPECT_EQ(client.Create("/cpp/abandoned", 4096, &again), 0);
+  EXPECT_EQ(client.Create("/cpp/a", 4096, &again), -EEXIST);
+}
+
 TEST_F(DirectTest, FastLaneSurvivesGarbageAndGrpcAloneWorks) {
   // Garbage on the fast lane costs its sender the connection, nothing else.
   for (const std::string &junk :
@@ -321,6 +342,37 @@ TEST_F(DirectTest, FastLaneSurvivesGarbageAndGrpcAloneWorks) {
                 maru_test::ClientCommand(server_.address(), "load /lane/a 65536 " + pool_.path() +
                                                                 " + lookup 1 /lane/a /lane/b")),
             0);
+}
+
+TEST(ServerStart, APoolOfTwoDevices) {
+  TestPool a(64ull << 20), b(64ull << 20);
+  Server server(a.path(), {"--pool", b.path(), "--high-watermark", "1", "--low-watermark", "1"});
+  ASSERT_TRUE(server.Start());
+  // 12 chunks of 8 MiB fit in neither device alone: both are used, and each
+  // client maps both.
+  std::string store, load;
+  for (int i = 0; i < 12; ++i) {
+    store += " + store /two/c" + std::to_string(i) + " 8388608";
+    load += " + load /two/c" + std::to_string(i) + " 8388608 /dev/shm/";
+  }
+  ASSERT_EQ(RunClient(server.address(), store.substr(3)), 0);
+  EXPECT_EQ(RunClient(server.address(), load.substr(3)), 0);
+  std::string df;
+  maru_test::Run(maru_test::MaructlBinary() + " df --json --server " + server.address(), &df);
+  EXPECT_NE(df.find("\"index\":1"), std::string::npos) << df;
+  EXPECT_EQ(df.find("\"used\":0}"), std::string::npos) << df;  // neither device is empty
+  // A restart finds both devices by their uuids, whatever the order given.
+  server.Kill9();
+  Server again(b.path(), {"--pool", a.path()});
+  ASSERT_TRUE(maru_test::Run("cp -r " + server.db() + " " + again.db()) == 0);
+  ASSERT_TRUE(again.Start());
+  EXPECT_EQ(RunClient(again.address(), load.substr(3)), 0);
+  // Leaving a device out is refused: its chunks would be lost.
+  Server missing(a.path());
+  ASSERT_TRUE(maru_test::Run("cp -r " + server.db() + " " + missing.db()) == 0);
+  std::string out;
+  EXPECT_NE(missing.RunToExit(&out), 0);
+  EXPECT_NE(out.find(b.path()), std::string::npos) << out;
 }
 
 TEST(ServerStart, WorksWithoutTheFastLane) {

@@ -139,7 +139,7 @@ root=$work/root
 DESTDIR=$root meson install -C "$build" --no-rebuild --quiet >/dev/null 2>&1 || fail "meson install"
 pc=$(find "$root" -name maru-direct.pc | head -1)
 [ -n "$pc" ] || fail "maru-direct.pc not installed"
-for f in maru-server maru-fuse maru-agent maructl marutop maru-bench mount.fuse.maru maru_direct.h maru-agent.8 \
+for f in maru-server maru-fuse maru-agent maructl marutop maru-bench mount.fuse.maru maru_direct.h maru_direct.hpp maru-agent.8 \
          maru-server.service mnt-maru.mount maru-server.conf maructl.8 libmaru_direct.3 maru.7; do
   [ -n "$(find "$root" -name "$f*" | head -1)" ] || fail "$f not installed"
 done

@@ -18,9 +18,13 @@ namespace maru {
 
 FastLaneServer::FastLaneServer(std::string path, MetaEngine *engine, IdentityPolicy policy)
     : path_(std::move(path)), engine_(engine), policy_(policy) {
-  slot_lookup_ = engine_->op_stats().Register("LookupPrefix");
-  slot_open_ = engine_->op_stats().Register("Open");
-  slot_release_ = engine_->op_stats().Register("Release");
+  // Counted with the same operations over gRPC.
+  slots_[fastlane::kLookupPrefix] = engine_->op_stats().Register("LookupPrefix");
+  slots_[fastlane::kOpen] = engine_->op_stats().Register("Open");
+  slots_[fastlane::kRelease] = engine_->op_stats().Register("Release");
+  slots_[fastlane::kCreate] = engine_->op_stats().Register("Create");
+  slots_[fastlane::kSeal] = engine_->op_stats().Register("Seal");
+  slots_[fastlane::kAbort] = engine_->op_stats().Register("Abort");
 }
 
 FastLaneServer::~FastLaneServer() {
@@ -102,44 +106,53 @@ void FastLaneServer::AcceptLoop() {
   }
 }
 
+namespace {
+
+// Parses a request, runs it on the engine as its caller, serializes the reply.
+template <typename Req, typename Rep>
+bool RunOne(MetaEngine *engine, void (MetaEngine::*op)(const Caller &, const Req &, Rep *),
+            const PeerCredentials &peer, const IdentityPolicy &policy, const std::string &in,
+            std::string *out, int *error) {
+  Req req;
+  Rep rep;
+  if (!req.ParseFromString(in)) return false;
+  (engine->*op)(ResolveCaller(peer, req.header(), policy), req, &rep);
+  rep.SerializeToString(out);
+  *error = rep.error();
+  return true;
+}
+
+}  // namespace
+
 bool FastLaneServer::Dispatch(const PeerCredentials &peer, uint8_t op, const std::string &in,
                               std::string *out) {
   const int64_t start = MonotonicNs();
-  int slot;
-  int error;
+  int error = 0;
+  bool parsed;
   switch (op) {
-    case fastlane::kLookupPrefix: {
-      rpc::LookupPrefixRequest req;
-      rpc::LookupPrefixReply rep;
-      if (!req.ParseFromString(in)) return false;
-      engine_->LookupPrefix(ResolveCaller(peer, req.header(), policy_), req, &rep);
-      rep.SerializeToString(out);
-      slot = slot_lookup_, error = rep.error();
+    case fastlane::kLookupPrefix:
+      parsed = RunOne(engine_, &MetaEngine::LookupPrefix, peer, policy_, in, out, &error);
       break;
-    }
-    case fastlane::kOpen: {
-      rpc::RefRequest req;
-      rpc::ChunkReply rep;
-      if (!req.ParseFromString(in)) return false;
-      engine_->Open(ResolveCaller(peer, req.header(), policy_), req, &rep);
-      rep.SerializeToString(out);
-      slot = slot_open_, error = rep.error();
+    case fastlane::kOpen:
+      parsed = RunOne(engine_, &MetaEngine::Open, peer, policy_, in, out, &error);
       break;
-    }
-    case fastlane::kRelease: {
-      rpc::ReleaseRequest req;
-      rpc::ErrorReply rep;
-      if (!req.ParseFromString(in)) return false;
-      engine_->Release(ResolveCaller(peer, req.header(), policy_), req, &rep);
-      rep.SerializeToString(out);
-      slot = slot_release_, error = rep.error();
+    case fastlane::kRelease:
+      parsed = RunOne(engine_, &MetaEngine::Release, peer, policy_, in, out, &error);
       break;
-    }
+    case fastlane::kCreate:
+      parsed = RunOne(engine_, &MetaEngine::Create, peer, policy_, in, out, &error);
+      break;
+    case fastlane::kSeal:
+      parsed = RunOne(engine_, &MetaEngine::Seal, peer, policy_, in, out, &error);
+      break;
+    case fastlane::kAbort:
+      parsed = RunOne(engine_, &MetaEngine::Abort, peer, policy_, in, out, &error);
+      break;
     default:
       return false;
   }
-  engine_->op_stats().Record(slot, MonotonicNs() - start, error != 0);
-  return true;
+  if (parsed) engine_->op_stats().Record(slots_[op], MonotonicNs() - start, error != 0);
+  return parsed;
 }
 
 void FastLaneServer::Serve(Connection *conn) {

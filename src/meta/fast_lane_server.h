@@ -38,7 +38,7 @@ class FastLaneServer {
   std::string path_;
   MetaEngine *engine_;
   IdentityPolicy policy_;
-  int slot_lookup_, slot_open_, slot_release_;
+  int slots_[8] = {};  // op -> OpStats slot
   int fd_ = -1;
   int wake_[2] = {-1, -1};
   std::thread accept_thread_;
