@@ -14,7 +14,7 @@ namespace maru {
 namespace {
 
 constexpr size_t kReleaseBatch = 1024;  // leases per Release call
-constexpr int kReleaseDelayMs = 10;     // how long a release may wait for company
+constexpr int kReleaseDelayMs = 2;      // how long a release may wait for company
 
 std::string Hostname() {
   char buf[256] = {0};

@@ -26,6 +26,7 @@ struct Options {
   int populate = 1;
   int threads = 16;
   int direct_io = 0;
+  int splice = 1;
   double attr_timeout = 1.0;
   double entry_timeout = 1.0;
   char *checksum = nullptr;  // strings are allocated by fuse_opt_parse
@@ -44,6 +45,7 @@ const fuse_opt kOptions[] = {MARU_OPT("timeout_ms=%d", timeout_ms),
                              MARU_OPT("populate=%d", populate),
                              MARU_OPT("threads=%d", threads),
                              MARU_OPT("direct_io", direct_io),
+                             MARU_OPT("splice=%d", splice),
                              MARU_OPT("attr_timeout=%lf", attr_timeout),
                              MARU_OPT("entry_timeout=%lf", entry_timeout),
                              MARU_OPT("checksum=%s", checksum),
@@ -71,6 +73,7 @@ void Usage() {
       "  -o entry_timeout=S     seconds the kernel may cache names (default 1; misses are\n"
       "                         never cached)\n"
       "  -o populate=0|1        prefault the pool mapping at mount (default 1)\n"
+      "  -o splice=0|1          splice read replies from a pool file (default 1)\n"
       "  -o threads=N           most threads serving requests (default 16)\n"
       "  -o direct_io           reads and writes bypass the page cache: one copy instead\n"
       "                         of two, no duplicate of the data in kernel memory, but\n"
@@ -172,6 +175,7 @@ int main(int argc, char **argv) {
   fs.attr_timeout = o.attr_timeout;
   fs.entry_timeout = o.entry_timeout;
   fs.direct_io = o.direct_io != 0;
+  fs.splice = o.splice != 0;
   if (o.checksum && !ParseChecksumName(o.checksum, &fs.checksum))
     return Fail(std::string("unknown checksum ") + o.checksum + " (xxh3, crc32c, none)");
   if (o.timeout_ms <= 0 || o.threads <= 0) return Fail("timeout_ms and threads must be positive");

@@ -48,11 +48,14 @@ int FsErrno(int rc) {
   return -rc;
 }
 
-// A FUSE buffer vector over the pool memory behind [start, start+len) of a
-// file, one buffer per extent piece.
+// A FUSE buffer vector over the pool behind [start, start+len) of a file,
+// one buffer per extent piece: the pool memory, or (`as_fd`, for replies
+// where the device is a file) the device file itself, so that the kernel
+// can splice the bytes instead of the daemon copying them.
 class PoolBufvec {
  public:
-  PoolBufvec(const PoolMap &pool, const ExtentMap &map, uint64_t start, uint64_t len) {
+  PoolBufvec(const PoolMap &pool, const ExtentMap &map, uint64_t start, uint64_t len,
+             bool as_fd = false) {
     size_t pieces = 0;
     map.ForEachPiece(start, len, [&](uint32_t, uint64_t, uint64_t, uint64_t) { ++pieces; });
     storage_.resize(sizeof(fuse_bufvec) + pieces * sizeof(fuse_buf));
@@ -62,7 +65,14 @@ class PoolBufvec {
       fuse_buf &b = v->buf[v->count++];
       b = fuse_buf{};
       b.size = n;
-      b.mem = pool.device(dev)->base() + at;
+      const PoolDevice *d = pool.device(dev);
+      if (as_fd && !d->is_devdax()) {
+        b.flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
+        b.fd = d->fd();
+        b.pos = static_cast<off_t>(at);
+      } else {
+        b.mem = d->base() + at;
+      }
     });
   }
   fuse_bufvec *get() { return reinterpret_cast<fuse_bufvec *>(storage_.data()); }
@@ -147,6 +157,10 @@ void MaruFs::Init(fuse_conn_info *conn) {
   if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
   if (conn->capable & FUSE_CAP_ASYNC_READ) conn->want |= FUSE_CAP_ASYNC_READ;
   if (conn->capable & FUSE_CAP_SPLICE_READ) conn->want |= FUSE_CAP_SPLICE_READ;
+  if (options_.splice && (conn->capable & FUSE_CAP_SPLICE_WRITE))
+    conn->want |= FUSE_CAP_SPLICE_WRITE | (conn->capable & FUSE_CAP_SPLICE_MOVE);
+  else
+    options_.splice = false;
   // No byte-range locks: they would only be local to this mount.
   conn->want &= ~(FUSE_CAP_POSIX_LOCKS | FUSE_CAP_FLOCK_LOCKS);
   conn->max_readahead = 1 << 20;
@@ -492,9 +506,11 @@ void MaruFs::Read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_
   const uint64_t start = static_cast<uint64_t>(off);
   if (start >= f->size) return (void)fuse_reply_buf(req, nullptr, 0);
   const uint64_t len = std::min<uint64_t>(size, f->size - start);
-  // Straight from the pool mapping: one copy, into the kernel.
-  PoolBufvec data(*pool_, f->map, start, len);
-  fuse_reply_data(req, data.get(), FUSE_BUF_NO_SPLICE);
+  // Sealed bytes never change: the kernel may splice them from the pool
+  // file. A writer's bytes may, so they are copied while its lock is held.
+  const bool splice = options_.splice && !f->writer;
+  PoolBufvec data(*pool_, f->map, start, len, splice);
+  fuse_reply_data(req, data.get(), splice ? FUSE_BUF_SPLICE_MOVE : FUSE_BUF_NO_SPLICE);
 }
 
 void MaruFs::WriteBuf(fuse_req_t req, fuse_ino_t, fuse_bufvec *in, off_t off, fuse_file_info *fi) {

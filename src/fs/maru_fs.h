@@ -31,6 +31,9 @@ struct FsOptions {
   // but nothing is cached, and mmap needs FUSE_DIRECT_IO_ALLOW_MMAP (kernel
   // 6.6, libfuse 3.16).
   bool direct_io = false;
+  // Replies to reads splice from the pool file instead of copying from the
+  // mapping (file pools; devdax cannot splice).
+  bool splice = true;
 };
 
 class MaruFs {
