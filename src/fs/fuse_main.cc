@@ -26,7 +26,7 @@ struct Options {
   int populate = 1;
   int threads = 16;
   int direct_io = 0;
-  int splice = 1;
+  int splice = 0;
   double attr_timeout = 1.0;
   double entry_timeout = 1.0;
   char *checksum = nullptr;  // strings are allocated by fuse_opt_parse
@@ -73,7 +73,7 @@ void Usage() {
       "  -o entry_timeout=S     seconds the kernel may cache names (default 1; misses are\n"
       "                         never cached)\n"
       "  -o populate=0|1        prefault the pool mapping at mount (default 1)\n"
-      "  -o splice=0|1          splice read replies from a pool file (default 1)\n"
+      "  -o splice=0|1          splice read replies from a pool file (default 0)\n"
       "  -o threads=N           most threads serving requests (default 16)\n"
       "  -o direct_io           reads and writes bypass the page cache: one copy instead\n"
       "                         of two, no duplicate of the data in kernel memory, but\n"
