@@ -133,13 +133,18 @@ TEST_F(FuseTest, ReadOnlyMmapSeesTheBytes) {
   close(fd);
 }
 
-TEST_F(FuseTest, WhatReadersSeeWhileAFileIsWritten) {
-  FuseMount other(server_.address());
+// What readers see while a file is written, for a writer on `mine` (whose
+// mount options differ between the two runs below).
+void CheckWhatReadersSee(const std::string &address, FuseMount &mine, const std::string &dir) {
+  FuseMount other(address);
   ASSERT_TRUE(other.Start());
+  auto M = [&](const std::string &rel) { return mine / (dir + "/" + rel); };
+  auto O = [&](const std::string &rel) { return other / (dir + "/" + rel); };
+  ASSERT_EQ(mkdir(M("").c_str(), 0755), 0);
   maru_t *m;
-  ASSERT_EQ(maru_connect(server_.address().c_str(), &m), 0);
+  ASSERT_EQ(maru_connect(address.c_str(), &m), 0);
   WriteFile(M("v"), "old version");
-  ASSERT_EQ(Slurp(other / "v"), "old version");
+  ASSERT_EQ(Slurp(O("v")), "old version");
   int fd = open(M("v").c_str(), O_RDWR | O_TRUNC);
   ASSERT_GE(fd, 0);
   ASSERT_EQ(pwrite(fd, "new bytes", 9, 0), 9);
@@ -152,9 +157,9 @@ TEST_F(FuseTest, WhatReadersSeeWhileAFileIsWritten) {
   // inherited copy of `fd`, and any close publishes.)
   EXPECT_EQ(Slurp(M("v")), "new bytes");
   // Other mounts (other hosts) and the library see the sealed version.
-  EXPECT_EQ(Slurp(other / "v"), "old version");
+  EXPECT_EQ(Slurp(O("v")), "old version");
   maru_chunk_t *c;
-  ASSERT_EQ(maru_open(m, "/v", &c), 0);
+  ASSERT_EQ(maru_open(m, ("/" + dir + "/v").c_str(), &c), 0);
   EXPECT_EQ(std::string(static_cast<char *>(maru_chunk_data(c)), maru_chunk_size(c)),
             "old version");
   maru_release(c);
@@ -162,18 +167,25 @@ TEST_F(FuseTest, WhatReadersSeeWhileAFileIsWritten) {
   int fresh = open(M("fresh").c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
   ASSERT_GE(fresh, 0);
   ASSERT_EQ(write(fresh, "x", 1), 1);
-  EXPECT_EQ(open((other / "fresh").c_str(), O_RDONLY), -1);
+  EXPECT_EQ(open(O("fresh").c_str(), O_RDONLY), -1);
   EXPECT_EQ(errno, EBUSY);
-  EXPECT_EQ(maru_open(m, "/fresh", &c), -EBUSY);
+  EXPECT_EQ(maru_open(m, ("/" + dir + "/fresh").c_str(), &c), -EBUSY);
   // The close publishes: everyone sees the new bytes.
   close(fresh);
   close(fd);
-  EXPECT_EQ(Slurp(other / "v"), "new bytes");
-  EXPECT_EQ(Slurp(other / "fresh"), "x");
-  ASSERT_EQ(maru_open(m, "/v", &c), 0);
+  EXPECT_EQ(Slurp(O("v")), "new bytes");
+  EXPECT_EQ(Slurp(O("fresh")), "x");
+  ASSERT_EQ(maru_open(m, ("/" + dir + "/v").c_str(), &c), 0);
   EXPECT_EQ(std::string(static_cast<char *>(maru_chunk_data(c)), maru_chunk_size(c)), "new bytes");
   maru_release(c);
   maru_disconnect(m);
+}
+
+TEST_F(FuseTest, WhatReadersSeeWhileAFileIsWritten) {
+  CheckWhatReadersSee(server_.address(), *mount_, "direct-writes");
+  FuseMount cached(server_.address(), "cached_writes");
+  ASSERT_TRUE(cached.Start());
+  CheckWhatReadersSee(server_.address(), cached, "cached-writes");
 }
 
 TEST_F(FuseTest, ExtendedAttributesDescribeChunksAndPin) {

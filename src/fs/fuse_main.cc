@@ -27,6 +27,7 @@ struct Options {
   int threads = 16;
   int direct_io = 0;
   int splice = 0;
+  int cached_writes = 0;
   double attr_timeout = 1.0;
   double entry_timeout = 1.0;
   char *checksum = nullptr;  // strings are allocated by fuse_opt_parse
@@ -46,6 +47,7 @@ const fuse_opt kOptions[] = {MARU_OPT("timeout_ms=%d", timeout_ms),
                              MARU_OPT("threads=%d", threads),
                              MARU_OPT("direct_io", direct_io),
                              MARU_OPT("splice=%d", splice),
+                             MARU_OPT("cached_writes", cached_writes),
                              MARU_OPT("attr_timeout=%lf", attr_timeout),
                              MARU_OPT("entry_timeout=%lf", entry_timeout),
                              MARU_OPT("checksum=%s", checksum),
@@ -74,6 +76,8 @@ void Usage() {
       "                         never cached)\n"
       "  -o populate=0|1        prefault the pool mapping at mount (default 1)\n"
       "  -o splice=0|1          splice read replies from a pool file (default 0)\n"
+      "  -o cached_writes       writes go through the page cache (default: they bypass\n"
+      "                         it, one copy each, faster; readers then fetch anew)\n"
       "  -o threads=N           most threads serving requests (default 16)\n"
       "  -o direct_io           reads and writes bypass the page cache: one copy instead\n"
       "                         of two, no duplicate of the data in kernel memory, but\n"
@@ -176,6 +180,7 @@ int main(int argc, char **argv) {
   fs.entry_timeout = o.entry_timeout;
   fs.direct_io = o.direct_io != 0;
   fs.splice = o.splice != 0;
+  fs.direct_writes = o.cached_writes == 0;
   if (o.checksum && !ParseChecksumName(o.checksum, &fs.checksum))
     return Fail(std::string("unknown checksum ") + o.checksum + " (xxh3, crc32c, none)");
   if (o.timeout_ms <= 0 || o.threads <= 0) return Fail("timeout_ms and threads must be positive");

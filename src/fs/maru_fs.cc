@@ -407,8 +407,9 @@ int MaruFs::SealFile(OpenFile *f) {
   f->sealed = true;
   f->dirty = false;
   f->lease = client_->TrackLease(rep.lease(), f->ino, f->gen);
+  // Written through the page cache, the kernel's pages are this version.
   std::lock_guard<std::mutex> lock(mu_);
-  cached_gen_[f->ino] = f->gen;
+  cached_gen_[f->ino] = DirectWrites() ? 0 : f->gen;
   return 0;
 }
 
@@ -445,7 +446,7 @@ void MaruFs::Create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t 
   }
   fi->fh = reinterpret_cast<uint64_t>(new std::shared_ptr<OpenFile>(f));
   fi->keep_cache = 0;
-  fi->direct_io = options_.direct_io;
+  fi->direct_io = DirectWrites();
   fuse_entry_param e{};
   e.ino = f->ino;
   e.generation = 1;
@@ -463,7 +464,9 @@ void MaruFs::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi) {
   if (mode == O_RDONLY && !(fi->flags & O_TRUNC)) {
     if (std::shared_ptr<OpenFile> w = Writer(ino)) {
       f->follows = w;
-      fi->keep_cache = 1;  // the kernel's pages are the writer's
+      // The kernel's pages are the writer's, unless its writes bypass them.
+      fi->keep_cache = !DirectWrites();
+      fi->direct_io = DirectWrites();
       fi->fh = reinterpret_cast<uint64_t>(new std::shared_ptr<OpenFile>(f));
       return (void)fuse_reply_open(req, fi);
     }
@@ -492,7 +495,7 @@ void MaruFs::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi) {
     std::lock_guard<std::mutex> lock(mu_);
     writers_[ino] = f;
     fi->keep_cache = 0;
-    fi->direct_io = options_.direct_io;
+    fi->direct_io = DirectWrites();
   }
   fi->fh = reinterpret_cast<uint64_t>(new std::shared_ptr<OpenFile>(f));
   fuse_reply_open(req, fi);
