@@ -41,7 +41,7 @@ fio_run() {
 echo "| workload | numjobs | tmpfs | maru mount | ratio | maru -o direct_io | ratio |"
 echo "|---|---|---|---|---|---|---|"
 for jobs in 1 4; do
-  for section in seqwrite seqread randread; do
+  for section in seqwrite seqread warmread randread; do
     read -r t_bw t_iops < <(fio_run "$tmpfs" $jobs $section)
     read -r m_bw m_iops < <(fio_run "$work/mnt" $jobs $section)
     read -r d_bw d_iops < <(fio_run "$work/dio" $jobs $section)
