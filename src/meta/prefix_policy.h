@@ -1,9 +1,17 @@
-// Prefix-aware LRU. A chunk is only useful together with the prefix it
+// Prefix-aware eviction. A chunk is only useful together with the prefix it
 // extends, so the least recently used *tail* of a chain (a chunk nothing
 // extends) goes first; its prefix stays useful to every other chain that
 // shares it. When only prefixes are left, the oldest goes and takes its
-// descendants along, which are useless without it.
+// descendants along, which are useless without it. Tails are kept in their
+// own order, so choosing one costs a lookup, not a walk past every prefix.
+//
+// (Evicting tails never read since they were stored before those that were
+// read, as scan-resistant caches do, was tried: on the Mooncake conversation
+// trace it cut the hit ratio from 0.266 to 0.181, since a conversation's
+// newest blocks are exactly what its next turn reads.)
 #pragma once
+
+#include <set>
 
 #include "meta/lru_policy.h"
 
@@ -12,14 +20,25 @@ namespace maru {
 class PrefixPolicy : public LruPolicy {
  public:
   void OnInsert(uint64_t ino, uint64_t parent) override;
+  void OnAccess(uint64_t ino) override;
   void OnRemove(uint64_t ino) override;
   uint64_t Victim(const std::function<bool(uint64_t)> &evictable) override;
   bool EvictsDescendants() const override { return true; }
   const char *name() const override { return "prefix"; }
 
  private:
-  std::unordered_map<uint64_t, uint32_t> extensions_;  // ino -> chunks extending it
-  std::unordered_map<uint64_t, uint64_t> parent_;      // ino -> its prefix
+  struct State {
+    uint64_t parent = 0;
+    uint32_t extensions = 0;  // chunks extending this one
+    uint64_t last_use = 0;    // a sequence number
+  };
+  void AddTail(uint64_t ino, const State &s) { tails_.insert({s.last_use, ino}); }
+  void DropTail(uint64_t ino, const State &s) { tails_.erase({s.last_use, ino}); }
+
+  uint64_t clock_ = 0;
+  std::unordered_map<uint64_t, State> state_;
+  // The tails (chunks nothing extends) by (last use, ino), oldest first.
+  std::set<std::pair<uint64_t, uint64_t>> tails_;
 };
 
 }  // namespace maru
