@@ -13,6 +13,7 @@ pool=/dev/shm/maru-demo-$$.pool
 sock=unix://$work/maru.sock
 server_pid=
 cleanup() {
+  mountpoint -q "$work/mnt" 2>/dev/null && { fusermount3 -u "$work/mnt" || fusermount3 -uz "$work/mnt"; }
   [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
   rm -f "$pool"
   rm -rf "$work"
@@ -48,6 +49,13 @@ done
 echo
 echo "== what is cached"
 $bin/tools/maructl ls /llama-3.1-8b --server "$sock"
+echo
+echo "== the same chunks as files: mount -t fuse.maru"
+mkdir "$work/mnt"
+$bin/src/fs/maru-fuse "$sock" "$work/mnt"
+ls -l "$work/mnt/llama-3.1-8b" | head -4
+getfattr -d -m user.maru "$work/mnt/llama-3.1-8b/chat-alpha@0001" 2>/dev/null | sed 's/^/  /'
+fusermount3 -u "$work/mnt"
 echo
 $bin/tools/maructl df --server "$sock"
 echo
