@@ -1,10 +1,6 @@
 #include "meta/fast_lane_server.h"
 
-#include <fcntl.h>
-#include <poll.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -33,77 +29,50 @@ FastLaneServer::~FastLaneServer() {
 
 Status FastLaneServer::Bind() {
   unlink(path_.c_str());  // ours: the gRPC socket beside it was checked already
-  fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd_ < 0) return Status::Error(errno, "socket");
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (path_.size() >= sizeof(addr.sun_path)) return Status::Error(ENAMETOOLONG, path_);
-  strncpy(addr.sun_path, path_.c_str(), sizeof(addr.sun_path) - 1);
-  if (bind(fd_, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) < 0)
-    return Status::Error(errno, "cannot bind " + path_);
-  chmod(path_.c_str(), 0666);
-  if (listen(fd_, 512) < 0) return Status::Error(errno, "cannot listen on " + path_);
-  if (pipe2(wake_, O_CLOEXEC) < 0) return Status::Error(errno, "pipe");
+  Result<std::unique_ptr<Acceptor>> a = Acceptor::ListenUnix(path_);
+  if (!a.ok()) return a.status();
+  acceptor_ = std::move(*a);
   return Status::Ok();
 }
 
 void FastLaneServer::Start() {
-  accept_thread_ = std::thread([this] { AcceptLoop(); });
+  acceptor_->Start([this](int fd) { Accept(fd); });
 }
 
 void FastLaneServer::Stop() {
-  if (accept_thread_.joinable()) {
-    char b = 0;
-    (void)!write(wake_[1], &b, 1);
-    accept_thread_.join();
-  }
+  if (acceptor_) acceptor_->Stop();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto &c : connections_) shutdown(c->fd, SHUT_RDWR);
+    for (auto &c : connections_)
+      if (c->fd >= 0) shutdown(c->fd, SHUT_RDWR);
   }
   for (auto &c : connections_)
     if (c->thread.joinable()) c->thread.join();
-  for (auto &c : connections_) close(c->fd);
   connections_.clear();
-  if (fd_ >= 0) {
-    close(fd_);
-    unlink(path_.c_str());
-    fd_ = -1;
-  }
-  for (int &w : wake_)
-    if (w >= 0) close(w), w = -1;
 }
 
-void FastLaneServer::AcceptLoop() {
-  for (;;) {
-    pollfd fds[2] = {{fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
-    if (poll(fds, 2, -1) < 0 && errno != EINTR) return;
-    if (fds[1].revents) return;
-    if (!(fds[0].revents & POLLIN)) continue;
-    int conn = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (conn < 0) continue;
-    std::optional<PeerCredentials> peer = ReadPeerCredentials(conn);
-    if (!peer) {
-      close(conn);
-      continue;
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    // Reap the threads of connections that ended.
-    for (auto it = connections_.begin(); it != connections_.end();) {
-      if ((*it)->fd < 0) {
-        (*it)->thread.join();
-        it = connections_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-    auto c = std::make_unique<Connection>();
-    c->fd = conn;
-    c->peer = *peer;
-    Connection *raw = c.get();
-    c->thread = std::thread([this, raw] { Serve(raw); });
-    connections_.push_back(std::move(c));
+void FastLaneServer::Accept(int fd) {
+  std::optional<PeerCredentials> peer = ReadPeerCredentials(fd);
+  if (!peer) {
+    close(fd);
+    return;
   }
+  std::lock_guard<std::mutex> lock(mu_);
+  // Reap the threads of connections that ended.
+  for (auto it = connections_.begin(); it != connections_.end();) {
+    if ((*it)->fd < 0) {
+      (*it)->thread.join();
+      it = connections_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  auto c = std::make_unique<Connection>();
+  c->fd = fd;
+  c->peer = *peer;
+  Connection *raw = c.get();
+  c->thread = std::thread([this, raw] { Serve(raw); });
+  connections_.push_back(std::move(c));
 }
 
 namespace {

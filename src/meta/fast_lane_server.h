@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "meta/acceptor.h"
 #include "meta/meta_engine.h"
 #include "meta/meta_service.h"
 
@@ -30,7 +31,7 @@ class FastLaneServer {
     PeerCredentials peer;
     std::thread thread;
   };
-  void AcceptLoop();
+  void Accept(int fd);
   void Serve(Connection *conn);
   // Runs one request; false if it could not be parsed.
   bool Dispatch(const PeerCredentials &peer, uint8_t op, const std::string &in, std::string *out);
@@ -39,9 +40,7 @@ class FastLaneServer {
   MetaEngine *engine_;
   IdentityPolicy policy_;
   int slots_[8] = {};  // op -> OpStats slot
-  int fd_ = -1;
-  int wake_[2] = {-1, -1};
-  std::thread accept_thread_;
+  std::unique_ptr<Acceptor> acceptor_;
   std::mutex mu_;
   std::vector<std::unique_ptr<Connection>> connections_;
 };

@@ -1,9 +1,5 @@
 #include "meta/metrics_server.h"
 
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netdb.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -11,7 +7,6 @@
 #include <sstream>
 
 #include "meta/meta_engine.h"
-#include "util/address.h"
 #include "util/log.h"
 
 namespace maru {
@@ -99,49 +94,21 @@ std::string RenderPrometheus(const rpc::StatsReply &st) {
 
 Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string &host_port,
                                                             MetaEngine *engine) {
-  Result<Address> addr = ParseAddress("tcp://" + host_port);
-  if (!addr.ok()) return Status::Error(EINVAL, "--metrics-listen takes HOST:PORT");
-  addrinfo hints{}, *res = nullptr;
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE;
-  if (getaddrinfo(addr->host.c_str(), std::to_string(addr->port).c_str(), &hints, &res) != 0)
-    return Status::Error(EINVAL, "cannot resolve " + host_port);
+  Result<std::unique_ptr<Acceptor>> a = Acceptor::ListenTcp(host_port);
+  if (!a.ok())
+    return Status::Error(a.status().errnum(), "--metrics-listen: " + a.status().message());
   std::unique_ptr<MetricsServer> m(new MetricsServer());
   m->engine_ = engine;
-  m->fd_ = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  int one = 1;
-  setsockopt(m->fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  int rc = bind(m->fd_, res->ai_addr, res->ai_addrlen);
-  freeaddrinfo(res);
-  if (rc < 0 || listen(m->fd_, 64) < 0)
-    return Status::Error(errno, "cannot listen on " + host_port);
-  if (pipe2(m->wake_, O_CLOEXEC) < 0) return Status::Error(errno, "pipe");
-  m->thread_ = std::thread([raw = m.get()] { raw->Serve(); });
+  m->acceptor_ = std::move(*a);
+  m->acceptor_->Start([raw = m.get()](int conn) {
+    raw->Answer(conn);
+    close(conn);
+  });
   return m;
 }
 
 MetricsServer::~MetricsServer() {
-  if (thread_.joinable()) {
-    char b = 0;
-    (void)!write(wake_[1], &b, 1);
-    thread_.join();
-  }
-  for (int fd : {fd_, wake_[0], wake_[1]})
-    if (fd >= 0) close(fd);
-}
-
-void MetricsServer::Serve() {
-  for (;;) {
-    pollfd fds[2] = {{fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
-    if (poll(fds, 2, -1) < 0 && errno != EINTR) return;
-    if (fds[1].revents) return;
-    if (!(fds[0].revents & POLLIN)) continue;
-    int conn = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (conn < 0) continue;
-    Answer(conn);
-    close(conn);
-  }
+  acceptor_->Stop();
 }
 
 void MetricsServer::Answer(int conn) {

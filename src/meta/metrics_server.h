@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "maru.pb.h"
+#include "meta/acceptor.h"
 #include "util/status.h"
 
 namespace maru {
@@ -25,13 +26,10 @@ class MetricsServer {
 
  private:
   MetricsServer() = default;
-  void Serve();
   void Answer(int conn);
 
   MetaEngine *engine_ = nullptr;
-  int fd_ = -1;
-  int wake_[2] = {-1, -1};
-  std::thread thread_;
+  std::unique_ptr<Acceptor> acceptor_;
 };
 
 }  // namespace maru

@@ -1,5 +1,6 @@
 // maru-server: the metadata server. See man/maru-server.8.
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/server_posix.h>
 #include <signal.h>
 
 #include <condition_variable>
@@ -9,11 +10,12 @@
 #include <thread>
 
 #include "fast_lane.h"
+#include "meta/acceptor.h"
 #include "meta/fast_lane_server.h"
 #include "meta/meta_engine.h"
 #include "meta/meta_service.h"
 #include "meta/metrics_server.h"
-#include "meta/unix_listener.h"
+#include "meta/peer_registry.h"
 #include "util/address.h"
 #include "util/flags.h"
 #include "util/log.h"
@@ -146,15 +148,14 @@ int main(int argc, char **argv) {
   builder.RegisterService(&service);
   builder.SetMaxReceiveMessageSize(64 << 20);
   builder.SetMaxSendMessageSize(64 << 20);
-  std::vector<std::unique_ptr<UnixListener>> unix_listeners;
+  std::vector<std::unique_ptr<Acceptor>> unix_listeners;
   std::unique_ptr<FastLaneServer> fast_lane;
   std::vector<int> ports(addresses.size(), 0);
   for (size_t i = 0; i < addresses.size(); ++i) {
     if (addresses[i].kind == Address::Kind::kUnix) {
-      auto l = std::make_unique<UnixListener>(addresses[i].path, &peers);
-      s = l->Bind();
-      if (!s.ok()) return Fail(s.message());
-      unix_listeners.push_back(std::move(l));
+      Result<std::unique_ptr<Acceptor>> l = Acceptor::ListenUnix(addresses[i].path);
+      if (!l.ok()) return Fail(l.status().message());
+      unix_listeners.push_back(std::move(*l));
       if (!fast_lane && !f.no_fast_lane) {
         fast_lane = std::make_unique<FastLaneServer>(addresses[i].path + fastlane::kSuffix,
                                                      engine->get(), IdentityPolicy{f.squash_tcp});
@@ -171,7 +172,17 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < addresses.size(); ++i)
     if (addresses[i].kind == Address::Kind::kTcp && ports[i] == 0)
       return Fail("cannot listen on " + addresses[i].ToString());
-  for (auto &l : unix_listeners) l->Start(server.get());
+  // Unix connections are accepted here, so that the kernel tells who is
+  // calling (SO_PEERCRED), then handed to gRPC, which names the peer "fd:N".
+  for (auto &l : unix_listeners)
+    l->Start(
+        [&peers, srv = server.get()](int conn) {
+          std::optional<PeerCredentials> creds = ReadPeerCredentials(conn);
+          if (!creds) return (void)close(conn);
+          peers.Set(conn, *creds);
+          grpc::AddInsecureChannelFromFd(srv, conn);
+        },
+        /*nonblocking=*/true);  // gRPC needs non-blocking sockets
   if (fast_lane) fast_lane->Start();
 
   std::unique_ptr<MetricsServer> metrics;
