@@ -186,6 +186,20 @@ TEST(FormatPool, CreatesRefusesAndReformats) {
   unlink(path.c_str());
 }
 
+TEST(FormatPool, BindsAFilePoolToANumaNode) {
+  std::string path = "/dev/shm/" + maru_test::UniqueName("maru-numa") + ".pool";
+  FormatOptions options;
+  options.size = 8 << 20;
+  options.numa_node = 0;  // every machine has node 0
+  Result<Superblock> sb = FormatPool(path, options);
+  ASSERT_TRUE(sb.ok()) << sb.status().ToString();
+  EXPECT_EQ(ReadSuperblock(path)->numa_node, 0);
+  unlink(path.c_str());
+  options.numa_node = 4096;
+  EXPECT_EQ(FormatPool(path, options).status().errnum(), EINVAL);
+  unlink(path.c_str());
+}
+
 TEST(FormatPool, PlainFileWithoutSuperblockIsRefused) {
   std::string path = "/dev/shm/" + maru_test::UniqueName("maru-blank") + ".pool";
   int fd = open(path.c_str(), O_CREAT | O_RDWR, 0600);

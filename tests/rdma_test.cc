@@ -140,4 +140,34 @@ TEST_F(RemoteTest, ALeaseLostMidTransferIsReportedNeverStale) {
   EXPECT_EQ(out.find("WRONG"), std::string::npos) << out;
 }
 
+TEST(RemotePools, OneAgentPerDeviceOfThePool) {
+  setenv("UCX_TLS", "tcp", 1);
+  NetNs ns;
+  ASSERT_TRUE(ns.ok());
+  TestPool a(64ull << 20), b(64ull << 20);
+  const int port = 30000 + (getpid() * 17 + 7) % 20000;
+  Server server(a.path(), {"--pool", b.path(), "--listen",
+                           "tcp://" + ns.host_ip() + ":" + std::to_string(port), "--high-watermark",
+                           "1", "--low-watermark", "1"});
+  ASSERT_TRUE(server.Start());
+  Agent first(a.path(), server.address(), "tcp://" + ns.host_ip() + ":0");
+  Agent second(b.path(), server.address(), "tcp://" + ns.host_ip() + ":0");
+  ASSERT_TRUE(first.Start());
+  ASSERT_TRUE(second.Start());
+  // 96 MiB in chunks of 8: more than either device holds, so both serve.
+  std::string store, read;
+  for (int i = 0; i < 12; ++i) {
+    store += " + store /two/c" + std::to_string(i) + " 8388608";
+    read += " + read-into /two/c" + std::to_string(i) + " 8388608";
+  }
+  std::string remote =
+      "env UCX_TLS=tcp MARU_DATA=remote " + ns.Exec() +
+      maru_test::ClientCommand("tcp://" + ns.host_ip() + ":" + std::to_string(port), "");
+  std::string out;
+  ASSERT_EQ(maru_test::Run(remote + store.substr(3) + read, &out), 0) << out;
+  std::string load;
+  for (int i = 0; i < 12; ++i) load += " + load /two/c" + std::to_string(i) + " 8388608 /dev/shm/";
+  EXPECT_EQ(maru_test::RunClient(server.address(), load.substr(3)), 0);
+}
+
 }  // namespace
