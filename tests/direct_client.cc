@@ -146,11 +146,14 @@ int Churn(const std::string &dir, uint64_t keys, uint64_t size, uint64_t seconds
     std::string path = dir + "/k" + std::to_string(Random() % keys);
     maru_unlink(M(), path.c_str());
     int rc = StoreVersion(path, size);
-    if (rc == 0) ++stored;
-    else ++failures[rc];
+    if (rc == 0)
+      ++stored;
+    else
+      ++failures[rc];
   }
   printf("stored %lu versions", static_cast<unsigned long>(stored));
-  for (const auto &[rc, n] : failures) printf(", %lu x %s", static_cast<unsigned long>(n), maru_strerror(rc));
+  for (const auto &[rc, n] : failures)
+    printf(", %lu x %s", static_cast<unsigned long>(n), maru_strerror(rc));
   printf("\n");
   return stored ? 0 : 73;
 }

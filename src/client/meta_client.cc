@@ -177,6 +177,17 @@ void MetaClient::ReleaseLease(uint64_t handle) {
   }
 }
 
+void MetaClient::AttachReleases(rpc::Header *header) {
+  std::lock_guard<std::mutex> lock(lease_mu_);
+  for (uint64_t lease : to_release_) header->add_release(lease);
+  to_release_.clear();
+}
+
+void MetaClient::RequeueReleases(const rpc::Header &header) {
+  std::lock_guard<std::mutex> lock(lease_mu_);
+  to_release_.insert(to_release_.end(), header.release().begin(), header.release().end());
+}
+
 bool MetaClient::LeaseValid(uint64_t handle) {
   {
     std::lock_guard<std::mutex> lock(lease_mu_);

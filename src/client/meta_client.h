@@ -94,6 +94,10 @@ class MetaClient {
   void Background();
   template <typename Req, typename Rep>
   int CallOnce(Method<Req, Rep> method, const Req &req, Rep *rep);
+  // Moves queued lease releases into a request's header (they ride along)
+  // and, if the request then never reached the server, back to the queue.
+  void AttachReleases(rpc::Header *header);
+  void RequeueReleases(const rpc::Header &header);
 
   const std::string address_;
   const ClientOptions options_;
@@ -136,6 +140,7 @@ int MetaClient::CallOnce(Method<Req, Rep> method, const Req &req, Rep *rep) {
 template <typename Req, typename Rep>
 int MetaClient::CallFast(uint8_t op, Method<Req, Rep> method, Req &req, Rep *rep) {
   if (fast_) {
+    AttachReleases(req.mutable_header());
     req.mutable_header()->set_session(session_.load());
     int rc = fast_->Call(op, req, rep);
     if (rc == -ETIMEDOUT) return rc;
@@ -150,6 +155,7 @@ int MetaClient::CallFast(uint8_t op, Method<Req, Rep> method, Req &req, Rep *rep
 template <typename Req, typename Rep>
 int MetaClient::Call(Method<Req, Rep> method, Req &req, Rep *rep, const rpc::Caller *as) {
   if (as) *req.mutable_header()->mutable_caller() = *as;
+  AttachReleases(req.mutable_header());
   const int64_t give_up = MonotonicMs() + options_.retry_window_ms;
   int64_t backoff_ms = 20;
   bool resumed = false;
@@ -164,7 +170,10 @@ int MetaClient::Call(Method<Req, Rep> method, Req &req, Rep *rep, const rpc::Cal
       rc = Resume(session);
       if (rc == 0) continue;
     }
-    if (rc != -ENOTCONN || rep->error() == ENOTCONN || MonotonicMs() >= give_up) return rc;
+    if (rc != -ENOTCONN || rep->error() == ENOTCONN || MonotonicMs() >= give_up) {
+      if (rc < 0 && rep->error() == 0) RequeueReleases(req.header());  // never served
+      return rc;
+    }
     // The server is unreachable: wait for it to come back.
     std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
     backoff_ms = std::min<int64_t>(backoff_ms * 2, 500);

@@ -584,7 +584,13 @@ Result<ExtentList> MetaEngine::AllocateWithEviction(Txn &txn, uint64_t bytes) {
         const Inode *inode = tree_.Find(ino);
         return !chosen.count(ino) && inode && Evictable(*inode, now);
       });
-      if (!victim) return Status::Error(ENOSPC, "pool full of pinned, open or unsealed chunks");
+      if (!victim) {
+        LOG_DEBUG(
+            "no room for %lu bytes: %lu free, %lu retired, %lu reserved, %zu chosen covering %lu",
+            bytes, space_.free_bytes(), space_.retired_bytes(), reserved_bytes_, chosen.size(),
+            covered);
+        return Status::Error(ENOSPC, "pool full of pinned, open or unsealed chunks");
+      }
       chosen.insert(victim);
       covered += TotalLength(tree_.Find(victim)->current->extents);
     }
@@ -648,6 +654,11 @@ void MetaEngine::Heartbeat(const Caller &, const rpc::HeartbeatRequest &req,
   std::lock_guard<std::mutex> lock(mu_);
   Session *s = LiveSession(req.header().session());
   if (!s) return rep->set_error(ENOTCONN);
+  if (req.header().release_size()) {
+    Txn txn(this);
+    ReleaseLeases(txn, s, req.header().release());
+    txn.Commit();
+  }
   rep->set_leases(static_cast<uint32_t>(s->leases.size()));
 }
 
@@ -668,6 +679,7 @@ void MetaEngine::RunOp(const Req &req, Rep *rep, Op &&op) {
   Session *session = LiveSession(req.header().session());
   if (!session) return rep->set_error(ENOTCONN);
   Txn txn(this);
+  ReleaseLeases(txn, session, req.header().release());
   Status status = op(txn, session);
   Status committed = txn.Commit();
   if (status.ok()) status = committed;
@@ -1087,14 +1099,19 @@ void MetaEngine::Open(const Caller &c, const rpc::RefRequest &req, rpc::ChunkRep
   });
 }
 
+void MetaEngine::ReleaseLeases(Txn &txn, Session *session,
+                               const google::protobuf::RepeatedField<uint64_t> &ids) {
+  for (uint64_t id : ids) {
+    std::optional<Lease> lease = leases_.Take(id, session->id);
+    if (!lease) continue;  // already released, or dropped with an old session
+    session->leases.erase(id);
+    UnrefGen(txn, lease->gen);
+  }
+}
+
 void MetaEngine::Release(const Caller &, const rpc::ReleaseRequest &req, rpc::ErrorReply *rep) {
-  RunOp(req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
-    for (uint64_t id : req.leases()) {
-      std::optional<Lease> lease = leases_.Take(id, session->id);
-      if (!lease) continue;  // already released, or dropped with an old session
-      session->leases.erase(id);
-      UnrefGen(txn, lease->gen);
-    }
+  RunOp(req, rep, [&](Txn &txn, Session *session) -> Status {
+    ReleaseLeases(txn, session, req.leases());
     return Status::Ok();
   });
 }

@@ -125,6 +125,8 @@ class MetaEngine {
   void DropPending(Txn &txn, Inode *inode, bool keep_inode_record);
   void ExpireSession(Txn &txn, uint64_t id);
   void UnrefGen(Txn &txn, uint64_t gen);
+  void ReleaseLeases(Txn &txn, Session *session,
+                     const google::protobuf::RepeatedField<uint64_t> &ids);
   bool Evictable(const Inode &inode, int64_t now_ns) const;
   uint64_t EvictChunk(Txn &txn, Inode *inode, const char *reason);
   uint64_t EvictBytes(Txn &txn, uint64_t bytes, const char *reason);
