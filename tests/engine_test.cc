@@ -218,6 +218,22 @@ TEST_F(EngineTest, UnlinkedChunkKeepsItsExtentsWhileLeased) {
   EXPECT_TRUE(Fsck().empty());
 }
 
+TEST_F(EngineTest, ReleasesRideOnTheNextRequest) {
+  rpc::ChunkReply a = Create("/ride", 8 << 20, root_, session_);
+  ASSERT_EQ(Seal(a, root_, session_).error(), 0);
+  rpc::ChunkReply r = Open("/ride", root_, session_);
+  ASSERT_EQ(r.error(), 0);
+  ASSERT_EQ(Unlink("/ride", root_, session_), 0);
+  EXPECT_EQ(Statfs().deferred(), 8u << 20);
+  auto req = With<rpc::StatfsRequest>(session_);
+  req.mutable_header()->add_release(r.lease());
+  req.mutable_header()->add_release(424242);  // unknown: ignored
+  rpc::StatfsReply rep;
+  engine_->Statfs(root_, req, &rep);
+  EXPECT_EQ(rep.error(), 0);
+  EXPECT_EQ(rep.deferred(), 0u);  // released before the request was served
+}
+
 TEST_F(EngineTest, ExpiredSessionAbortsReservationsAndDropsLeases) {
   uint64_t writer = NewSession(root_);
   ASSERT_EQ(Create("/w", 1 << 20, root_, writer).error(), 0);
