@@ -72,6 +72,19 @@ TEST_F(RemoteTest, StoreRemotelyReadLocallyAndTheOtherWay) {
       maru_test::RunClient(server_->address(), "store /local/b 33554432 + store /local/c 4096"), 0);
   EXPECT_EQ(
       RunRemote("read-into /local/b 33554432 + fetch /local/b 33554432 + fetch /local/c 4096"), 0);
+  // One agent serves many clients at once.
+  std::vector<pid_t> readers;
+  for (int i = 0; i < 3; ++i) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      execl("/bin/sh", "sh", "-c",
+            Remote("read-into /local/b 33554432 + fetch /remote/a 8388608").c_str(),
+            static_cast<char *>(nullptr));
+      _exit(127);
+    }
+    readers.push_back(pid);
+  }
+  for (pid_t pid : readers) EXPECT_EQ(maru_test::Wait(pid), 0);
   // Prefix lookups and errors work the same way remotely.
   EXPECT_EQ(RunRemote("lookup 2 /local/b /local/c /local/none"), 0);
   EXPECT_EQ(RunRemote("open-errno /local/none " + std::to_string(ENOENT)), 0);
