@@ -462,7 +462,14 @@ void MaruFs::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi) {
   auto f = std::make_shared<OpenFile>();
   f->ino = ino;
   if (mode == O_RDONLY && !(fi->flags & O_TRUNC)) {
-    if (std::shared_ptr<OpenFile> w = Writer(ino)) {
+    // A file this mount is still writing is read from its writer; once the
+    // writer's close sealed it, from the server like any other.
+    std::shared_ptr<OpenFile> w = Writer(ino);
+    if (w) {
+      std::lock_guard<std::mutex> wlock(w->mu);
+      if (w->sealed && !w->dirty) w = nullptr;
+    }
+    if (w) {
       f->follows = w;
       // The kernel's pages are the writer's, unless its writes bypass them.
       fi->keep_cache = !DirectWrites();

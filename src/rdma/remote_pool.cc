@@ -52,13 +52,16 @@ ucs_status_t RemotePool::OnReply(void *arg, const void *, size_t, void *data, si
   auto *self = static_cast<RemotePool *>(arg);
   if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) || length < sizeof(wire::GrantReply))
     return UCS_OK;
-  const auto *r = static_cast<const wire::GrantReply *>(data);
-  if (sizeof(wire::GrantReply) + r->rkey_bytes > length) return UCS_OK;
-  Reply &out = self->replies_[r->request_id];
-  out.error = r->error ? r->error : 0;
-  out.base = r->remote_base;
-  out.rkey.assign(r->rkey, r->rkey + r->rkey_bytes);
-  if (r->error == 0 && r->rkey_bytes == 0) out.error = EPROTO;
+  // The message may sit at any alignment in UCX's buffer: copy its header out.
+  wire::GrantReply r;
+  memcpy(&r, data, sizeof(r));
+  if (sizeof(wire::GrantReply) + r.rkey_bytes > length) return UCS_OK;
+  Reply &out = self->replies_[r.request_id];
+  out.error = r.error;
+  out.base = r.remote_base;
+  const auto *rkey = static_cast<const uint8_t *>(data) + sizeof(wire::GrantReply);
+  out.rkey.assign(rkey, rkey + r.rkey_bytes);
+  if (r.error == 0 && r.rkey_bytes == 0) out.error = EPROTO;
   return UCS_OK;
 }
 
