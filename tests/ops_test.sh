@@ -170,7 +170,7 @@ libdir=$(dirname "$(find "$root" -name 'libmaru_direct.so*' | head -1)")
 # A build under AddressSanitizer installs an instrumented library: its
 # runtime must come first.
 preload=
-if nm -D "$libdir"/libmaru_direct.so 2>/dev/null | grep -q __asan_; then
+if grep -q __asan_ <<<"$(nm -D "$libdir"/libmaru_direct.so 2>/dev/null)"; then
   preload=$(cc -print-file-name=libasan.so)
 fi
 LD_PRELOAD=$preload ASAN_OPTIONS=detect_leaks=0 LD_LIBRARY_PATH=$libdir $work/client $addr ||
