@@ -32,10 +32,7 @@ int RunChunks(int argc, char **argv) {
   flags.Int("iterations", &iterations, "chunks stored and loaded");
   flags.String("dir", &dir, "directory for the benchmark's chunks");
   flags.Bool("json", &json, "end with one JSON line of the figures");
-  std::vector<std::string> args;
-  Status s = flags.Parse(argc, argv, 2, &args);
-  if (!s.ok()) return Fail(s.message());
-  if (flags.help_requested()) return fputs(flags.Help().c_str(), stdout), 0;
+  if (int rc = ParseFlags(flags, argc, argv); rc >= 0) return rc;
   if (size == 0 || iterations <= 0) return Fail("--size and --iterations must be positive");
 
   maru_t *m;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "maru_direct_internal.h"
+#include "util/flags.h"
 
 namespace maru::bench {
 
@@ -37,6 +38,17 @@ inline std::vector<uint8_t> TouchedBuffer(uint64_t size, uint8_t seed) {
 inline int Fail(const std::string &message) {
   fprintf(stderr, "maru-bench: %s\n", message.c_str());
   return 1;
+}
+
+// Parses a command's flags (argv[2..]). Returns -1 to go on, else the exit
+// code: 0 after --help, 1 after an error.
+inline int ParseFlags(Flags &flags, int argc, char **argv) {
+  std::vector<std::string> args;
+  Status s = flags.Parse(argc, argv, 2, &args);
+  if (!s.ok()) return Fail(s.message());
+  if (!args.empty()) return Fail("unexpected argument '" + args[0] + "' (see --help)");
+  if (flags.help_requested()) return fputs(flags.Help().c_str(), stdout), 0;
+  return -1;
 }
 
 int RunChunks(int argc, char **argv);

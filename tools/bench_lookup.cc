@@ -20,10 +20,7 @@ int RunLookup(int argc, char **argv) {
   flags.Int("seconds", &seconds, "duration of each run");
   flags.String("dir", &dir, "directory for the benchmark's chunks");
   flags.Bool("json", &json, "end with one JSON line of the figures");
-  std::vector<std::string> args;
-  Status s = flags.Parse(argc, argv, 2, &args);
-  if (!s.ok()) return Fail(s.message());
-  if (flags.help_requested()) return fputs(flags.Help().c_str(), stdout), 0;
+  if (int rc = ParseFlags(flags, argc, argv); rc >= 0) return rc;
   if (keys <= 0 || seconds <= 0) return Fail("--keys and --seconds must be positive");
 
   maru_t *m;

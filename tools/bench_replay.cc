@@ -107,10 +107,7 @@ int RunReplay(int argc, char **argv) {
             "cache capacity for the simulations (default: from the pool)");
   flags.String("dir", &dir, "namespace directory for the blocks (default /maru-bench/replay-PID)");
   flags.Bool("json", &json, "end with one JSON line of the figures");
-  std::vector<std::string> args;
-  Status s = flags.Parse(argc, argv, 2, &args);
-  if (!s.ok()) return Fail(s.message());
-  if (flags.help_requested()) return fputs(flags.Help().c_str(), stdout), 0;
+  if (int rc = ParseFlags(flags, argc, argv); rc >= 0) return rc;
   if (trace_path.empty()) return Fail("--trace is required");
   if (clients <= 0 || bytes_per_token <= 0 || limit < 0)
     return Fail("--clients, --bytes-per-token must be positive");

@@ -19,14 +19,7 @@ Result<std::unique_ptr<RemotePool>> RemotePool::Create(AgentMap agents, int64_t 
   Result<std::unique_ptr<UcxWorker>> ucx = UcxWorker::Create();
   if (!ucx.ok()) return ucx.status();
   pool->ucx_ = std::move(*ucx);
-  ucp_am_handler_param_t am{};
-  am.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
-                  UCP_AM_HANDLER_PARAM_FIELD_ARG;
-  am.id = wire::kGrantReplyId;
-  am.cb = OnReply;
-  am.arg = pool.get();
-  ucs_status_t st = ucp_worker_set_am_recv_handler(pool->ucx_->worker(), &am);
-  if (st != UCS_OK) return Status::Error(UcsErrno(st), "cannot set the grant reply handler");
+  MARU_RETURN_IF_ERROR(pool->ucx_->SetHandler(wire::kGrantReplyId, OnReply, pool.get()));
   for (auto &[device, address] : agents) {
     Result<Address> a = ParseAddress(address);
     if (!a.ok() || a->kind != Address::Kind::kTcp)

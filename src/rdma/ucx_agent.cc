@@ -43,14 +43,7 @@ Result<std::unique_ptr<UcxAgent>> UcxAgent::Start(
     agent->registered_[index] = std::move(reg);
   }
 
-  ucp_am_handler_param_t am{};
-  am.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
-                  UCP_AM_HANDLER_PARAM_FIELD_ARG;
-  am.id = wire::kGrantRequestId;
-  am.cb = OnGrant;
-  am.arg = agent.get();
-  ucs_status_t st = ucp_worker_set_am_recv_handler(agent->ucx_->worker(), &am);
-  if (st != UCS_OK) return Status::Error(UcsErrno(st), "cannot set the grant handler");
+  MARU_RETURN_IF_ERROR(agent->ucx_->SetHandler(wire::kGrantRequestId, OnGrant, agent.get()));
 
   addrinfo hints{}, *res = nullptr;
   hints.ai_family = AF_UNSPEC;
@@ -65,7 +58,7 @@ Result<std::unique_ptr<UcxAgent>> UcxAgent::Start(
   lp.sockaddr.addrlen = res->ai_addrlen;
   lp.conn_handler.cb = OnConnect;
   lp.conn_handler.arg = agent.get();
-  st = ucp_listener_create(agent->ucx_->worker(), &lp, &agent->listener_);
+  ucs_status_t st = ucp_listener_create(agent->ucx_->worker(), &lp, &agent->listener_);
   freeaddrinfo(res);
   if (st != UCS_OK)
     return Status::Error(UcsErrno(st) == EIO ? EADDRINUSE : UcsErrno(st),

@@ -61,6 +61,18 @@ UcxWorker::~UcxWorker() {
   if (context_) ucp_cleanup(context_);
 }
 
+Status UcxWorker::SetHandler(unsigned id, ucp_am_recv_callback_t cb, void *arg) {
+  ucp_am_handler_param_t am{};
+  am.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                  UCP_AM_HANDLER_PARAM_FIELD_ARG;
+  am.id = id;
+  am.cb = cb;
+  am.arg = arg;
+  ucs_status_t st = ucp_worker_set_am_recv_handler(worker_, &am);
+  if (st != UCS_OK) return Status::Error(UcsErrno(st), "cannot set an active message handler");
+  return Status::Ok();
+}
+
 void UcxWorker::Sleep(int timeout_ms) {
   int efd = -1;
   if (ucp_worker_get_efd(worker_, &efd) != UCS_OK) {

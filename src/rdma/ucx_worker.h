@@ -34,6 +34,8 @@ class UcxWorker {
   bool ProgressUntil(const std::function<bool()> &done, int64_t timeout_ms);
   // Sleeps until the network has something for this worker, or `timeout_ms`.
   void Sleep(int timeout_ms);
+  // Routes active messages with `id` to `cb(arg, ...)`.
+  Status SetHandler(unsigned id, ucp_am_recv_callback_t cb, void *arg);
 
  private:
   UcxWorker() = default;
