@@ -12,6 +12,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
 
@@ -118,6 +119,56 @@ TEST_F(FuseTest, PosixToolsWorkAsOnAnyFilesystem) {
     chmod 600 "$M/x/t" && test "$(stat -c %a "$M/x/t")" = 600
     rm -r "$M/x" && test ! -e "$M/x"
   )SH");
+}
+
+// fsx-style: random writes, reads, truncates and reopens of one file, checked
+// against a model in memory, through the mount's write paths (holes, growth,
+// shrinking, new versions on reopen).
+void Fsx(const std::string &path, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::string model;
+  int fd = open(path.c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  for (int step = 0; step < 600; ++step) {
+    const int op = static_cast<int>(rng() % 10);
+    if (op < 5) {  // write somewhere, maybe past the end (a hole)
+      size_t off = rng() % (model.size() + 200000), len = 1 + rng() % 70000;
+      std::string data(len, '\0');
+      for (char &ch : data) ch = static_cast<char>(rng());
+      ASSERT_EQ(pwrite(fd, data.data(), len, static_cast<off_t>(off)), static_cast<ssize_t>(len));
+      if (model.size() < off + len) model.resize(off + len, '\0');
+      model.replace(off, len, data);
+    } else if (op < 7) {  // read back a range
+      size_t off = model.empty() ? 0 : rng() % model.size(), len = rng() % 100000;
+      std::string got(len, '\0');
+      ssize_t n = pread(fd, got.data(), len, static_cast<off_t>(off));
+      ASSERT_EQ(n, static_cast<ssize_t>(std::min(len, model.size() - std::min(off, model.size()))));
+      ASSERT_EQ(got.substr(0, static_cast<size_t>(n)), model.substr(off, static_cast<size_t>(n)))
+          << "step " << step;
+    } else if (op < 8) {  // truncate, shorter or longer
+      size_t size = rng() % (model.size() + 100000);
+      ASSERT_EQ(ftruncate(fd, static_cast<off_t>(size)), 0);
+      model.resize(size, '\0');
+    } else {  // close (publishes) and reopen (a new version on the next write)
+      ASSERT_EQ(close(fd), 0);
+      ASSERT_EQ(Slurp(path), model) << "step " << step;
+      fd = open(path.c_str(), O_RDWR);
+      ASSERT_GE(fd, 0);
+    }
+    struct stat st;
+    ASSERT_EQ(fstat(fd, &st), 0);
+    ASSERT_EQ(static_cast<size_t>(st.st_size), model.size()) << "step " << step;
+  }
+  ASSERT_EQ(close(fd), 0);
+  EXPECT_EQ(Slurp(path), model);
+}
+
+TEST_F(FuseTest, RandomWritesReadsAndTruncatesMatchAModel) {
+  const char *seed = getenv("MARU_FUZZ_SEED");
+  Fsx(M("fsx"), seed ? strtoull(seed, nullptr, 10) : 99);
+  FuseMount cached(server_.address(), "cached_writes");
+  ASSERT_TRUE(cached.Start());
+  Fsx(cached / "fsx-cached", seed ? strtoull(seed, nullptr, 10) + 1 : 100);
 }
 
 TEST_F(FuseTest, ReadOnlyMmapSeesTheBytes) {
