@@ -168,6 +168,9 @@ int MetaClient::Call(Method<Req, Rep> method, Req &req, Rep *rep, const rpc::Cal
       // silent too long. Take the session back and try once more.
       resumed = true;
       rc = Resume(session);
+      // Releases of the old session's leases mean nothing to the new one:
+      // those still held were renewed under new ids.
+      req.mutable_header()->clear_release();
       if (rc == 0) continue;
     }
     if (rc != -ENOTCONN || rep->error() == ENOTCONN || MonotonicMs() >= give_up) {

@@ -1,6 +1,16 @@
 #include "meta/lease_table.h"
 
+#include <sys/random.h>
+
+#include <ctime>
+
 namespace maru {
+
+LeaseTable::LeaseTable() {
+  uint64_t r = 0;
+  if (getrandom(&r, sizeof(r), 0) != sizeof(r)) r = static_cast<uint64_t>(time(nullptr)) << 32;
+  next_id_ = (r >> 2) + 1;  // far from wrapping
+}
 
 uint64_t LeaseTable::Grant(uint64_t session, uint64_t ino, uint64_t gen) {
   uint64_t id = next_id_++;

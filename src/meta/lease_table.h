@@ -18,6 +18,9 @@ struct Lease {
 
 class LeaseTable {
  public:
+  // Ids start at a random point so that ids from before a restart (which
+  // a client may still release) never name a lease granted after it.
+  LeaseTable();
   uint64_t Grant(uint64_t session, uint64_t ino, uint64_t gen);
   // Removes and returns the lease if `session` holds it.
   std::optional<Lease> Take(uint64_t id, uint64_t session);

@@ -629,10 +629,12 @@ void MetaEngine::OpenSession(const Caller &c, const rpc::OpenSessionRequest &req
   s->last_seen_ns = MonotonicNs();
   // Leases held across a restart: renew those whose version still exists.
   for (const rpc::HeldLease &held : req.held()) {
+    // A version still current, or retired but kept (readers may hold it;
+    // its file may be gone), can be leased again by a reader allowed to.
     const Inode *inode = tree_.Find(held.ino());
-    bool live = inode && ((inode->current && inode->current->gen == held.gen()) ||
-                          space_.retired().count(held.gen()));
-    if (!live) continue;
+    bool live = (inode && inode->current && inode->current->gen == held.gen()) ||
+                space_.retired().count(held.gen());
+    if (!live || (inode && !MayAccess(*inode, c, kMayRead))) continue;
     uint64_t lease = leases_.Grant(id, held.ino(), held.gen());
     s->leases.insert(lease);
     space_.Ref(held.gen());
