@@ -10,6 +10,7 @@ void ToRecordVersion(const Version &v, schema::Version *out) {
   out->set_checksum_type(v.checksum_type);
   out->set_checksum(v.checksum);
   out->set_writer_session(v.writer_session);
+  out->set_writer_uid(v.writer_uid);
   out->set_request_id(v.request_id);
   out->set_created_ns(v.created_ns);
 }
@@ -22,6 +23,7 @@ Version FromRecordVersion(const schema::Version &r) {
   v.checksum_type = static_cast<rpc::ChecksumType>(r.checksum_type());
   v.checksum = r.checksum();
   v.writer_session = r.writer_session();
+  v.writer_uid = r.writer_uid();
   v.request_id = r.request_id();
   v.created_ns = r.created_ns();
   return v;

@@ -24,6 +24,7 @@ struct Version {
   rpc::ChecksumType checksum_type = rpc::CHECKSUM_NONE;
   uint64_t checksum = 0;
   uint64_t writer_session = 0;  // reservations only
+  uint32_t writer_uid = 0;      // reservations only
   uint64_t request_id = 0;      // reservations only
   int64_t created_ns = 0;
 };

@@ -3,6 +3,7 @@
 #include <sys/random.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <set>
 
 #include "alloc/pool_device.h"
@@ -46,7 +47,12 @@ class MetaEngine::Txn {
     dirty_.clear();
     if (batch.empty()) return Status::Ok();
     Status s = engine_->db_->Write(batch);
-    if (!s.ok()) LOG_ERROR("%s", s.ToString().c_str());
+    if (!s.ok()) {
+      // Memory already holds the change; carrying on would let the two
+      // disagree. Stop, and let the restart load what was written.
+      LOG_ERROR("metadata write failed, stopping: %s", s.ToString().c_str());
+      std::_Exit(EXIT_FAILURE);
+    }
     return s;
   }
   MetaDb::Batch batch;
@@ -207,7 +213,6 @@ void MetaEngine::RestoreInodes(MetaDb::Contents &contents, MetaDb::Batch *batch)
     LOG_WARN("%zu inodes had no directory; moved them to /lost+found", orphans.size());
   }
 
-  const int64_t mono = MonotonicNs();
   tree_.ForEach([&](const Inode &cinode) {
     Inode &inode = const_cast<Inode &>(cinode);
     for (std::optional<Version> *v : {&inode.current, &inode.pending}) {
@@ -218,19 +223,10 @@ void MetaEngine::RestoreInodes(MetaDb::Contents &contents, MetaDb::Batch *batch)
                   (*v)->gen, s.ToString().c_str());
     }
     if (inode.parent_chunk) extensions_[inode.parent_chunk].insert(inode.ino);
-    if (inode.current) {
-      eviction_->OnInsert(inode.ino, inode.parent_chunk);
-      if (inode.pinned) ++pins_;
-    }
+    if (inode.current) eviction_->OnInsert(inode.ino, inode.parent_chunk);
+    if (inode.pinned) ++pins_;
     if (inode.pending) {
-      Session *s = sessions_.Find(inode.pending->writer_session);
-      if (!s) {
-        s = sessions_.Create(inode.pending->writer_session);
-        s->orphaned = true;
-        s->client = "(from before restart)";
-        s->since_ns = now;
-        s->last_seen_ns = mono;
-      }
+      Session *s = OrphanedSession(inode.pending->writer_session, inode.pending->writer_uid);
       s->reservations.insert(inode.ino);
       space_.Ref(inode.pending->gen);
       reserved_bytes_ += TotalLength(inode.pending->extents);
@@ -241,7 +237,24 @@ void MetaEngine::RestoreInodes(MetaDb::Contents &contents, MetaDb::Batch *batch)
     Status s = space_.MarkUsed(extents);
     if (!s.ok()) LOG_ERROR("retired generation %lu: %s", r.gen(), s.ToString().c_str());
     space_.RestoreRetired(r.gen(), extents);
+    if (r.writer_session()) {
+      OrphanedSession(r.writer_session(), r.writer_uid())->orphan_gens.insert(r.gen());
+      space_.Ref(r.gen());
+    }
   }
+}
+
+// A session known only from what the database says it was writing; it
+// waits for its client to come back (resume) until it times out.
+Session *MetaEngine::OrphanedSession(uint64_t id, uint32_t uid) {
+  if (Session *s = sessions_.Find(id)) return s;
+  Session *s = sessions_.Create(id);
+  s->orphaned = true;
+  s->uid = uid;
+  s->client = "(from before restart)";
+  s->since_ns = RealtimeNs();
+  s->last_seen_ns = MonotonicNs();
+  return s;
 }
 
 Status MetaEngine::Load() {
@@ -403,10 +416,8 @@ void MetaEngine::SetParentChunk(Inode *inode, uint64_t parent) {
     }
   }
   if (parent) extensions_[parent].insert(inode->ino);
-  if (inode->current) {
-    eviction_->OnRemove(inode->ino);
-    eviction_->OnInsert(inode->ino, parent);
-  }
+  // A re-insert keeps what the policy knows about the chunk's extensions.
+  if (inode->current) eviction_->OnInsert(inode->ino, parent);
   inode->parent_chunk = parent;
 }
 
@@ -417,9 +428,9 @@ void MetaEngine::RemoveFile(Txn &txn, Inode *inode) {
   tree_.Unlink(inode);
   SetParentChunk(inode, 0);
   extensions_.erase(inode->ino);  // what extends it keeps a dangling parent
+  if (inode->pinned) --pins_;
   if (inode->current) {
     eviction_->OnRemove(inode->ino);
-    if (inode->pinned) --pins_;
     space_.Retire(inode->current->gen, inode->current->extents, &txn.batch);
   }
   if (inode->pending) {
@@ -428,7 +439,7 @@ void MetaEngine::RemoveFile(Txn &txn, Inode *inode) {
       s->orphan_gens.insert(inode->pending->gen);
     }
     reserved_bytes_ -= TotalLength(inode->pending->extents);
-    space_.Retire(inode->pending->gen, inode->pending->extents, &txn.batch);
+    space_.Retire(inode->pending->gen, inode->pending->extents, &txn.batch, &*inode->pending);
   }
   txn.Deleted(inode->ino);
   tree_.Release(inode->ino);
@@ -459,6 +470,7 @@ void MetaEngine::DropPending(Txn &txn, Inode *inode, bool keep_inode_record) {
     return;
   }
   if (Inode *dir = tree_.Find(inode->parent)) TouchDir(txn, dir);
+  if (inode->pinned) --pins_;
   tree_.Unlink(inode);
   txn.Deleted(inode->ino);
   tree_.Release(inode->ino);
@@ -612,8 +624,16 @@ void MetaEngine::OpenSession(const Caller &c, const rpc::OpenSessionRequest &req
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t id = req.resume();
   Session *s = id ? sessions_.Find(id) : nullptr;
-  if (s && s->uid != c.uid && !s->orphaned) s = nullptr, id = 0;  // not theirs to take
+  if (s && s->uid != c.uid) s = nullptr, id = 0;  // not theirs to take
   if (!s && id && sessions_.Find(id)) id = 0;
+  Txn txn(this);
+  if (s && !s->orphaned) {
+    // The client says what it holds: leases granted before (by an earlier
+    // resume whose reply was lost) are replaced, not added to.
+    for (uint64_t lease_id : s->leases)
+      if (std::optional<Lease> lease = leases_.Take(lease_id, id)) UnrefGen(txn, lease->gen);
+    s->leases.clear();
+  }
   if (!s) {
     if (!id) id = RandomSessionId();
     s = sessions_.Create(id);
@@ -643,6 +663,7 @@ void MetaEngine::OpenSession(const Caller &c, const rpc::OpenSessionRequest &req
     r->set_ino(lease);
     r->set_gen(held.gen());
   }
+  txn.Commit();
   rep->set_session(id);
   rep->set_heartbeat_ms(options_.heartbeat_ms);
   rep->set_timeout_ms(static_cast<uint32_t>(options_.session_timeout_ms));
@@ -959,6 +980,7 @@ void MetaEngine::Create(const Caller &c, const rpc::CreateRequest &req, rpc::Chu
     v.size = req.size();
     v.extents = std::move(extents);
     v.writer_session = session->id;
+    v.writer_uid = session->uid;
     v.request_id = req.request_id();
     v.created_ns = now;
     space_.Ref(v.gen);
@@ -1037,10 +1059,7 @@ void MetaEngine::Seal(const Caller &, const rpc::SealRequest &req, rpc::ChunkRep
     v.checksum = req.checksum();
     v.writer_session = 0;
     v.request_id = 0;
-    if (inode->current) {
-      eviction_->OnRemove(inode->ino);
-      space_.Retire(inode->current->gen, inode->current->extents, &txn.batch);
-    }
+    if (inode->current) space_.Retire(inode->current->gen, inode->current->extents, &txn.batch);
     inode->current = std::move(v);
     inode->mtime_ns = inode->ctime_ns = RealtimeNs();
     eviction_->OnInsert(inode->ino, inode->parent_chunk);
@@ -1147,10 +1166,13 @@ void MetaEngine::Pin(const Caller &c, const rpc::PinRequest &req, rpc::AttrReply
     Inode *inode = *found;
     if (!inode->is_file()) return Status::Error(EISDIR);
     if (!IsOwnerOrRoot(*inode, c) && !MayAccess(*inode, c, kMayWrite)) return Status::Error(EACCES);
-    if (inode->pinned != req.pin() && inode->current) pins_ += req.pin() ? 1 : -1;
+    if (inode->pinned != req.pin()) pins_ += req.pin() ? 1 : -1;
     inode->pinned = req.pin();
     inode->pin_expiry_ns =
-        req.pin() && req.ttl_ms() ? RealtimeNs() + static_cast<int64_t>(req.ttl_ms()) * 1000000 : 0;
+        req.pin() && req.ttl_ms()
+            ? RealtimeNs() +
+                  MsToNs(static_cast<int64_t>(std::min<uint64_t>(req.ttl_ms(), INT64_MAX)))
+            : 0;
     inode->ctime_ns = RealtimeNs();
     txn.Dirty(inode);
     FillAttr(*inode, rep->mutable_attr());
@@ -1158,13 +1180,14 @@ void MetaEngine::Pin(const Caller &c, const rpc::PinRequest &req, rpc::AttrReply
   });
 }
 
-void MetaEngine::ListSessions(const Caller &, const rpc::StatsRequest &req,
+void MetaEngine::ListSessions(const Caller &c, const rpc::StatsRequest &req,
                               rpc::SessionsReply *rep) {
   RunOp(req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
     const int64_t mono = MonotonicNs(), real = RealtimeNs();
     sessions_.ForEach([&](const Session &s) {
       rpc::SessionInfo *info = rep->add_sessions();
-      info->set_id(s.id);
+      // A session id lets its owner resume it: shown to the owner and root.
+      info->set_id(c.is_root() || c.uid == s.uid ? s.id : 0);
       info->set_client(s.client);
       info->set_hostname(s.hostname);
       info->set_pid(s.pid);
@@ -1283,7 +1306,7 @@ void MetaEngine::Evict(const Caller &c, const rpc::EvictRequest &req, rpc::Evict
     }
     if (req.older_than_ms() > 0) {
       const int64_t now = RealtimeNs();
-      const int64_t cutoff = now - req.older_than_ms() * 1000000;
+      const int64_t cutoff = now - MsToNs(req.older_than_ms());
       std::vector<uint64_t> victims;
       tree_.ForEach([&](const Inode &inode) {
         if (Evictable(inode, now) && std::max(inode.atime_ns, inode.mtime_ns) < cutoff)
@@ -1370,12 +1393,17 @@ void MetaEngine::CheckExtents(const Caller &c, const rpc::CheckExtentsRequest &r
     for (uint64_t ino : client->reservations)
       if (const Inode *inode = tree_.Find(ino); inode && inode->pending)
         held.push_back(&inode->pending->extents);
+    for (uint64_t gen : client->orphan_gens)
+      if (auto it = space_.retired().find(gen); it != space_.retired().end())
+        held.push_back(&it->second);
+    if (req.extents().empty()) return Status::Error(EINVAL, "no extents to check");
     for (const rpc::Extent &want : req.extents()) {
       bool covered = false;
       for (const ExtentList *list : held)
         for (const Extent &e : *list)
           covered |= e.device == req.device() && e.device == want.device() &&
-                     want.offset() >= e.offset && want.offset() + want.length() <= e.end();
+                     want.offset() >= e.offset && want.offset() < e.end() &&
+                     want.length() <= e.end() - want.offset();
       // Not (or no longer) held: for a reader, its lease is gone.
       if (!covered) return Status::Error(ESTALE, "extent not leased or reserved by that session");
     }
@@ -1400,7 +1428,7 @@ void MetaEngine::Tick() {
       Inode &inode = const_cast<Inode &>(cinode);
       inode.pinned = false;
       inode.pin_expiry_ns = 0;
-      if (inode.current) --pins_;
+      --pins_;
       txn.Dirty(&inode);
     }
   });

@@ -105,6 +105,7 @@ class MetaEngine {
   template <typename Req, typename Rep, typename Op>
   void RunOp(const Req &req, Rep *rep, Op &&op);
   Session *LiveSession(uint64_t id);
+  Session *OrphanedSession(uint64_t id, uint32_t uid);
   uint64_t NextIno(Txn &txn);
   uint64_t NextGen(Txn &txn);
   void FillAttr(const Inode &inode, rpc::Attr *attr) const;

@@ -78,7 +78,8 @@ uint64_t SpaceManager::Unref(uint64_t gen, MetaDb::Batch *batch) {
   return FreeRetired(retired, batch);
 }
 
-uint64_t SpaceManager::Retire(uint64_t gen, const ExtentList &extents, MetaDb::Batch *batch) {
+uint64_t SpaceManager::Retire(uint64_t gen, const ExtentList &extents, MetaDb::Batch *batch,
+                              const Version *writing) {
   if (extents.empty()) return 0;
   if (refs(gen) == 0 && !in_grace(MonotonicNs())) {
     FreeNow(extents);
@@ -89,6 +90,10 @@ uint64_t SpaceManager::Retire(uint64_t gen, const ExtentList &extents, MetaDb::B
   schema::Retired record;
   record.set_gen(gen);
   ToRecordExtents(extents, record.mutable_extents());
+  if (writing) {
+    record.set_writer_session(writing->writer_session);
+    record.set_writer_uid(writing->writer_uid);
+  }
   batch->PutRetired(record);
   return 0;
 }

@@ -21,6 +21,8 @@
 
 namespace maru {
 
+struct Version;
+
 class SpaceManager {
  public:
   struct Device {
@@ -46,8 +48,11 @@ class SpaceManager {
   // the last. Returns the bytes freed.
   uint64_t Unref(uint64_t gen, MetaDb::Batch *batch);
   uint32_t refs(uint64_t gen) const;
-  // Retires a version (see above). Returns the bytes freed now.
-  uint64_t Retire(uint64_t gen, const ExtentList &extents, MetaDb::Batch *batch);
+  // Retires a version (see above). Returns the bytes freed now. A
+  // reservation retired under its writer names the writer, so that the
+  // writer's reference survives a restart.
+  uint64_t Retire(uint64_t gen, const ExtentList &extents, MetaDb::Batch *batch,
+                  const Version *writing = nullptr);
   // A retired version found in the database at start.
   void RestoreRetired(uint64_t gen, const ExtentList &extents);
   // Until `mono_ns`, retired versions wait even without references.

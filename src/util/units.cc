@@ -1,5 +1,6 @@
 #include "units.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <ctime>
@@ -76,6 +77,11 @@ static int64_t ClockNs(clockid_t clock) {
 int64_t RealtimeNs() {
   return ClockNs(CLOCK_REALTIME);
 }
+int64_t MsToNs(int64_t ms) {
+  constexpr int64_t kMaxMs = 100LL * 365 * 24 * 3600 * 1000;
+  return std::clamp<int64_t>(ms, -kMaxMs, kMaxMs) * 1000000;
+}
+
 int64_t MonotonicNs() {
   return ClockNs(CLOCK_MONOTONIC);
 }

@@ -17,5 +17,8 @@ std::string FormatSize(uint64_t bytes);
 
 int64_t RealtimeNs();
 int64_t MonotonicNs();
+// Milliseconds from a client to nanoseconds, capped (at about 100 years) so
+// that no value overflows when added to a clock.
+int64_t MsToNs(int64_t ms);
 
 }  // namespace maru
