@@ -293,6 +293,63 @@ TEST_F(EngineTest, PoolEpochChangeDropsChunksLoudly) {
   EXPECT_EQ(Statfs().free(), Statfs().total());
 }
 
+TEST_F(EngineTest, UnlinkedUnfinishedWriteKeepsItsSpaceThroughAReload) {
+  // The writer may still be storing into its extents: they must not be
+  // handed out again until it is gone, even across a restart.
+  uint64_t writer = NewSession(alice_);
+  ASSERT_EQ(Create("/tmpw", 4 << 20, alice_, writer).error(), 0);
+  ASSERT_EQ(Unlink("/tmpw", root_, session_), 0);
+  const uint64_t free_during = Statfs().free();
+  Reopen();
+  EXPECT_EQ(Statfs().free(), free_during);
+  // Once the orphaned writer times out, the space comes back.
+  ASSERT_TRUE(maru_test::WaitFor(
+      [&] {
+        engine_->Tick();
+        return Statfs().free() == Statfs().total();
+      },
+      5000));
+  EXPECT_TRUE(Fsck().empty());
+}
+
+TEST_F(EngineTest, ASessionIsResumedOnlyByItsOwner) {
+  uint64_t writer = NewSession(alice_);
+  ASSERT_EQ(Create("/alices", 1 << 20, alice_, writer).error(), 0);
+  Reopen();  // the writer's session is now orphaned, waiting for alice
+  rpc::OpenSessionRequest resume;
+  resume.set_resume(writer);
+  rpc::OpenSessionReply rep;
+  engine_->OpenSession(bob_, resume, &rep);
+  EXPECT_FALSE(rep.resumed());
+  EXPECT_NE(rep.session(), writer);
+  engine_->OpenSession(alice_, resume, &rep);
+  EXPECT_TRUE(rep.resumed());
+  EXPECT_EQ(rep.session(), writer);
+}
+
+TEST_F(EngineTest, LeaseIdsFromBeforeAReloadNameNoNewLease) {
+  ASSERT_EQ(Seal(Create("/l", 1 << 20, root_, session_), root_, session_).error(), 0);
+  const uint64_t before = Open("/l", root_, session_).lease();
+  Reopen();
+  EXPECT_NE(Open("/l", root_, session_).lease(), before);
+}
+
+TEST_F(EngineTest, DevicesWithDifferentUnitsAreRefused) {
+  maru_test::TestPool other(64ull << 20);
+  FormatOptions options;
+  options.size = 64ull << 20;
+  options.unit = 2ull << 20;
+  options.force = true;
+  ASSERT_TRUE(FormatPool(other.path(), options).ok());
+  engine_.reset();
+  EngineOptions eo;
+  eo.pool_paths = {pool_.path(), other.path()};
+  eo.db_dir = dir_.path() + "/db";
+  Result<std::unique_ptr<MetaEngine>> e = MetaEngine::Open(eo);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().errnum(), EINVAL);
+}
+
 TEST_F(EngineTest, UnknownSessionIsRefused) {
   auto req = With<rpc::RefRequest>(12345);
   req.mutable_ref()->set_path("/");

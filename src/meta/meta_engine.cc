@@ -88,6 +88,12 @@ Status MetaEngine::CheckPoolIdentity(MetaDb::Contents *contents, MetaDb::Batch *
     for (const auto &[other, osb] : found)
       if (osb.device_uuid == sb->device_uuid)
         return Status::Error(EINVAL, path + " and " + other + " are the same device");
+    // One unit for the pool: clients size and align every chunk by it.
+    if (!found.empty() && found[0].second.unit != sb->unit)
+      return Status::Error(EINVAL, path + " has allocation unit " + std::to_string(sb->unit) +
+                                       " but " + found[0].first + " has " +
+                                       std::to_string(found[0].second.unit) +
+                                       "; format the pool's devices with one unit");
     found.emplace_back(path, *sb);
   }
 
