@@ -1,6 +1,7 @@
 // libmaru_direct against a real maru-server, from several processes.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -342,6 +343,36 @@ TEST_F(DirectTest, FastLaneSurvivesGarbageAndGrpcAloneWorks) {
                 maru_test::ClientCommand(server_.address(), "load /lane/a 65536 " + pool_.path() +
                                                                 " + lookup 1 /lane/a /lane/b")),
             0);
+}
+
+TEST_F(DirectTest, ClientsHoldingManyFastLaneConnectionsDoNotStopOthers) {
+  rlimit files;
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &files), 0);
+  const rlimit saved = files;
+  files.rlim_cur = std::min<rlim_t>(files.rlim_max, 4096);
+  setrlimit(RLIMIT_NOFILE, &files);
+  std::vector<int> held;
+  const std::string path = server_.socket_path() + ".fast";
+  for (size_t i = 0; i + 64 < files.rlim_cur && held.size() < 1100; ++i) {
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+    if (connect(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) != 0) {
+      close(fd);
+      break;
+    }
+    held.push_back(fd);
+  }
+  // Past the server's limit, connections are refused or closed; the other
+  // clients go on, over gRPC if need be.
+  EXPECT_EQ(RunClient(server_.address(), "store /many/a 65536 + load /many/a 65536 " +
+                                             pool_.path() + " + lookup 1 /many/a"),
+            0);
+  for (int fd : held) close(fd);
+  setrlimit(RLIMIT_NOFILE, &saved);
+  EXPECT_EQ(RunClient(server_.address(), "load /many/a 65536 " + pool_.path()), 0);
 }
 
 TEST(ServerStart, APoolOfTwoDevices) {

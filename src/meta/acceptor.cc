@@ -115,8 +115,12 @@ void Acceptor::Loop(const std::function<void(int)> &on_connection, bool nonblock
     if (!(fds[0].revents & POLLIN)) continue;
     int conn = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | (nonblocking ? SOCK_NONBLOCK : 0));
     if (conn < 0) {
-      if (errno != EINTR && errno != EAGAIN && errno != ECONNABORTED)
-        LOG_WARN("accept on %s: %s", name_.c_str(), strerror(errno));
+      const int err = errno;
+      if (err != EINTR && err != EAGAIN && err != ECONNABORTED)
+        LOG_WARN("accept on %s: %s", name_.c_str(), strerror(err));
+      // Out of descriptors: the pending connection stays readable, so wait
+      // for some to close instead of spinning on it (or for Stop).
+      if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) poll(&fds[1], 1, 100);
       continue;
     }
     on_connection(conn);

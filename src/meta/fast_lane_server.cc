@@ -1,9 +1,11 @@
 #include "meta/fast_lane_server.h"
 
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <system_error>
 
 #include "fast_lane.h"
 #include "util/frame.h"
@@ -67,11 +69,29 @@ void FastLaneServer::Accept(int fd) {
       ++it;
     }
   }
+  // Each connection holds a thread; a client opening sockets in a loop must
+  // not exhaust the server. Clients fall back to gRPC when refused.
+  if (connections_.size() >= kMaxConnections) {
+    LOG_WARN("fast lane: %zu connections open, refusing one from pid %d", connections_.size(),
+             peer->pid);
+    close(fd);
+    return;
+  }
+  // A client reconnects (or falls back to gRPC) when it finds its idle
+  // connection closed, so dropping idle ones costs it nothing.
+  timeval idle{kIdleTimeoutSeconds, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &idle, sizeof(idle));
   auto c = std::make_unique<Connection>();
   c->fd = fd;
   c->peer = *peer;
   Connection *raw = c.get();
-  c->thread = std::thread([this, raw] { Serve(raw); });
+  try {
+    c->thread = std::thread([this, raw] { Serve(raw); });
+  } catch (const std::system_error &e) {
+    LOG_WARN("fast lane: cannot start a thread for a connection: %s", e.what());
+    close(fd);
+    return;
+  }
   connections_.push_back(std::move(c));
 }
 

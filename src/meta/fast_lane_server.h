@@ -26,6 +26,11 @@ class FastLaneServer {
   const std::string &path() const { return path_; }
 
  private:
+  // Bounds on what clients can hold: past the first, new connections are
+  // refused (clients then use gRPC); an idle one is closed after the second.
+  static constexpr size_t kMaxConnections = 1024;
+  static constexpr int kIdleTimeoutSeconds = 600;
+
   struct Connection {
     int fd;
     PeerCredentials peer;
