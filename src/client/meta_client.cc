@@ -110,6 +110,9 @@ int MetaClient::OpenSession(bool resume) {
   if (resume) {
     req.set_resume(session_.load());
     std::lock_guard<std::mutex> lock(lease_mu_);
+    // What is not held is dropped by the resume; queued releases would name
+    // leases that no longer exist.
+    to_release_.clear();
     for (const auto &[handle, t] : tracked_) {
       rpc::HeldLease *h = req.add_held();
       h->set_lease(t.lease);
@@ -142,15 +145,20 @@ int MetaClient::OpenSession(bool resume) {
   return 0;
 }
 
-int MetaClient::Resume(uint64_t failed_session) {
-  std::lock_guard<std::mutex> lock(resume_mu_);
-  if (session_.load() != failed_session) return 0;  // another thread already did
-  int rc = OpenSession(true);
-  if (rc == 0) {
+int MetaClient::Resume(uint64_t seen_epoch) {
+  {
+    std::lock_guard<std::mutex> lock(resume_mu_);
+    // The session keeps its id across a resume; the epoch tells whether
+    // another thread resumed it since this caller's call went out. A second
+    // resume would drop the leases granted in between.
+    if (resume_epoch_.load() != seen_epoch) return 0;
+    int rc = OpenSession(true);
+    if (rc < 0) return rc;
+    resume_epoch_.fetch_add(1);
     LOG_INFO("session %016lx resumed with %s", session_.load(), address_.c_str());
-    if (on_resume_) on_resume_();
   }
-  return rc;
+  if (on_resume_) on_resume_();  // may call back into this client
+  return 0;
 }
 
 uint64_t MetaClient::TrackLease(uint64_t lease, uint64_t ino, uint64_t gen) {
@@ -236,8 +244,9 @@ void MetaClient::Background() {
       rpc::HeartbeatRequest req;
       rpc::HeartbeatReply rep;
       req.mutable_header()->set_session(session_.load());
+      const uint64_t epoch = resume_epoch_.load();
       int rc = CallOnce(&Stub::Heartbeat, req, &rep);
-      if (rc == -ENOTCONN && rep.error() == ENOTCONN) Resume(req.header().session());
+      if (rc == -ENOTCONN && rep.error() == ENOTCONN) Resume(epoch);
       if (rc == -ENOTCONN && rep.error() == 0) next_beat = now + 100;  // server away: retry soon
     }
     lock.lock();

@@ -90,7 +90,8 @@ class MetaClient {
 
   MetaClient(std::string address, ClientOptions options);
   int OpenSession(bool resume);
-  int Resume(uint64_t failed_session);
+  // Resumes the session unless it was resumed since `seen_epoch`.
+  int Resume(uint64_t seen_epoch);
   void Background();
   template <typename Req, typename Rep>
   int CallOnce(Method<Req, Rep> method, const Req &req, Rep *rep);
@@ -106,8 +107,9 @@ class MetaClient {
   std::atomic<uint64_t> session_{0};
   std::atomic<int64_t> last_answer_ms_{0};  // the server last answered this session
   std::unique_ptr<FastLaneClient> fast_;
-  mutable std::mutex session_mu_;  // guards info_
-  std::mutex resume_mu_;           // one resume at a time
+  mutable std::mutex session_mu_;          // guards info_
+  std::mutex resume_mu_;                   // one resume at a time
+  std::atomic<uint64_t> resume_epoch_{0};  // resumes so far
   rpc::OpenSessionReply info_;
   std::function<void()> on_resume_;
 
@@ -160,14 +162,14 @@ int MetaClient::Call(Method<Req, Rep> method, Req &req, Rep *rep, const rpc::Cal
   int64_t backoff_ms = 20;
   bool resumed = false;
   for (;;) {
-    const uint64_t session = session_.load();
-    req.mutable_header()->set_session(session);
+    const uint64_t epoch = resume_epoch_.load();
+    req.mutable_header()->set_session(session_.load());
     int rc = CallOnce(method, req, rep);
     if (rc == -ENOTCONN && rep->error() == ENOTCONN && !resumed) {
       // The server does not know our session: it restarted, or we were
       // silent too long. Take the session back and try once more.
       resumed = true;
-      rc = Resume(session);
+      rc = Resume(epoch);
       // Releases of the old session's leases mean nothing to the new one:
       // those still held were renewed under new ids.
       req.mutable_header()->clear_release();

@@ -150,40 +150,62 @@ Status RemotePool::Move(uint64_t session, const std::vector<Transfer> &transfers
   std::vector<std::pair<Agent *, void *>> requests;
   Status result;
   for (auto &[device, list] : by_device) {
-    auto it = agents_.find(device);
-    if (it == agents_.end())
-      return Status::Error(ENODEV, "no agent serves device " + std::to_string(device));
-    Agent &agent = it->second;
-    MARU_RETURN_IF_ERROR(Connect(agent));
-    Status granted = Grant(agent, session, device, list);
-    if (!granted.ok()) {
-      if (agent.failed) Disconnect(agent);  // the next call reconnects
-      return granted;
-    }
-    // Every transfer of the device in flight at once.
-    for (const Transfer *t : list) {
-      ucp_request_param_t p{};
-      void *r =
-          put ? ucp_put_nbx(agent.ep, t->local, t->length, agent.base + t->offset, agent.rkey, &p)
-              : ucp_get_nbx(agent.ep, t->local, t->length, agent.base + t->offset, agent.rkey, &p);
-      requests.emplace_back(&agent, r);
-    }
-    if (put) {
-      // Puts are complete only once flushed to the target.
-      ucp_request_param_t p{};
-      requests.emplace_back(&agent, ucp_ep_flush_nbx(agent.ep, &p));
-    }
+    result = Post(session, device, list, put, &requests);
+    if (!result.ok()) break;  // but what was posted is still waited for
   }
+  // The caller frees its buffers once this returns: every request posted
+  // must be finished first, even after an error.
   for (auto &[agent, r] : requests) {
-    ucs_status_t st = ucx_->Wait(r, timeout_ms_);
+    Agent *a = agent;
+    ucs_status_t st = ucx_->Wait(r, timeout_ms_, [&] {
+      // A stuck transfer: closing the endpoint makes UCX give it back.
+      a->failed = true;
+      Disconnect(*a);
+    });
     if (st != UCS_OK && result.ok())
-      result = Status::Error(agent->failed ? ECONNRESET : UcsErrno(st),
-                             std::string(put ? "put to " : "get from ") + agent->address + ": " +
-                                 ucs_status_string(st));
+      result = Status::Error(
+          st == UCS_ERR_TIMED_OUT ? ETIMEDOUT
+          : a->failed || a->lost  ? ECONNRESET
+                                  : UcsErrno(st),
+          std::string(put ? "put to " : "get from ") + a->address + ": " + ucs_status_string(st));
   }
   for (auto &[device, agent] : agents_)
     if (agent.failed) Disconnect(agent);
   return result;
+}
+
+Status RemotePool::Post(uint64_t session, uint32_t device,
+                        const std::vector<const Transfer *> &list, bool put,
+                        std::vector<std::pair<Agent *, void *>> *requests) {
+  auto it = agents_.find(device);
+  if (it == agents_.end())
+    return Status::Error(ENODEV, "no agent serves device " + std::to_string(device));
+  Agent &agent = it->second;
+  MARU_RETURN_IF_ERROR(Connect(agent));
+  // The agent checks at most kMaxGrantExtents per grant.
+  for (size_t first = 0; first < list.size(); first += wire::kMaxGrantExtents) {
+    const size_t n = std::min<size_t>(wire::kMaxGrantExtents, list.size() - first);
+    std::vector<const Transfer *> part(list.begin() + first, list.begin() + first + n);
+    Status granted = Grant(agent, session, device, part);
+    if (!granted.ok()) {
+      if (agent.failed) agent.lost = true;  // the next call reconnects, maybe elsewhere
+      return granted;
+    }
+    // Every transfer of the grant in flight at once.
+    for (const Transfer *t : part) {
+      ucp_request_param_t p{};
+      void *r =
+          put ? ucp_put_nbx(agent.ep, t->local, t->length, agent.base + t->offset, agent.rkey, &p)
+              : ucp_get_nbx(agent.ep, t->local, t->length, agent.base + t->offset, agent.rkey, &p);
+      requests->emplace_back(&agent, r);
+    }
+  }
+  if (put) {
+    // Puts are complete only once flushed to the target.
+    ucp_request_param_t p{};
+    requests->emplace_back(&agent, ucp_ep_flush_nbx(agent.ep, &p));
+  }
+  return Status::Ok();
 }
 
 }  // namespace maru

@@ -63,6 +63,9 @@ class RemotePool {
 
   RemotePool() = default;
   Status Move(uint64_t session, const std::vector<Transfer> &transfers, bool put);
+  // Grants and posts the transfers of one device, appending the requests.
+  Status Post(uint64_t session, uint32_t device, const std::vector<const Transfer *> &list,
+              bool put, std::vector<std::pair<Agent *, void *>> *requests);
   Status Connect(Agent &agent);
   void Disconnect(Agent &agent);
   Status Grant(Agent &agent, uint64_t session, uint32_t device,

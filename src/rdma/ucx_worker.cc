@@ -5,6 +5,7 @@
 #include <chrono>
 #include <thread>
 
+#include "util/log.h"
 #include "util/units.h"
 
 namespace maru {
@@ -104,16 +105,22 @@ bool UcxWorker::ProgressUntil(const std::function<bool()> &done, int64_t timeout
   return true;
 }
 
-ucs_status_t UcxWorker::Wait(void *request, int64_t timeout_ms) {
+ucs_status_t UcxWorker::Wait(void *request, int64_t timeout_ms,
+                             const std::function<void()> &abandon) {
   if (request == nullptr) return UCS_OK;
   if (UCS_PTR_IS_ERR(request)) return UCS_PTR_STATUS(request);
-  bool finished = ProgressUntil([&] { return ucp_request_check_status(request) != UCS_INPROGRESS; },
-                                timeout_ms);
+  auto done = [&] { return ucp_request_check_status(request) != UCS_INPROGRESS; };
+  const bool finished = ProgressUntil(done, timeout_ms);
   if (!finished) {
-    ucp_request_cancel(worker_, request);
-    ProgressUntil([&] { return ucp_request_check_status(request) != UCS_INPROGRESS; }, 5000);
+    if (abandon)
+      abandon();
+    else
+      ucp_request_cancel(worker_, request);
+    // UCX may still use the request's buffer until it says it is done.
+    while (!ProgressUntil(done, 10000))
+      LOG_WARN("a UCX request is still running after it was abandoned; waiting");
   }
-  ucs_status_t st = ucp_request_check_status(request);
+  const ucs_status_t st = ucp_request_check_status(request);
   ucp_request_free(request);
   return finished ? st : UCS_ERR_TIMED_OUT;
 }

@@ -28,8 +28,11 @@ class UcxWorker {
   // Drives communication until nothing more happens right now.
   void Progress();
   // Waits for a request returned by a *_nbx call; NULL means it already
-  // completed. Cancels it after `timeout_ms`.
-  ucs_status_t Wait(void *request, int64_t timeout_ms);
+  // completed. After `timeout_ms` it calls `abandon` (which must make UCX
+  // finish the request, e.g. by closing its endpoint), or cancels the
+  // request, and returns UCS_ERR_TIMED_OUT once the request is finished:
+  // its buffer is never in use after Wait returns.
+  ucs_status_t Wait(void *request, int64_t timeout_ms, const std::function<void()> &abandon = {});
   // Progresses until `done` holds or `timeout_ms` passes.
   bool ProgressUntil(const std::function<bool()> &done, int64_t timeout_ms);
   // Sleeps until the network has something for this worker, or `timeout_ms`.
