@@ -197,9 +197,19 @@ void MaruFs::SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_s
   if (to_set & FUSE_SET_ATTR_SIZE) {
     // A size change is a write: through the open writer, or a new version.
     std::shared_ptr<OpenFile> f = fi ? Handle(fi) : Writer(ino);
+    if (!fi && f) {
+      // truncate(path) through another process's open writer: the caller
+      // must be allowed to write the file itself.
+      rpc::RefRequest check;
+      *check.mutable_ref() = RefTo(ino);
+      check.set_access(W_OK);
+      rpc::AttrReply checked;
+      if (int rc = Call(req, &Stub::GetAttr, check, &checked); rc < 0)
+        return (void)fuse_reply_err(req, FsErrno(rc));
+    }
     std::shared_ptr<OpenFile> temp;
     if (!f || !f->writer) {
-      temp = std::make_shared<OpenFile>();
+      temp = NewOpenFile();
       temp->ino = ino;
       temp->writer = true;
       f = temp;
@@ -215,7 +225,6 @@ void MaruFs::SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_s
       f->dirty = true;
       if (temp) rc = SealFile(f.get());
     }
-    if (temp) DropFile(f.get());
     if (rc < 0) return (void)fuse_reply_err(req, FsErrno(rc));
   }
   rpc::SetAttrRequest r;
@@ -313,13 +322,14 @@ void MaruFs::ZeroRange(OpenFile *f, uint64_t off, uint64_t len) {
 int MaruFs::StartVersion(fuse_req_t req, OpenFile *f, uint64_t keep) {
   // The current content, if any part of it is kept.
   std::shared_ptr<OpenFile> old;
+  const bool moved = keep > 0 && f->writer && f->sealed && f->map.length();
   if (keep > 0) {
-    if (f->writer && f->sealed && f->map.length()) {
-      old = std::make_shared<OpenFile>();
+    if (moved) {
+      old = NewOpenFile();
       old->map = f->map;
       old->size = f->size;
-      old->lease = f->lease;
-      f->lease = 0;  // moved: released below
+      old->lease = f->lease;  // moved: released with `old`, or moved back
+      f->lease = 0;
     } else {
       rpc::RefRequest r;
       *r.mutable_ref() = RefTo(f->ino);
@@ -327,15 +337,12 @@ int MaruFs::StartVersion(fuse_req_t req, OpenFile *f, uint64_t keep) {
       int rc = Call(req, &Stub::Open, r, &rep);
       if (rc < 0 && rc != -ENOENT) return rc;
       if (rc == 0) {
-        old = std::make_shared<OpenFile>();
+        old = NewOpenFile();
         old->map = ExtentMap(FromWire(rep.extents()));
         old->size = rep.attr().size();
         old->lease = client_->TrackLease(rep.lease(), f->ino, rep.attr().gen());
       }
     }
-  } else if (f->lease) {
-    client_->ReleaseLease(f->lease);
-    f->lease = 0;
   }
   rpc::CreateRequest r;
   *r.mutable_ref() = RefTo(f->ino);
@@ -343,28 +350,30 @@ int MaruFs::StartVersion(fuse_req_t req, OpenFile *f, uint64_t keep) {
   r.set_size(old ? std::min(keep, old->size) : 0);
   rpc::ChunkReply rep;
   int rc = Call(req, &Stub::Create, r, &rep);
-  if (rc == 0) {
-    f->gen = rep.attr().gen();
-    f->map = ExtentMap(FromWire(rep.extents()));
-    f->size = 0;
-    f->sealed = false;
-    f->dirty = true;
-    f->caller = CallerOf(req);
-    if (old) {
-      f->size = std::min(keep, old->size);
-      std::vector<uint8_t> bounce;
-      old->map.ForEachPiece(
-          0, f->size, [&](uint32_t dev, uint64_t at, uint64_t n, uint64_t file_off) {
-            const uint8_t *src = pool_->device(dev)->base() + at;
-            f->map.ForEachPiece(
-                file_off, n, [&](uint32_t d2, uint64_t at2, uint64_t n2, uint64_t off2) {
-                  memcpy(pool_->device(d2)->base() + at2, src + (off2 - file_off), n2);
-                });
-          });
-    }
+  if (rc < 0) {
+    // Still the sealed version: keep reading it under its lease.
+    if (moved) std::swap(f->lease, old->lease);
+    return rc;
   }
-  if (old && old->lease) client_->ReleaseLease(old->lease);
-  return rc;
+  if (f->lease) {  // the sealed version nothing is kept of
+    client_->ReleaseLease(f->lease);
+    f->lease = 0;
+  }
+  f->gen = rep.attr().gen();
+  f->map = ExtentMap(FromWire(rep.extents()));
+  f->size = 0;
+  f->sealed = false;
+  f->dirty = true;
+  f->caller = CallerOf(req);
+  if (!old) return 0;
+  f->size = std::min(keep, old->size);
+  old->map.ForEachPiece(0, f->size, [&](uint32_t dev, uint64_t at, uint64_t n, uint64_t file_off) {
+    const uint8_t *src = pool_->device(dev)->base() + at;
+    f->map.ForEachPiece(file_off, n, [&](uint32_t d2, uint64_t at2, uint64_t n2, uint64_t off2) {
+      memcpy(pool_->device(d2)->base() + at2, src + (off2 - file_off), n2);
+    });
+  });
+  return 0;
 }
 
 int MaruFs::EnsureReserved(fuse_req_t req, OpenFile *f, uint64_t end) {
@@ -413,6 +422,16 @@ int MaruFs::SealFile(OpenFile *f) {
   return 0;
 }
 
+std::shared_ptr<OpenFile> MaruFs::NewOpenFile() {
+  // Whoever lets go of the file last (its handle, a reader following a
+  // writer, a temporary) gives back what it holds: a follower reads the
+  // writer's extents, so they stay reserved or leased until it closes too.
+  return std::shared_ptr<OpenFile>(new OpenFile(), [this](OpenFile *f) {
+    DropFile(f);
+    delete f;
+  });
+}
+
 void MaruFs::DropFile(OpenFile *f) {
   if (f->writer && !f->sealed && f->gen) {
     rpc::HandleRequest r;
@@ -434,7 +453,7 @@ void MaruFs::Create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t 
   rpc::ChunkReply rep;
   int rc = Call(req, &Stub::Create, r, &rep);
   if (rc < 0) return (void)fuse_reply_err(req, FsErrno(rc));
-  auto f = std::make_shared<OpenFile>();
+  auto f = NewOpenFile();
   f->ino = rep.attr().ino();
   f->writer = true;
   f->gen = rep.attr().gen();
@@ -459,7 +478,7 @@ void MaruFs::Create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t 
 
 void MaruFs::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi) {
   const int mode = fi->flags & O_ACCMODE;
-  auto f = std::make_shared<OpenFile>();
+  auto f = NewOpenFile();
   f->ino = ino;
   if (mode == O_RDONLY && !(fi->flags & O_TRUNC)) {
     // A file this mount is still writing is read from its writer; once the
@@ -515,6 +534,9 @@ void MaruFs::Read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_
   if (f->writer) lock.lock();
   const uint64_t start = static_cast<uint64_t>(off);
   if (start >= f->size) return (void)fuse_reply_buf(req, nullptr, 0);
+  // A sealed version is read only under a lease known to hold: once the
+  // server may have dropped it, its extents may hold another chunk.
+  if (!f->writer && !client_->LeaseValid(f->lease)) return (void)fuse_reply_err(req, EIO);
   const uint64_t len = std::min<uint64_t>(size, f->size - start);
   // Sealed bytes never change: the kernel may splice them from the pool
   // file. A writer's bytes may, so they are copied while its lock is held.
@@ -562,7 +584,6 @@ void MaruFs::Release(fuse_req_t req, fuse_ino_t, fuse_file_info *fi) {
       if (rc < 0)
         LOG_WARN("sealing inode %" PRIu64 " at release: %s", f->ino, strerror(FsErrno(rc)));
     }
-    DropFile(f.get());
   }
   if (f->writer) {
     std::lock_guard<std::mutex> lock(mu_);

@@ -88,6 +88,9 @@ class MaruFs {
   int StartVersion(fuse_req_t req, OpenFile *f, uint64_t keep);
   int EnsureReserved(fuse_req_t req, OpenFile *f, uint64_t end);
   int SealFile(OpenFile *f);
+  // An OpenFile that gives back its lease or reservation (DropFile) when
+  // the last reference to it goes.
+  std::shared_ptr<OpenFile> NewOpenFile();
   void DropFile(OpenFile *f);
   void ZeroRange(OpenFile *f, uint64_t off, uint64_t len);
 
