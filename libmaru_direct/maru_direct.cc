@@ -198,8 +198,8 @@ void maru_disconnect(maru_t *m) {
 
 int maru_create_ex(maru_t *m, const char *path, uint64_t size, const maru_create_opts_t *opts,
                    maru_chunk_t **out) {
+  if (out) *out = nullptr;  // on every error, as the header says
   if (!m || !out) return -EINVAL;
-  *out = nullptr;
   if (int rc = CheckPath(path); rc < 0) return rc;
   if (size == 0) return -EINVAL;
   if (m->pool && !m->pool->writable()) return -EROFS;
@@ -272,8 +272,8 @@ int maru_seal(maru_chunk_t *c) {
 }
 
 int maru_open(maru_t *m, const char *path, maru_chunk_t **out) {
+  if (out) *out = nullptr;
   if (!m || !out) return -EINVAL;
-  *out = nullptr;
   if (int rc = CheckPath(path); rc < 0) return rc;
   maru::rpc::RefRequest req;
   req.mutable_ref()->set_path(path);
@@ -292,9 +292,9 @@ int maru_open(maru_t *m, const char *path, maru_chunk_t **out) {
 
 int maru_lookup_prefix(maru_t *m, const char *const *paths, size_t n, maru_chunk_t **out,
                        size_t *hits) {
+  if (hits) *hits = 0;
+  for (size_t i = 0; out && i < n; ++i) out[i] = nullptr;
   if (!m || (!paths && n) || (!out && n) || !hits) return -EINVAL;
-  *hits = 0;
-  for (size_t i = 0; i < n; ++i) out[i] = nullptr;
   // One arena for the whole call: a lookup of many keys builds many small
   // messages, and the arena frees them at once.
   google::protobuf::Arena arena;

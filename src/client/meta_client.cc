@@ -38,8 +38,9 @@ int GrpcErrno(const grpc::Status &status) {
       return -ETIMEDOUT;
     case grpc::StatusCode::RESOURCE_EXHAUSTED:
       return -E2BIG;
+    // An older server: not ENOSYS, which FUSE would remember as "never".
     case grpc::StatusCode::UNIMPLEMENTED:
-      return -ENOSYS;
+      return -EPROTONOSUPPORT;
     case grpc::StatusCode::CANCELLED:
       return -ECANCELED;
     default:
@@ -114,6 +115,7 @@ int MetaClient::OpenSession(bool resume) {
     // leases that no longer exist.
     to_release_.clear();
     for (const auto &[handle, t] : tracked_) {
+      if (t.lease == 0) continue;  // lost at an earlier resume: stays lost
       rpc::HeldLease *h = req.add_held();
       h->set_lease(t.lease);
       h->set_ino(t.ino);
@@ -130,6 +132,7 @@ int MetaClient::OpenSession(bool resume) {
     for (const rpc::HeldLease &r : rep.renewed()) renewed[r.lease()] = r.ino();
     std::lock_guard<std::mutex> lock(lease_mu_);
     for (auto &[handle, t] : tracked_) {
+      if (t.lease == 0) continue;
       auto it = renewed.find(t.lease);
       t.lease = it == renewed.end() ? 0 : it->second;
     }
@@ -217,9 +220,13 @@ void MetaClient::FlushReleases() {
   }
   rpc::ErrorReply rep;
   req.mutable_header()->set_session(session_.load());
-  // Best effort: a lease the server already forgot needs no release.
-  if (!fast_ || fast_->Call(fastlane::kRelease, req, &rep) != 0)
-    CallOnce(&Stub::Release, req, &rep);
+  // A lease the server already forgot needs no release; one that did not
+  // reach it is sent again later (ids are never reused, so twice is safe).
+  if (fast_ && fast_->Call(fastlane::kRelease, req, &rep) == 0) return;
+  if (CallOnce(&Stub::Release, req, &rep) < 0 && rep.error() == 0) {
+    std::lock_guard<std::mutex> lock(lease_mu_);
+    to_release_.insert(to_release_.end(), req.leases().begin(), req.leases().end());
+  }
 }
 
 void MetaClient::Background() {

@@ -145,7 +145,10 @@ int MetaClient::CallFast(uint8_t op, Method<Req, Rep> method, Req &req, Rep *rep
     AttachReleases(req.mutable_header());
     req.mutable_header()->set_session(session_.load());
     int rc = fast_->Call(op, req, rep);
-    if (rc == -ETIMEDOUT) return rc;
+    if (rc == -ETIMEDOUT) {
+      RequeueReleases(req.header());  // maybe never served
+      return rc;
+    }
     if (rc == 0 && rep->error() != ENOTCONN) {
       last_answer_ms_.store(MonotonicMs());
       return -rep->error();

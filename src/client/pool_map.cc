@@ -40,6 +40,14 @@ const PoolDevice *PoolMap::device(uint32_t index) const {
   return index < devices_.size() ? devices_[index].get() : nullptr;
 }
 
+bool PoolMap::Covers(const ExtentList &extents) const {
+  for (const Extent &e : extents) {
+    const PoolDevice *d = device(e.device);
+    if (!d || e.offset > d->mapped_bytes() || e.length > d->mapped_bytes() - e.offset) return false;
+  }
+  return true;
+}
+
 bool PoolMap::Contains(const void *p, uint64_t len) const {
   for (const auto &d : devices_)
     if (d && d->Contains(p, len)) return true;
@@ -48,11 +56,7 @@ bool PoolMap::Contains(const void *p, uint64_t len) const {
 
 Result<uint8_t *> PoolMap::Address(const ExtentList &extents,
                                    std::unique_ptr<ChunkView> *view) const {
-  for (const Extent &e : extents) {
-    const PoolDevice *d = device(e.device);
-    if (!d || e.offset > d->mapped_bytes() || e.length > d->mapped_bytes() - e.offset)
-      return Status::Error(EIO, "extent outside the pool mapping");
-  }
+  if (!Covers(extents)) return Status::Error(EIO, "extent outside the pool mapping");
   if (extents.empty()) return static_cast<uint8_t *>(nullptr);
   if (extents.size() == 1) return device(extents[0].device)->base() + extents[0].offset;
 

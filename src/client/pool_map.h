@@ -45,6 +45,9 @@ class PoolMap {
   bool writable() const { return writable_; }
   // True if [p, p+len) lies in one device mapping.
   bool Contains(const void *p, uint64_t len) const;
+  // True if every extent lies in a mapped device: what a server sends is
+  // checked before it is used as an address.
+  bool Covers(const ExtentList &extents) const;
 
  private:
   std::vector<std::unique_ptr<PoolDevice>> devices_;  // by device index

@@ -125,10 +125,12 @@ void MaruFs::ToStat(const rpc::Attr &a, struct stat *st) {
   st->st_atim = {a.atime_ns() / 1000000000, a.atime_ns() % 1000000000};
   st->st_mtim = {a.mtime_ns() / 1000000000, a.mtime_ns() % 1000000000};
   st->st_ctim = {a.ctime_ns() / 1000000000, a.ctime_ns() % 1000000000};
-  // A file this mount is writing: its size is what the writer wrote.
+  // A file this mount is writing: its size is what the writer wrote, unless
+  // what it wrote is sealed and someone has published a newer version.
   if (a.state() != rpc::DIRECTORY) {
     if (std::shared_ptr<OpenFile> w = Writer(a.ino())) {
       std::lock_guard<std::mutex> lock(w->mu);
+      if (w->sealed && !w->dirty && a.gen() != w->gen) return;
       st->st_size = static_cast<off_t>(w->size);
       st->st_blocks = static_cast<blkcnt_t>((w->map.length() + 511) / 512);
     }
@@ -265,7 +267,14 @@ void MaruFs::Mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
   seal.set_gen(created.attr().gen());
   rpc::ChunkReply sealed;
   rc = Call(req, &Stub::Seal, seal, &sealed);
-  if (rc < 0) return (void)fuse_reply_err(req, FsErrno(rc));
+  if (rc < 0) {
+    rpc::HandleRequest abort;  // leave no unfinished file behind
+    abort.set_ino(seal.ino());
+    abort.set_gen(seal.gen());
+    rpc::ErrorReply ignored;
+    Call(req, &Stub::Abort, abort, &ignored);
+    return (void)fuse_reply_err(req, FsErrno(rc));
+  }
   rpc::RefRequest a;
   *a.mutable_ref() = RefTo(created.attr().ino());
   rpc::AttrReply attr;
@@ -338,9 +347,9 @@ int MaruFs::StartVersion(fuse_req_t req, OpenFile *f, uint64_t keep) {
       if (rc < 0 && rc != -ENOENT) return rc;
       if (rc == 0) {
         old = NewOpenFile();
-        old->map = ExtentMap(FromWire(rep.extents()));
-        old->size = rep.attr().size();
         old->lease = client_->TrackLease(rep.lease(), f->ino, rep.attr().gen());
+        old->size = rep.attr().size();
+        if (rc = MapOf(rep, &old->map); rc < 0) return rc;
       }
     }
   }
@@ -360,11 +369,11 @@ int MaruFs::StartVersion(fuse_req_t req, OpenFile *f, uint64_t keep) {
     f->lease = 0;
   }
   f->gen = rep.attr().gen();
-  f->map = ExtentMap(FromWire(rep.extents()));
   f->size = 0;
-  f->sealed = false;
+  f->sealed = false;  // so a failure below aborts the new version
   f->dirty = true;
   f->caller = CallerOf(req);
+  if (rc = MapOf(rep, &f->map); rc < 0) return rc;
   if (!old) return 0;
   f->size = std::min(keep, old->size);
   old->map.ForEachPiece(0, f->size, [&](uint32_t dev, uint64_t at, uint64_t n, uint64_t file_off) {
@@ -391,8 +400,7 @@ int MaruFs::EnsureReserved(fuse_req_t req, OpenFile *f, uint64_t end) {
     rc = Call(req, &Stub::Extend, r, &rep);
   }
   if (rc < 0) return rc;
-  f->map = ExtentMap(FromWire(rep.extents()));
-  return 0;
+  return MapOf(rep, &f->map);
 }
 
 int MaruFs::SealFile(OpenFile *f) {
@@ -419,6 +427,17 @@ int MaruFs::SealFile(OpenFile *f) {
   // Written through the page cache, the kernel's pages are this version.
   std::lock_guard<std::mutex> lock(mu_);
   cached_gen_[f->ino] = DirectWrites() ? 0 : f->gen;
+  return 0;
+}
+
+int MaruFs::MapOf(const rpc::ChunkReply &rep, ExtentMap *map) {
+  ExtentList extents = FromWire(rep.extents());
+  if (!pool_->Covers(extents)) {
+    LOG_ERROR("inode %" PRIu64 ": the server sent extents outside the pool", rep.attr().ino());
+    *map = ExtentMap();
+    return -EIO;
+  }
+  *map = ExtentMap(std::move(extents));
   return 0;
 }
 
@@ -457,8 +476,8 @@ void MaruFs::Create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t 
   f->ino = rep.attr().ino();
   f->writer = true;
   f->gen = rep.attr().gen();
-  f->map = ExtentMap(FromWire(rep.extents()));
   f->caller = CallerOf(req);
+  if (rc = MapOf(rep, &f->map); rc < 0) return (void)fuse_reply_err(req, FsErrno(rc));
   {
     std::lock_guard<std::mutex> lock(mu_);
     writers_[f->ino] = f;
@@ -503,8 +522,8 @@ void MaruFs::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi) {
     if (rc < 0) return (void)fuse_reply_err(req, FsErrno(rc));
     f->gen = rep.attr().gen();
     f->size = rep.attr().size();
-    f->map = ExtentMap(FromWire(rep.extents()));
     f->lease = client_->TrackLease(rep.lease(), ino, f->gen);
+    if (rc = MapOf(rep, &f->map); rc < 0) return (void)fuse_reply_err(req, FsErrno(rc));
     // The page cache is valid as long as it holds this very version.
     std::lock_guard<std::mutex> lock(mu_);
     uint64_t &cached = cached_gen_[ino];
@@ -607,8 +626,9 @@ void MaruFs::OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi) {
     int rc = Call(req, &Stub::Readdir, r, &rep);
     if (rc < 0) return (void)fuse_reply_err(req, FsErrno(rc));
     dir->self = rep.dir();
+    const int got = rep.entries_size();
     for (auto &e : *rep.mutable_entries()) dir->entries.push_back(std::move(e));
-    if (rep.eof() || dir->entries.empty()) break;
+    if (rep.eof() || got == 0) break;  // an empty page ends it too: never loop
     r.set_after(dir->entries.back().name());
   }
   fi->fh = reinterpret_cast<uint64_t>(dir.release());

@@ -88,6 +88,8 @@ class MaruFs {
   int StartVersion(fuse_req_t req, OpenFile *f, uint64_t keep);
   int EnsureReserved(fuse_req_t req, OpenFile *f, uint64_t end);
   int SealFile(OpenFile *f);
+  // The extents of a reply, checked to lie in the pool; -EIO if not.
+  int MapOf(const rpc::ChunkReply &rep, ExtentMap *map);
   // An OpenFile that gives back its lease or reservation (DropFile) when
   // the last reference to it goes.
   std::shared_ptr<OpenFile> NewOpenFile();
