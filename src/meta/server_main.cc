@@ -103,8 +103,12 @@ int main(int argc, char **argv) {
     return Fail(
         "--pool is required (format one with: maructl mkpool /dev/shm/maru.pool --size 4G)");
   if (f.listen.empty()) f.listen.push_back(kDefaultServerAddress);
-  if (f.session_timeout_ms < 100 || f.heartbeat_ms < 10 || f.heartbeat_ms >= f.session_timeout_ms)
-    return Fail("need --heartbeat-ms < --session-timeout-ms, and a timeout of at least 100 ms");
+  // Clients trust a lease for half the timeout since the server last
+  // answered: a heartbeat must fit in that window with room for one loss.
+  if (f.session_timeout_ms < 100 || f.heartbeat_ms < 10 ||
+      f.heartbeat_ms * 3 > f.session_timeout_ms)
+    return Fail("need --heartbeat-ms at most a third of --session-timeout-ms, and a timeout of "
+                "at least 100 ms");
 
   EngineOptions options;
   options.pool_paths = f.pools;
