@@ -49,12 +49,34 @@ done
 echo
 echo "== what is cached"
 $bin/tools/maructl ls /llama-3.1-8b --server "$sock"
+
 echo
 echo "== the same chunks as files: mount -t fuse.maru"
 mkdir "$work/mnt"
 $bin/src/fs/maru-fuse "$sock" "$work/mnt"
 ls -l "$work/mnt/llama-3.1-8b" | head -4
-getfattr -d -m user.maru "$work/mnt/llama-3.1-8b/chat-alpha@0001" 2>/dev/null | sed 's/^/  /'
+getfattr -d -m user.maru "$work/mnt/llama-3.1-8b/chat-alpha@0001" 2>/dev/null | sed 's/^/  /' || true
+
+trace=${MARU_TRACE:-../shared/traces/mooncake_conversation_trace.jsonl}
+if [ -r "$trace" ]; then
+  echo
+  echo "== a production trace (Mooncake conversation): four inference instances share KV"
+  echo "   each request looks up its cached prefix, reads it in place, stores what was missing"
+  $bin/tools/maru-bench replay --trace "$trace" --server "$sock" --clients 4 \
+    --dir /mooncake --progress ${MARU_DEMO_LIMIT:+--limit "$MARU_DEMO_LIMIT"}
+else
+  echo
+  echo "(no trace at $trace: set MARU_TRACE to replay one)"
+fi
+if [ -d "$work/mnt/mooncake" ]; then
+  echo
+  echo "   cached prefixes of the trace (each block names the block before it):"
+  ls -l "$work/mnt/mooncake" | sed -n 2,6p || true
+  for f in $(ls "$work/mnt/mooncake" | head -3); do
+    parent=$(getfattr --only-values -n user.maru.parent "$work/mnt/mooncake/$f" 2>/dev/null || true)
+    printf '   %s <- %s\n' "$f" "${parent:-(the first block of its prompt)}"
+  done
+fi
 fusermount3 -u "$work/mnt"
 echo
 $bin/tools/maructl df --server "$sock"

@@ -220,6 +220,10 @@ TEST(Lifecycle, ReplayMatchesTheOfflineLruSimulation) {
   EXPECT_GT(lru, 0.0);
   EXPECT_NEAR(live, lru, 0.02) << last;
   EXPECT_LE(lru, best + 1e-9) << last;
+  // Every hit was read in place and held the block asked for.
+  EXPECT_EQ(field("wrong_blocks"), 0) << last;
+  EXPECT_GT(field("zero_copy_bytes"), 0) << last;
+  EXPECT_GT(field("prefix_p99_us"), 0) << last;
 }
 
 }  // namespace
