@@ -107,8 +107,9 @@ int main(int argc, char **argv) {
   // answered: a heartbeat must fit in that window with room for one loss.
   if (f.session_timeout_ms < 100 || f.heartbeat_ms < 10 ||
       f.heartbeat_ms * 3 > f.session_timeout_ms)
-    return Fail("need --heartbeat-ms at most a third of --session-timeout-ms, and a timeout of "
-                "at least 100 ms");
+    return Fail(
+        "need --heartbeat-ms at most a third of --session-timeout-ms, and a timeout of "
+        "at least 100 ms");
 
   EngineOptions options;
   options.pool_paths = f.pools;
