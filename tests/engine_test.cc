@@ -325,6 +325,11 @@ TEST_F(EngineTest, ASessionIsResumedOnlyByItsOwner) {
   engine_->OpenSession(alice_, resume, &rep);
   EXPECT_TRUE(rep.resumed());
   EXPECT_EQ(rep.session(), writer);
+  // Now live, it is alice's client's: not even alice may take it again.
+  rpc::OpenSessionReply again;
+  engine_->OpenSession(alice_, resume, &again);
+  EXPECT_FALSE(again.resumed());
+  EXPECT_NE(again.session(), writer);
 }
 
 TEST_F(EngineTest, LeaseIdsFromBeforeAReloadNameNoNewLease) {

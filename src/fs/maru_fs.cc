@@ -503,10 +503,13 @@ void MaruFs::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi) {
     // A file this mount is still writing is read from its writer; once the
     // writer's close sealed it, from the server like any other.
     std::shared_ptr<OpenFile> w = Writer(ino);
+    bool published = false;
     if (w) {
       std::lock_guard<std::mutex> wlock(w->mu);
-      if (w->sealed && !w->dirty) w = nullptr;
+      published = w->sealed && !w->dirty;
     }
+    // Not under its lock: this may be the last reference to the writer.
+    if (published) w.reset();
     if (w) {
       f->follows = w;
       // The kernel's pages are the writer's, unless its writes bypass them.

@@ -630,16 +630,13 @@ void MetaEngine::OpenSession(const Caller &c, const rpc::OpenSessionRequest &req
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t id = req.resume();
   Session *s = id ? sessions_.Find(id) : nullptr;
-  if (s && s->uid != c.uid) s = nullptr, id = 0;  // not theirs to take
+  // Only a session waiting for its client (orphaned by a restart) may be
+  // taken back, and only by its uid. A live one is someone's: taking it
+  // would revoke leases its client still trusts. (A client whose resume
+  // reply was lost gets a new session; the old one times out.)
+  if (s && (s->uid != c.uid || !s->orphaned)) s = nullptr, id = 0;
   if (!s && id && sessions_.Find(id)) id = 0;
   Txn txn(this);
-  if (s && !s->orphaned) {
-    // The client says what it holds: leases granted before (by an earlier
-    // resume whose reply was lost) are replaced, not added to.
-    for (uint64_t lease_id : s->leases)
-      if (std::optional<Lease> lease = leases_.Take(lease_id, id)) UnrefGen(txn, lease->gen);
-    s->leases.clear();
-  }
   if (!s) {
     if (!id) id = RandomSessionId();
     s = sessions_.Create(id);

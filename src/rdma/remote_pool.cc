@@ -122,7 +122,10 @@ Status RemotePool::Grant(Agent &agent, uint64_t session, uint32_t device,
   const uint64_t id = req->request_id;
   ucs_status_t st = ucx_->Wait(
       ucp_am_send_nbx(agent.ep, wire::kGrantRequestId, nullptr, 0, msg.data(), msg.size(), &p),
-      timeout_ms_);
+      timeout_ms_, [&] {
+        agent.failed = true;  // stuck: closing the endpoint gives `msg` back
+        Disconnect(agent);
+      });
   if (st != UCS_OK)
     return Status::Error(agent.failed ? ECONNRESET : UcsErrno(st),
                          "grant request to " + agent.address);

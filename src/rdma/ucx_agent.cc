@@ -166,7 +166,10 @@ void UcxAgent::Answer(const PendingGrant &grant) {
   p.flags = UCP_AM_SEND_FLAG_REPLY;
   ucs_status_t st = ucx_->Wait(
       ucp_am_send_nbx(grant.reply_ep, wire::kGrantReplyId, nullptr, 0, out.data(), out.size(), &p),
-      5000);
+      5000, [&] {
+        failed_.push_back(grant.reply_ep);  // a client that does not drain: drop it
+        CloseFailedEndpoints();
+      });
   if (st != UCS_OK) LOG_DEBUG("grant reply not delivered: %s", ucs_status_string(st));
 }
 

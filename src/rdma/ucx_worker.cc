@@ -112,13 +112,20 @@ ucs_status_t UcxWorker::Wait(void *request, int64_t timeout_ms,
   auto done = [&] { return ucp_request_check_status(request) != UCS_INPROGRESS; };
   const bool finished = ProgressUntil(done, timeout_ms);
   if (!finished) {
-    if (abandon)
+    if (abandon) {
       abandon();
-    else
+      // UCX may still use the request's buffer until it says it is done;
+      // closing its endpoint makes it finish.
+      while (!ProgressUntil(done, 10000))
+        LOG_WARN("a UCX request is still running after it was abandoned; waiting");
+    } else {
       ucp_request_cancel(worker_, request);
-    // UCX may still use the request's buffer until it says it is done.
-    while (!ProgressUntil(done, 10000))
-      LOG_WARN("a UCX request is still running after it was abandoned; waiting");
+      if (!ProgressUntil(done, 10000)) {
+        // Never free a running request: leak it rather than hang.
+        LOG_ERROR("a UCX request did not finish after it was cancelled; leaving it");
+        return UCS_ERR_TIMED_OUT;
+      }
+    }
   }
   const ucs_status_t st = ucp_request_check_status(request);
   ucp_request_free(request);

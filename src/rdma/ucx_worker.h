@@ -29,9 +29,10 @@ class UcxWorker {
   void Progress();
   // Waits for a request returned by a *_nbx call; NULL means it already
   // completed. After `timeout_ms` it calls `abandon` (which must make UCX
-  // finish the request, e.g. by closing its endpoint), or cancels the
-  // request, and returns UCS_ERR_TIMED_OUT once the request is finished:
-  // its buffer is never in use after Wait returns.
+  // finish the request, e.g. by closing its endpoint) and returns
+  // UCS_ERR_TIMED_OUT once the request is finished: its buffer is no longer
+  // in use. Without `abandon` it cancels the request, which UCX may not
+  // honour for every kind: pass `abandon` when the buffer is freed after.
   ucs_status_t Wait(void *request, int64_t timeout_ms, const std::function<void()> &abandon = {});
   // Progresses until `done` holds or `timeout_ms` passes.
   bool ProgressUntil(const std::function<bool()> &done, int64_t timeout_ms);
