@@ -12,6 +12,7 @@ packages=(
   libgtest-dev
   libxxhash-dev libucx-dev
   fio tmux man-db groff-base iproute2 rsync attr jq
+  redis-server gnuplot-nox
 )
 
 missing=()

@@ -8,10 +8,12 @@
 #include <algorithm>
 #include <atomic>
 #include <cinttypes>
+#include <memory>
 #include <set>
 
 #include "bench_common.h"
 #include "kv_trace.h"
+#include "redis_client.h"
 #include "util/flags.h"
 #include "util/units.h"
 
@@ -52,6 +54,59 @@ double Percentile(std::vector<uint32_t> values, double q) {
 
 std::string BlockPath(const std::string &dir, uint64_t block) {
   return dir + "/b" + std::to_string(block);
+}
+
+// The same client over Redis: one pipelined EXISTS of the request's blocks
+// finds the cached prefix, one MGET brings it over, and each missing block
+// is SET (Redis evicts by its own LRU at maxmemory).
+int RunRedisClient(int port, const std::string &dir, const std::vector<TraceRequest> &trace,
+                   uint64_t block_bytes, Shared *shared) {
+  Result<RedisClient *> connected = RedisClient::Connect("127.0.0.1", port);
+  if (!connected.ok()) return Fail(connected.status().message());
+  std::unique_ptr<RedisClient> redis(*connected);
+  std::vector<std::string> keys, values;
+  std::vector<bool> found;
+  std::vector<uint8_t> block(block_bytes);
+  for (;;) {
+    uint64_t i = shared->next_request.fetch_add(1);
+    if (i >= trace.size()) break;
+    const std::vector<uint64_t> &blocks = trace[i].blocks;
+    keys.clear();
+    for (uint64_t b : blocks) keys.push_back(BlockPath(dir, b));
+    const int64_t asked = NowNs();
+    size_t hits = 0;
+    Status s = redis->Exists(keys, &found);
+    while (s.ok() && hits < keys.size() && found[hits]) ++hits;
+    if (s.ok() && hits > 0) {
+      std::vector<std::string> prefix(keys.begin(), keys.begin() + static_cast<ptrdiff_t>(hits));
+      s = redis->MGet(prefix, &values, &found);
+      // Evicted between the two calls: the prefix ends there.
+      for (size_t j = 0; s.ok() && j < hits; ++j)
+        if (!found[j]) hits = j;
+    }
+    if (!s.ok()) {
+      shared->errors++;
+      shared->done++;
+      continue;
+    }
+    for (size_t j = 0; j < hits; ++j)
+      if (values[j].size() != block_bytes ||
+          values[j].find_first_not_of(static_cast<char>(BlockByte(blocks[j]))) != std::string::npos)
+        shared->corrupt++;
+    shared->prefix_us[i] =
+        static_cast<uint32_t>(std::min<int64_t>((NowNs() - asked) / 1000, UINT32_MAX));
+    shared->blocks += blocks.size();
+    shared->hits += hits;
+    for (size_t j = hits; j < blocks.size(); ++j) {
+      memset(block.data(), BlockByte(blocks[j]), block_bytes);
+      if (redis->Set(keys[j], block.data(), block_bytes).ok())
+        shared->stored++;
+      else
+        shared->not_stored++;  // e.g. maxmemory with nothing left to evict
+    }
+    shared->done++;
+  }
+  return 0;
 }
 
 // One client process: takes requests in trace order from a shared counter.
@@ -122,7 +177,7 @@ int RunClient(const std::string &server, const std::string &dir,
 
 int RunReplay(int argc, char **argv) {
   std::string trace_path, server = "unix:///run/maru/maru.sock", dir;
-  int64_t clients = 4, bytes_per_token = 128, limit = 0, capacity_blocks = 0;
+  int64_t clients = 4, bytes_per_token = 128, limit = 0, capacity_blocks = 0, redis_port = 0;
   bool json = false, progress = false;
   Flags flags(
       "maru-bench replay --trace FILE [--server ADDRESS] [--clients N] [--bytes-per-token B] "
@@ -142,8 +197,12 @@ int RunReplay(int argc, char **argv) {
   flags.String("dir", &dir, "namespace directory for the blocks (default /maru-bench/replay-PID)");
   flags.Bool("json", &json, "end with one JSON line of the figures");
   flags.Bool("progress", &progress, "show progress on stderr while it runs");
+  flags.Int("redis", &redis_port,
+            "replay against redis-server on 127.0.0.1:PORT instead (needs --capacity-blocks)");
   if (int rc = ParseFlags(flags, argc, argv); rc >= 0) return rc;
   if (trace_path.empty()) return Fail("--trace is required");
+  if (redis_port > 0 && capacity_blocks <= 0)
+    return Fail("--redis needs --capacity-blocks (what its maxmemory holds)");
   if (clients <= 0 || bytes_per_token <= 0 || limit < 0)
     return Fail("--clients, --bytes-per-token must be positive");
   if (dir.empty()) dir = "/maru-bench/replay-" + std::to_string(getpid());
@@ -163,7 +222,10 @@ int RunReplay(int argc, char **argv) {
   for (int64_t c = 0; c < clients; ++c) {
     fflush(nullptr);
     pid_t pid = fork();
-    if (pid == 0) _exit(RunClient(server, dir, *trace, block_bytes, shared));
+    if (pid == 0)
+      _exit(redis_port > 0
+                ? RunRedisClient(static_cast<int>(redis_port), dir, *trace, block_bytes, shared)
+                : RunClient(server, dir, *trace, block_bytes, shared));
     pids.push_back(pid);
   }
   bool client_failed = false;

@@ -9,14 +9,20 @@ int main(int argc, char **argv) {
   if (cmd == "chunks") return RunChunks(argc, argv);
   if (cmd == "lookup") return RunLookup(argc, argv);
   if (cmd == "replay") return RunReplay(argc, argv);
+  if (cmd == "share") return RunShare(argc, argv);
+  if (cmd == "files") return RunFiles(argc, argv);
+  if (cmd == "suite") return RunSuite(argc, argv);
   if (cmd == "--help" || cmd == "-h") {
     puts(
         "Usage: maru-bench COMMAND [OPTIONS]\n"
-        "Benchmarks a running maru-server; every command takes --help.\n\n"
+        "Benchmarks Maru; every command takes --help.\n\n"
         "Commands:\n"
         "  chunks   store/load throughput of whole chunks, as ratios to memcpy\n"
         "  lookup   latency of batched prefix lookups\n"
-        "  replay   replay a Mooncake-format KV-cache trace: hit ratios and requests/s");
+        "  replay   replay a Mooncake-format KV-cache trace: hit ratios and requests/s\n"
+        "  share    one producer, N consumer processes sharing chunks (Maru or Redis)\n"
+        "  files    write and cold-read files in a directory (a mount, or tmpfs)\n"
+        "  suite    all of the above side by side on a node it starts: Markdown and a plot");
     return 0;
   }
   return Fail(cmd.empty() ? "no command (see maru-bench --help)" : "unknown command '" + cmd + "'");

@@ -1,0 +1,496 @@
+// maru-bench suite: brings up a Maru node (pool in /dev/shm, maru-server,
+// maru-fuse, maru-agent) and a redis-server beside it, runs the other
+// maru-bench commands against each, side by side in one run, and writes a
+// Markdown table and a plot. Every figure is also a ratio, to memcpy or to
+// Redis measured in the same run.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cinttypes>
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <thread>
+
+#include "bench_common.h"
+#include "redis_client.h"
+#include "util/units.h"
+
+namespace maru::bench {
+namespace {
+
+bool Executable(const std::string &p) {
+  return access(p.c_str(), X_OK) == 0;
+}
+
+// A sibling binary: installed next to maru-bench, or in the build tree.
+std::string Sibling(const std::string &name, const std::string &build_subdir) {
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  std::string dir = n > 0 ? std::string(self, static_cast<size_t>(n)) : ".";
+  dir = dir.substr(0, dir.rfind('/'));
+  for (const std::string &p :
+       {dir + "/" + name, dir + "/../" + build_subdir + "/" + name, dir + "/../sbin/" + name})
+    if (Executable(p)) return p;
+  return name;  // from PATH
+}
+
+std::string FromPath(const std::string &name) {
+  for (const char *d : {"/usr/bin/", "/usr/sbin/", "/usr/local/bin/", "/bin/"})
+    if (Executable(d + name)) return d + name;
+  return "";
+}
+
+// Child processes: started by argv, stopped by pid, logs in the work dir.
+class Processes {
+ public:
+  ~Processes() { StopAll(); }
+  pid_t Start(const std::vector<std::string> &argv, const std::string &log,
+              const std::vector<std::string> &env = {}) {
+    fflush(nullptr);
+    pid_t pid = fork();
+    if (pid == 0) {
+      int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
+      Exec(argv, env);
+    }
+    if (pid > 0) started_.push_back(pid);
+    return pid;
+  }
+  // Runs to completion; stdout (and stderr) into `out`.
+  static int Run(const std::vector<std::string> &argv, std::string *out,
+                 const std::vector<std::string> &env = {}) {
+    int pipefd[2];
+    if (pipe2(pipefd, O_CLOEXEC) < 0) return -1;
+    fflush(nullptr);
+    pid_t pid = fork();
+    if (pid == 0) {
+      dup2(pipefd[1], 1);
+      dup2(pipefd[1], 2);
+      Exec(argv, env);
+    }
+    close(pipefd[1]);
+    out->clear();
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(pipefd[0], buf, sizeof(buf))) > 0) out->append(buf, static_cast<size_t>(n));
+    close(pipefd[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+  }
+  void StopAll() {
+    for (auto it = started_.rbegin(); it != started_.rend(); ++it) {
+      kill(*it, SIGTERM);
+      waitpid(*it, nullptr, 0);
+    }
+    started_.clear();
+  }
+
+ private:
+  [[noreturn]] static void Exec(const std::vector<std::string> &argv,
+                                const std::vector<std::string> &env) {
+    for (const std::string &e : env) putenv(strdup(e.c_str()));
+    std::vector<char *> args;
+    for (const std::string &a : argv) args.push_back(const_cast<char *>(a.c_str()));
+    args.push_back(nullptr);
+    execvp(args[0], args.data());
+    fprintf(stderr, "cannot run %s: %s\n", args[0], strerror(errno));
+    _exit(127);
+  }
+  std::vector<pid_t> started_;
+};
+
+bool WaitUntil(const std::function<bool()> &ready, int seconds) {
+  for (int i = 0; i < seconds * 20; ++i) {
+    if (ready()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+std::string LastJson(const std::string &out) {
+  size_t at = out.rfind("\n{");
+  return at == std::string::npos ? (out.rfind('{', 0) == 0 ? out : "") : out.substr(at + 1);
+}
+
+// The number after "name": in `json`, from `from` on; NaN when absent.
+double Field(const std::string &json, const std::string &name, size_t from = 0) {
+  size_t at = json.find("\"" + name + "\":", from);
+  if (at == std::string::npos) return std::nan("");
+  return strtod(json.c_str() + at + name.size() + 3, nullptr);
+}
+
+std::string Fmt(const char *format, double v) {
+  if (std::isnan(v)) return "–";
+  char buf[64];
+  snprintf(buf, sizeof(buf), format, v);
+  return buf;
+}
+
+struct Settings {
+  uint64_t pool = 2ull << 30, size = 32ull << 20;
+  int rounds = 8, files = 6, lookup_seconds = 2, ops_seconds = 1, trace_limit = 0, clients = 4;
+  std::vector<int> consumers{1, 2, 4, 8};
+};
+
+class Suite {
+ public:
+  Suite(Settings s, std::string trace, std::string out_dir)
+      : s_(std::move(s)), trace_(std::move(trace)), out_(std::move(out_dir)) {}
+  int Run();
+
+ private:
+  bool StartNode();
+  bool StartRedis();
+  // Runs `maru-bench ARGS --json`; the JSON line, or "" after printing why.
+  std::string Bench(const std::string &what, std::vector<std::string> args,
+                    const std::vector<std::string> &env = {});
+  void Measure();
+  void Write();
+
+  Settings s_;
+  std::string trace_, out_;
+  std::string work_, pool_, sock_, mnt_, tmpfs_;
+  int redis_port_ = 0;
+  bool mounted_ = false;
+  Processes procs_;
+  std::map<std::string, std::string> results_;  // what -> JSON
+  std::vector<std::string> notes_;
+};
+
+bool Suite::StartNode() {
+  std::string out;
+  if (Processes::Run({Sibling("maructl", "tools"), "mkpool", pool_, "--size",
+                      std::to_string(s_.pool >> 20) + "M", "--label", "suite"},
+                     &out) != 0)
+    return Fail("mkpool: " + out), false;
+  // Watermarks at 1: the pool's capacity is what the offline simulations use.
+  procs_.Start(
+      {Sibling("maru-server", "src/meta"), "--pool", pool_, "--db", work_ + "/db", "--listen",
+       "unix://" + sock_, "--high-watermark", "1", "--low-watermark", "1", "--log-level", "warn"},
+      work_ + "/server.log");
+  if (!WaitUntil(
+          [&] {
+            return Processes::Run(
+                       {Sibling("maructl", "tools"), "df", "--server", "unix://" + sock_}, &out) ==
+                   0;
+          },
+          20))
+    return Fail("maru-server did not start; see " + work_ + "/server.log"), false;
+  mkdir(mnt_.c_str(), 0755);
+  if (Processes::Run({Sibling("maru-fuse", "src/fs"), "unix://" + sock_, mnt_}, &out) == 0)
+    mounted_ = true;
+  else
+    notes_.push_back("maru-fuse could not mount (" + out.substr(0, out.find('\n')) +
+                     "): no filesystem rows");
+  const std::string agent_log = work_ + "/agent.log";
+  procs_.Start({Sibling("maru-agent", "src/rdma"), "--pool", pool_, "--server", "unix://" + sock_,
+                "--listen", "tcp://127.0.0.1:0", "--log-level", "info"},
+               agent_log, {"UCX_TLS=tcp"});
+  if (!WaitUntil(
+          [&] {
+            std::ifstream f(agent_log);
+            std::stringstream ss;
+            ss << f.rdbuf();
+            return ss.str().find("serving") != std::string::npos;
+          },
+          20))
+    notes_.push_back("maru-agent did not start: no UCX rows");
+  return true;
+}
+
+bool Suite::StartRedis() {
+  const std::string redis = FromPath("redis-server");
+  if (redis.empty()) {
+    notes_.push_back("redis-server is not installed (scripts/install-deps.sh installs it)");
+    return false;
+  }
+  for (int attempt = 0; attempt < 5 && !redis_port_; ++attempt) {
+    const int port = 20000 + (getpid() * 7 + attempt * 131) % 40000;
+    pid_t pid =
+        procs_.Start({redis, "--port", std::to_string(port), "--bind", "127.0.0.1", "--save", "",
+                      "--appendonly", "no", "--protected-mode", "no", "--maxmemory",
+                      std::to_string(s_.pool), "--maxmemory-policy", "allkeys-lru"},
+                     work_ + "/redis.log");
+    if (pid > 0 && WaitUntil(
+                       [&] {
+                         Result<RedisClient *> c = RedisClient::Connect("127.0.0.1", port);
+                         if (!c.ok()) return false;
+                         std::unique_ptr<RedisClient> r(*c);
+                         return r->Command({"PING"}).ok();
+                       },
+                       5))
+      redis_port_ = port;
+  }
+  if (!redis_port_) notes_.push_back("redis-server did not start: no Redis rows");
+  return redis_port_ != 0;
+}
+
+std::string Suite::Bench(const std::string &what, std::vector<std::string> args,
+                         const std::vector<std::string> &env) {
+  args.insert(args.begin(), Sibling("maru-bench", "tools"));
+  args.push_back("--json");
+  fprintf(stderr, "  %-34s", what.c_str());
+  const int64_t t0 = NowNs();
+  std::string out;
+  int rc = Processes::Run(args, &out, env);
+  std::string json = LastJson(out);
+  fprintf(stderr, "%s (%.0f s)\n", rc == 0 ? "done" : "FAILED",
+          static_cast<double>(NowNs() - t0) / 1e9);
+  if (rc != 0 || json.empty()) {
+    notes_.push_back(what + " failed: " + out.substr(out.rfind('\n', out.size() - 2) + 1));
+    return "";
+  }
+  results_[what] = json;
+  return json;
+}
+
+void Suite::Measure() {
+  const std::string server = "unix://" + sock_, size = std::to_string(s_.size),
+                    rounds = std::to_string(s_.rounds);
+  for (int n : s_.consumers) {
+    Bench("maru share " + std::to_string(n),
+          {"share", "--server", server, "--size", size, "--rounds", rounds, "--consumers",
+           std::to_string(n)});
+    if (redis_port_)
+      Bench("redis share " + std::to_string(n),
+            {"share", "--redis", std::to_string(redis_port_), "--size", size, "--rounds", rounds,
+             "--consumers", std::to_string(n)});
+  }
+  Bench("ucx share 1",
+        {"share", "--server", server, "--size", size, "--rounds", rounds, "--consumers", "1"},
+        {"MARU_DATA=remote", "UCX_TLS=tcp"});
+  if (mounted_)
+    Bench("files maru-fuse",
+          {"files", "--dir", mnt_ + "/files", "--size", size, "--count", std::to_string(s_.files)});
+  Bench("files tmpfs",
+        {"files", "--dir", tmpfs_, "--size", size, "--count", std::to_string(s_.files)});
+  Bench("lookup 128", {"lookup", "--server", server, "--keys", "128", "--threads", "1", "--seconds",
+                       std::to_string(s_.lookup_seconds)});
+  Bench("ops", {"lookup", "--server", server, "--keys", "1", "--threads", "1,2,4,8", "--seconds",
+                std::to_string(s_.ops_seconds), "--dir", "/maru-bench/ops"});
+  if (access(trace_.c_str(), R_OK) != 0) {
+    notes_.push_back("no trace at " + trace_ + ": no replay rows (--trace FILE)");
+    return;
+  }
+  std::vector<std::string> replay{"replay", "--trace", trace_, "--clients",
+                                  std::to_string(s_.clients)};
+  if (s_.trace_limit) replay.insert(replay.end(), {"--limit", std::to_string(s_.trace_limit)});
+  std::vector<std::string> maru = replay;
+  maru.insert(maru.end(), {"--server", server, "--dir", "/replay"});
+  std::string json = Bench("replay maru", maru);
+  if (redis_port_ && !json.empty()) {
+    // The same capacity in bytes: Redis's maxmemory, as blocks.
+    const double blocks = Field(json, "capacity_blocks"), bytes = Field(json, "block_bytes");
+    std::string out;
+    Result<RedisClient *> c = RedisClient::Connect("127.0.0.1", redis_port_);
+    if (c.ok()) {
+      std::unique_ptr<RedisClient> r(*c);
+      r->Command({"FLUSHALL"});
+      r->Command(
+          {"CONFIG", "SET", "maxmemory", std::to_string(static_cast<uint64_t>(blocks * bytes))});
+    }
+    std::vector<std::string> redis = replay;
+    redis.insert(redis.end(), {"--redis", std::to_string(redis_port_), "--capacity-blocks",
+                               std::to_string(static_cast<uint64_t>(blocks))});
+    Bench("replay redis", redis);
+  }
+}
+
+void Suite::Write() {
+  auto get = [&](const std::string &what, const std::string &field) {
+    auto it = results_.find(what);
+    return it == results_.end() ? std::nan("") : Field(it->second, field);
+  };
+  const double mc = get("maru share 1", "memcpy_gbps");
+  std::ostringstream md;
+  char stamp[64];
+  time_t now = time(nullptr);
+  strftime(stamp, sizeof(stamp), "%Y-%m-%d %H:%M", localtime(&now));
+  md << "<!-- maru-bench suite: begin -->\n"
+     << "## Side by side: `maru-bench suite`\n\n"
+     << "Made by `maru-bench suite" << (s_.size < (32ull << 20) ? " (small sizes)" : "") << "` on "
+     << stamp << ", one run, " << FormatSize(s_.size)
+     << " chunks. Loads copy into the consumer's own buffer, as a Redis GET does. "
+     << "GB/s are medians; ratios are to memcpy of the same size and to Redis, both measured in "
+     << "this run.\n\n"
+     << "| workload | Maru | ×memcpy | Redis (loopback) | ×memcpy | Maru ÷ Redis |\n"
+     << "|---|---|---|---|---|---|\n";
+  md << "| memcpy (the limit) | " << Fmt("%.2f GB/s", mc) << " | 1.00 | | | |\n";
+  auto row = [&](const std::string &name, double maru, double redis) {
+    md << "| " << name << " | " << Fmt("%.2f GB/s", maru) << " | " << Fmt("%.2f", maru / mc)
+       << " | " << Fmt("%.2f GB/s", redis) << " | " << Fmt("%.2f", redis / mc) << " | "
+       << Fmt("%.1f×", maru / redis) << " |\n";
+  };
+  row("store, 1 producer", get("maru share 1", "store_gbps"), get("redis share 1", "store_gbps"));
+  for (int n : s_.consumers) {
+    const std::string k = std::to_string(n);
+    row("load, " + k + " consumer" + (n > 1 ? "s (all together)" : ""),
+        get("maru share " + k, "load_gbps"), get("redis share " + k, "load_gbps"));
+  }
+  md << "| UCX remote store / load, 1 consumer (TCP) | "
+     << Fmt("%.2f", get("ucx share 1", "store_gbps")) << " / "
+     << Fmt("%.2f GB/s", get("ucx share 1", "load_gbps")) << " | "
+     << Fmt("%.2f", get("ucx share 1", "store_gbps") / mc) << " / "
+     << Fmt("%.2f", get("ucx share 1", "load_gbps") / mc) << " | | | |\n\n";
+
+  const double fw = get("files maru-fuse", "write_gbps"), fr = get("files maru-fuse", "read_gbps"),
+               tw = get("files tmpfs", "write_gbps"), tr = get("files tmpfs", "read_gbps");
+  md << "| files (1 MiB write/read calls) | maru-fuse | tmpfs | ×tmpfs |\n|---|---|---|---|\n"
+     << "| write + close | " << Fmt("%.2f GB/s", fw) << " | " << Fmt("%.2f GB/s", tw) << " | "
+     << Fmt("%.2f", fw / tw) << " |\n"
+     << "| cold read | " << Fmt("%.2f GB/s", fr) << " | " << Fmt("%.2f GB/s", tr) << " | "
+     << Fmt("%.2f", fr / tr) << " |\n\n";
+
+  md << "| metadata | |\n|---|---|\n";
+  if (auto it = results_.find("lookup 128"); it != results_.end())
+    md << "| batched prefix lookup, 128 keys, p50 / p99 | "
+       << Fmt("%.0f", Field(it->second, "p50_us")) << " / "
+       << Fmt("%.0f µs", Field(it->second, "p99_us")) << " |\n";
+  if (auto it = results_.find("ops"); it != results_.end())
+    for (int t : {1, 2, 4, 8}) {
+      size_t at = it->second.find("{\"threads\":" + std::to_string(t) + ",");
+      if (at != std::string::npos)
+        md << "| lookup + release of 1 key, " << t << " thread" << (t > 1 ? "s" : "") << " | "
+           << Fmt("%.0f ops/s", Field(it->second, "lookups_per_s", at)) << " |\n";
+    }
+  md << "\n";
+
+  if (results_.count("replay maru")) {
+    md << "| trace replay, " << s_.clients
+       << " instances | block hit ratio | cached prefix p50 / p99 | requests/s |\n"
+       << "|---|---|---|---|\n";
+    for (const char *sys : {"maru", "redis"}) {
+      auto it = results_.find(std::string("replay ") + sys);
+      if (it == results_.end()) continue;
+      const std::string &j = it->second;
+      md << "| " << sys << " | " << Fmt("%.4f", Field(j, "hit_ratio")) << " | "
+         << Fmt("%.0f", Field(j, "prefix_p50_us")) << " / "
+         << Fmt("%.0f µs", Field(j, "prefix_p99_us")) << " | "
+         << Fmt("%.0f", Field(j, "requests_per_s")) << " |\n";
+    }
+    md << "\nThe cached prefix is obtained by one batched lookup and a read of every page in "
+          "place (Maru), or a pipelined EXISTS and an MGET of the prefix (Redis, which "
+          "evicts by its own sampled LRU at the same capacity in bytes).\n\n";
+  }
+  for (const std::string &n : notes_) md << "- " << n << "\n";
+  md << "\n![load throughput by consumers](benchmarks-suite.png)\n"
+     << "<!-- maru-bench suite: end -->\n";
+
+  // Into OUT/benchmarks.md, replacing the suite's earlier section.
+  const std::string doc = out_ + "/benchmarks.md";
+  std::string text;
+  {
+    std::ifstream in(doc);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    text = ss.str();
+  }
+  size_t begin = text.find("<!-- maru-bench suite: begin -->");
+  size_t end = text.find("<!-- maru-bench suite: end -->");
+  if (begin != std::string::npos && end != std::string::npos && end > begin)
+    text.replace(begin, end + strlen("<!-- maru-bench suite: end -->\n") - begin, md.str());
+  else
+    text += (text.empty() ? "" : "\n") + md.str();
+  std::ofstream(doc) << text;
+
+  // The plot: load throughput against consumers, as ratios to memcpy.
+  const std::string dat = work_ + "/suite.dat", plot = out_ + "/benchmarks-suite.png";
+  {
+    std::ofstream d(dat);
+    for (int n : s_.consumers) {
+      const std::string k = std::to_string(n);
+      d << n << " " << Fmt("%.3f", get("maru share " + k, "load_gbps") / mc) << " "
+        << Fmt("%.3f", get("redis share " + k, "load_gbps") / mc) << "\n";
+    }
+  }
+  std::ofstream g(work_ + "/suite.gp");
+  g << "set terminal png size 800,480\nset output '" << plot << "'\n"
+    << "set title 'Loading shared " << FormatSize(s_.size) << " KV chunks'\n"
+    << "set xlabel 'consumer processes'\nset ylabel 'load throughput, x memcpy'\n"
+    << "set style data histograms\nset style fill solid 0.8\nset boxwidth 0.9\n"
+    << "set yrange [0:*]\nset key top left\nset datafile missing '–'\n"
+    << "plot '" << dat << "' using 2:xtic(1) title 'Maru (pool, in place)', '' using 3 title "
+    << "'Redis (loopback)'\n";
+  g.close();
+  std::string out;
+  const std::string gnuplot = FromPath("gnuplot");
+  if (gnuplot.empty() || Processes::Run({gnuplot, work_ + "/suite.gp"}, &out) != 0)
+    fprintf(stderr, "maru-bench: no plot (gnuplot: %s)\n",
+            gnuplot.empty() ? "not installed" : out.c_str());
+  printf("%s", md.str().c_str());
+  printf("written: %s, %s\n", doc.c_str(), plot.c_str());
+}
+
+int Suite::Run() {
+  char tmpl[] = "/tmp/maru-suite.XXXXXX";
+  if (!mkdtemp(tmpl)) return Fail("cannot make a work directory");
+  work_ = tmpl;
+  const std::string tag = std::to_string(getpid());
+  pool_ = "/dev/shm/maru-suite-" + tag + ".pool";
+  tmpfs_ = "/dev/shm/maru-suite-" + tag + ".tmpfs";
+  sock_ = work_ + "/maru.sock";
+  mnt_ = work_ + "/mnt";
+  mkdir(out_.c_str(), 0755);
+  fprintf(stderr, "maru-bench suite: node on %s, work in %s\n", pool_.c_str(), work_.c_str());
+  bool ok = StartNode();
+  if (ok) {
+    StartRedis();
+    Measure();
+    Write();
+  }
+  std::string out;
+  if (mounted_) Processes::Run({"fusermount3", "-u", mnt_}, &out);
+  procs_.StopAll();
+  unlink(pool_.c_str());
+  Processes::Run({"rm", "-rf", work_, tmpfs_}, &out);
+  return ok && notes_.empty() ? 0 : 1;
+}
+
+}  // namespace
+
+int RunSuite(int argc, char **argv) {
+  std::string trace = "../shared/traces/mooncake_conversation_trace.jsonl", out = "docs";
+  bool quick = false, tiny = false;
+  Flags flags("maru-bench suite [--quick] [--out DIR] [--trace FILE]",
+              "Starts a Maru node on a pool in /dev/shm (server, mount, agent) and a\n"
+              "redis-server on loopback, then measures side by side: memcpy; libmaru_direct\n"
+              "store/load with 1 producer and 1, 2, 4, 8 consumer processes; the same over\n"
+              "Redis and over UCX; files on the mount and on tmpfs; batched lookups and\n"
+              "operations/s at 1-8 threads; the trace replayed by 4 instances on Maru and on\n"
+              "Redis. Writes a Markdown section into DIR/benchmarks.md and a plot,\n"
+              "DIR/benchmarks-suite.png. Stops everything it started.");
+  flags.Bool("quick", &quick, "small sizes: done within 3 minutes on 2 cores");
+  flags.Bool("tiny", &tiny, "the smallest run that exercises everything (for tests)");
+  flags.String("out", &out, "where benchmarks.md and the plot go");
+  flags.String("trace", &trace, "Mooncake-format trace to replay");
+  if (int rc = ParseFlags(flags, argc, argv); rc >= 0) return rc;
+  Settings s;
+  if (quick) {
+    s.pool = 512ull << 20;
+    s.rounds = 4;
+    s.files = 3;
+    s.lookup_seconds = 1;
+    s.trace_limit = 1500;
+  }
+  if (tiny) {
+    s.pool = 128ull << 20;
+    s.size = 1ull << 20;
+    s.rounds = 2;
+    s.files = 2;
+    s.lookup_seconds = 1;
+    s.trace_limit = 100;
+    s.clients = 2;
+    s.consumers = {1, 2};
+  }
+  return Suite(s, trace, out).Run();
+}
+
+}  // namespace maru::bench
