@@ -416,8 +416,8 @@ void Suite::Write() {
     << "set title 'Loading shared " << FormatSize(s_.size) << " KV chunks'\n"
     << "set xlabel 'consumer processes'\nset ylabel 'load throughput, x memcpy'\n"
     << "set style data histograms\nset style fill solid 0.8\nset boxwidth 0.9\n"
-    << "set yrange [0:*]\nset key top left\nset datafile missing '–'\n"
-    << "plot '" << dat << "' using 2:xtic(1) title 'Maru (pool, in place)', '' using 3 title "
+    << "set yrange [0:*]\nset key top right\nset datafile missing '–'\n"
+    << "plot '" << dat << "' using 2:xtic(1) title 'Maru (shared pool)', '' using 3 title "
     << "'Redis (loopback)'\n";
   g.close();
   std::string out;
