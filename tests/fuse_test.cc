@@ -1,5 +1,6 @@
 // maru-fuse, really mounted, against a real server: POSIX tools, the two
 // doors (mount and library) onto one namespace, several mounts, failures.
+#include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -12,6 +13,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <random>
 #include <sstream>
 #include <string>
@@ -169,6 +171,25 @@ TEST_F(FuseTest, RandomWritesReadsAndTruncatesMatchAModel) {
   FuseMount cached(server_.address(), "cached_writes");
   ASSERT_TRUE(cached.Start());
   Fsx(cached / "fsx-cached", seed ? strtoull(seed, nullptr, 10) + 1 : 100);
+}
+
+TEST_F(FuseTest, ReaddirShowsDotAndDotDotWithTheirInodes) {
+  // readdir(3) hides entries whose inode is 0: ".." must carry the parent's.
+  ASSERT_EQ(mkdir(M("outer").c_str(), 0755), 0);
+  ASSERT_EQ(mkdir(M("outer/inner").c_str(), 0755), 0);
+  WriteFile(M("outer/inner/f"), "x");
+  struct stat outer, inner;
+  ASSERT_EQ(stat(M("outer").c_str(), &outer), 0);
+  ASSERT_EQ(stat(M("outer/inner").c_str(), &inner), 0);
+  DIR *d = opendir(M("outer/inner").c_str());
+  ASSERT_NE(d, nullptr);
+  std::map<std::string, ino_t> seen;
+  while (dirent *e = readdir(d)) seen[e->d_name] = e->d_ino;
+  closedir(d);
+  EXPECT_EQ(seen.size(), 3u);
+  EXPECT_EQ(seen["."], inner.st_ino);
+  EXPECT_EQ(seen[".."], outer.st_ino);
+  EXPECT_NE(seen["f"], 0u);
 }
 
 TEST_F(FuseTest, ReadOnlyMmapSeesTheBytes) {

@@ -57,5 +57,7 @@ int RunReplay(int argc, char **argv);
 int RunShare(int argc, char **argv);
 int RunFiles(int argc, char **argv);
 int RunSuite(int argc, char **argv);
+int RunFill(int argc, char **argv);
+int RunScale(int argc, char **argv);
 
 }  // namespace maru::bench

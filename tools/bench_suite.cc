@@ -19,120 +19,12 @@
 #include <thread>
 
 #include "bench_common.h"
+#include "bench_node.h"
 #include "redis_client.h"
 #include "util/units.h"
 
 namespace maru::bench {
 namespace {
-
-bool Executable(const std::string &p) {
-  return access(p.c_str(), X_OK) == 0;
-}
-
-// A sibling binary: installed next to maru-bench, or in the build tree.
-std::string Sibling(const std::string &name, const std::string &build_subdir) {
-  char self[4096];
-  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  std::string dir = n > 0 ? std::string(self, static_cast<size_t>(n)) : ".";
-  dir = dir.substr(0, dir.rfind('/'));
-  for (const std::string &p :
-       {dir + "/" + name, dir + "/../" + build_subdir + "/" + name, dir + "/../sbin/" + name})
-    if (Executable(p)) return p;
-  return name;  // from PATH
-}
-
-std::string FromPath(const std::string &name) {
-  for (const char *d : {"/usr/bin/", "/usr/sbin/", "/usr/local/bin/", "/bin/"})
-    if (Executable(d + name)) return d + name;
-  return "";
-}
-
-// Child processes: started by argv, stopped by pid, logs in the work dir.
-class Processes {
- public:
-  ~Processes() { StopAll(); }
-  pid_t Start(const std::vector<std::string> &argv, const std::string &log,
-              const std::vector<std::string> &env = {}) {
-    fflush(nullptr);
-    pid_t pid = fork();
-    if (pid == 0) {
-      int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-      if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
-      Exec(argv, env);
-    }
-    if (pid > 0) started_.push_back(pid);
-    return pid;
-  }
-  // Runs to completion; stdout (and stderr) into `out`.
-  static int Run(const std::vector<std::string> &argv, std::string *out,
-                 const std::vector<std::string> &env = {}) {
-    int pipefd[2];
-    if (pipe2(pipefd, O_CLOEXEC) < 0) return -1;
-    fflush(nullptr);
-    pid_t pid = fork();
-    if (pid == 0) {
-      dup2(pipefd[1], 1);
-      dup2(pipefd[1], 2);
-      Exec(argv, env);
-    }
-    close(pipefd[1]);
-    out->clear();
-    char buf[4096];
-    ssize_t n;
-    while ((n = read(pipefd[0], buf, sizeof(buf))) > 0) out->append(buf, static_cast<size_t>(n));
-    close(pipefd[0]);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-  }
-  void StopAll() {
-    for (auto it = started_.rbegin(); it != started_.rend(); ++it) {
-      kill(*it, SIGTERM);
-      waitpid(*it, nullptr, 0);
-    }
-    started_.clear();
-  }
-
- private:
-  [[noreturn]] static void Exec(const std::vector<std::string> &argv,
-                                const std::vector<std::string> &env) {
-    for (const std::string &e : env) putenv(strdup(e.c_str()));
-    std::vector<char *> args;
-    for (const std::string &a : argv) args.push_back(const_cast<char *>(a.c_str()));
-    args.push_back(nullptr);
-    execvp(args[0], args.data());
-    fprintf(stderr, "cannot run %s: %s\n", args[0], strerror(errno));
-    _exit(127);
-  }
-  std::vector<pid_t> started_;
-};
-
-bool WaitUntil(const std::function<bool()> &ready, int seconds) {
-  for (int i = 0; i < seconds * 20; ++i) {
-    if (ready()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return false;
-}
-
-std::string LastJson(const std::string &out) {
-  size_t at = out.rfind("\n{");
-  return at == std::string::npos ? (out.rfind('{', 0) == 0 ? out : "") : out.substr(at + 1);
-}
-
-// The number after "name": in `json`, from `from` on; NaN when absent.
-double Field(const std::string &json, const std::string &name, size_t from = 0) {
-  size_t at = json.find("\"" + name + "\":", from);
-  if (at == std::string::npos) return std::nan("");
-  return strtod(json.c_str() + at + name.size() + 3, nullptr);
-}
-
-std::string Fmt(const char *format, double v) {
-  if (std::isnan(v)) return "–";
-  char buf[64];
-  snprintf(buf, sizeof(buf), format, v);
-  return buf;
-}
 
 struct Settings {
   uint64_t pool = 2ull << 30, size = 32ull << 20;
@@ -157,42 +49,27 @@ class Suite {
 
   Settings s_;
   std::string trace_, out_;
-  std::string work_, pool_, sock_, mnt_, tmpfs_;
+  std::string work_, tmpfs_;
   int redis_port_ = 0;
-  bool mounted_ = false;
   Processes procs_;
+  std::unique_ptr<Node> node_;
   std::map<std::string, std::string> results_;  // what -> JSON
   std::vector<std::string> notes_;
 };
 
 bool Suite::StartNode() {
-  std::string out;
-  if (Processes::Run({Sibling("maructl", "tools"), "mkpool", pool_, "--size",
-                      std::to_string(s_.pool >> 20) + "M", "--label", "suite"},
-                     &out) != 0)
-    return Fail("mkpool: " + out), false;
+  std::string error;
+  node_ = std::make_unique<Node>(work_, &procs_);
   // Watermarks at 1: the pool's capacity is what the offline simulations use.
-  procs_.Start(
-      {Sibling("maru-server", "src/meta"), "--pool", pool_, "--db", work_ + "/db", "--listen",
-       "unix://" + sock_, "--high-watermark", "1", "--low-watermark", "1", "--log-level", "warn"},
-      work_ + "/server.log");
-  if (!WaitUntil(
-          [&] {
-            return Processes::Run(
-                       {Sibling("maructl", "tools"), "df", "--server", "unix://" + sock_}, &out) ==
-                   0;
-          },
-          20))
-    return Fail("maru-server did not start; see " + work_ + "/server.log"), false;
-  mkdir(mnt_.c_str(), 0755);
-  if (Processes::Run({Sibling("maru-fuse", "src/fs"), "unix://" + sock_, mnt_}, &out) == 0)
-    mounted_ = true;
-  else
-    notes_.push_back("maru-fuse could not mount (" + out.substr(0, out.find('\n')) +
+  if (!node_->Format(s_.pool, 0, &error) ||
+      !node_->StartServer({"--high-watermark", "1", "--low-watermark", "1"}, &error))
+    return Fail(error), false;
+  if (!node_->Mount(&error))
+    notes_.push_back("maru-fuse could not mount (" + error.substr(0, error.find('\n')) +
                      "): no filesystem rows");
   const std::string agent_log = work_ + "/agent.log";
-  procs_.Start({Sibling("maru-agent", "src/rdma"), "--pool", pool_, "--server", "unix://" + sock_,
-                "--listen", "tcp://127.0.0.1:0", "--log-level", "info"},
+  procs_.Start({Sibling("maru-agent", "src/rdma"), "--pool", node_->pool(), "--server",
+                node_->address(), "--listen", "tcp://127.0.0.1:0", "--log-level", "info"},
                agent_log, {"UCX_TLS=tcp"});
   if (!WaitUntil(
           [&] {
@@ -253,7 +130,7 @@ std::string Suite::Bench(const std::string &what, std::vector<std::string> args,
 }
 
 void Suite::Measure() {
-  const std::string server = "unix://" + sock_, size = std::to_string(s_.size),
+  const std::string server = node_->address(), size = std::to_string(s_.size),
                     rounds = std::to_string(s_.rounds);
   for (int n : s_.consumers) {
     Bench("maru share " + std::to_string(n),
@@ -267,9 +144,9 @@ void Suite::Measure() {
   Bench("ucx share 1",
         {"share", "--server", server, "--size", size, "--rounds", rounds, "--consumers", "1"},
         {"MARU_DATA=remote", "UCX_TLS=tcp"});
-  if (mounted_)
-    Bench("files maru-fuse",
-          {"files", "--dir", mnt_ + "/files", "--size", size, "--count", std::to_string(s_.files)});
+  if (node_->mounted())
+    Bench("files maru-fuse", {"files", "--dir", node_->mountpoint() + "/files", "--size", size,
+                              "--count", std::to_string(s_.files)});
   Bench("files tmpfs",
         {"files", "--dir", tmpfs_, "--size", size, "--count", std::to_string(s_.files)});
   Bench("lookup 128", {"lookup", "--server", server, "--keys", "128", "--threads", "1", "--seconds",
@@ -314,7 +191,7 @@ void Suite::Write() {
   char stamp[64];
   time_t now = time(nullptr);
   strftime(stamp, sizeof(stamp), "%Y-%m-%d %H:%M", localtime(&now));
-  md << "<!-- maru-bench suite: begin -->\n"
+  md << SectionBegin("suite") << "\n"
      << "## Side by side: `maru-bench suite`\n\n"
      << "Made by `maru-bench suite" << (s_.size < (32ull << 20) ? " (small sizes)" : "") << "` on "
      << stamp << ", one run, " << FormatSize(s_.size)
@@ -381,25 +258,10 @@ void Suite::Write() {
           "evicts by its own sampled LRU at the same capacity in bytes).\n\n";
   }
   for (const std::string &n : notes_) md << "- " << n << "\n";
-  md << "\n![load throughput by consumers](benchmarks-suite.png)\n"
-     << "<!-- maru-bench suite: end -->\n";
+  md << "\n![load throughput by consumers](benchmarks-suite.png)\n" << SectionEnd("suite") << "\n";
 
-  // Into OUT/benchmarks.md, replacing the suite's earlier section.
   const std::string doc = out_ + "/benchmarks.md";
-  std::string text;
-  {
-    std::ifstream in(doc);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    text = ss.str();
-  }
-  size_t begin = text.find("<!-- maru-bench suite: begin -->");
-  size_t end = text.find("<!-- maru-bench suite: end -->");
-  if (begin != std::string::npos && end != std::string::npos && end > begin)
-    text.replace(begin, end + strlen("<!-- maru-bench suite: end -->\n") - begin, md.str());
-  else
-    text += (text.empty() ? "" : "\n") + md.str();
-  std::ofstream(doc) << text;
+  if (!WriteSection(doc, "suite", md.str())) notes_.push_back("cannot write " + doc);
 
   // The plot: load throughput against consumers, as ratios to memcpy.
   const std::string dat = work_ + "/suite.dat", plot = out_ + "/benchmarks-suite.png";
@@ -433,23 +295,19 @@ int Suite::Run() {
   char tmpl[] = "/tmp/maru-suite.XXXXXX";
   if (!mkdtemp(tmpl)) return Fail("cannot make a work directory");
   work_ = tmpl;
-  const std::string tag = std::to_string(getpid());
-  pool_ = "/dev/shm/maru-suite-" + tag + ".pool";
-  tmpfs_ = "/dev/shm/maru-suite-" + tag + ".tmpfs";
-  sock_ = work_ + "/maru.sock";
-  mnt_ = work_ + "/mnt";
+  tmpfs_ = "/dev/shm/maru-suite-" + std::to_string(getpid()) + ".tmpfs";
   mkdir(out_.c_str(), 0755);
-  fprintf(stderr, "maru-bench suite: node on %s, work in %s\n", pool_.c_str(), work_.c_str());
   bool ok = StartNode();
+  fprintf(stderr, "maru-bench suite: node on %s, work in %s\n", node_->pool().c_str(),
+          work_.c_str());
   if (ok) {
     StartRedis();
     Measure();
     Write();
   }
-  std::string out;
-  if (mounted_) Processes::Run({"fusermount3", "-u", mnt_}, &out);
+  node_->Stop();
   procs_.StopAll();
-  unlink(pool_.c_str());
+  std::string out;
   Processes::Run({"rm", "-rf", work_, tmpfs_}, &out);
   return ok && notes_.empty() ? 0 : 1;
 }

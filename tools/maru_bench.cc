@@ -12,6 +12,8 @@ int main(int argc, char **argv) {
   if (cmd == "share") return RunShare(argc, argv);
   if (cmd == "files") return RunFiles(argc, argv);
   if (cmd == "suite") return RunSuite(argc, argv);
+  if (cmd == "fill") return RunFill(argc, argv);
+  if (cmd == "scale") return RunScale(argc, argv);
   if (cmd == "--help" || cmd == "-h") {
     puts(
         "Usage: maru-bench COMMAND [OPTIONS]\n"
@@ -22,7 +24,9 @@ int main(int argc, char **argv) {
         "  replay   replay a Mooncake-format KV-cache trace: hit ratios and requests/s\n"
         "  share    one producer, N consumer processes sharing chunks (Maru or Redis)\n"
         "  files    write and cold-read files in a directory (a mount, or tmpfs)\n"
-        "  suite    all of the above side by side on a node it starts: Markdown and a plot");
+        "  suite    all of the above side by side on a node it starts: Markdown and a plot\n"
+        "  fill     create many small chunks from several processes\n"
+        "  scale    metadata cost from 10k to 1M chunks on a node it starts: Markdown");
     return 0;
   }
   return Fail(cmd.empty() ? "no command (see maru-bench --help)" : "unknown command '" + cmd + "'");

@@ -654,7 +654,8 @@ void MaruFs::ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fus
     } else if (i == 1) {
       name = "..";
       attr = dir->self;
-      attr.set_ino(ino == FUSE_ROOT_ID ? FUSE_ROOT_ID : 0);
+      // Not 0: readdir(3) hides entries whose inode is 0.
+      attr.set_ino(ino == FUSE_ROOT_ID || !dir->self.parent() ? ino : dir->self.parent());
     } else {
       name = dir->entries[i - 2].name();
       attr = dir->entries[i - 2].attr();

@@ -320,6 +320,7 @@ Session *MetaEngine::LiveSession(uint64_t id) {
 
 void MetaEngine::FillAttr(const Inode &inode, rpc::Attr *a) const {
   a->set_ino(inode.ino);
+  a->set_parent(inode.parent ? inode.parent : inode.ino);
   a->set_mode(inode.mode);
   a->set_uid(inode.uid);
   a->set_gid(inode.gid);

@@ -1,0 +1,81 @@
+// What the commands that start their own Maru node share (maru-bench suite
+// and scale): finding the other binaries, child processes stopped by pid,
+// a node (pool in /dev/shm, maru-server, maru-fuse), and reading the other
+// commands' JSON lines.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace maru::bench {
+
+// A binary installed next to maru-bench, or in the build tree (`build_subdir`).
+std::string Sibling(const std::string &name, const std::string &build_subdir);
+// A system binary's path, or "" when it is not installed.
+std::string FromPath(const std::string &name);
+
+// Child processes: started by argv, stopped by pid (never by name).
+class Processes {
+ public:
+  ~Processes() { StopAll(); }
+  // Starts `argv` with its output appended to `log`.
+  pid_t Start(const std::vector<std::string> &argv, const std::string &log,
+              const std::vector<std::string> &env = {});
+  // SIGTERM and wait, for one started here.
+  void Stop(pid_t pid);
+  void StopAll();
+  // Runs to completion; stdout and stderr into `out`. Returns the exit code.
+  static int Run(const std::vector<std::string> &argv, std::string *out,
+                 const std::vector<std::string> &env = {});
+
+ private:
+  std::vector<pid_t> started_;
+};
+
+// Polls `ready` every 50 ms for up to `seconds`.
+bool WaitUntil(const std::function<bool()> &ready, int seconds);
+
+// The last JSON line of a command's output.
+std::string LastJson(const std::string &out);
+// The number after "name": in `json`, from `from` on; NaN when absent.
+double Field(const std::string &json, const std::string &name, size_t from = 0);
+// `v` formatted, or "–" for NaN (a figure that could not be measured).
+std::string Fmt(const char *format, double v);
+// Replaces (or appends) the section between <!-- maru-bench NAME: begin -->
+// and <!-- maru-bench NAME: end --> in `doc`; `section` includes the markers.
+bool WriteSection(const std::string &doc, const std::string &name, const std::string &section);
+std::string SectionBegin(const std::string &name);
+std::string SectionEnd(const std::string &name);
+
+// A Maru node on an emulated pool: its files live in `work` and the pool
+// in /dev/shm; everything is stopped and removed by Stop().
+class Node {
+ public:
+  Node(std::string work, Processes *procs);
+  ~Node() { Stop(); }
+  bool Format(uint64_t size, uint64_t unit, std::string *error);
+  // Starts maru-server and waits until it answers.
+  bool StartServer(const std::vector<std::string> &flags, std::string *error);
+  void StopServer();
+  bool Mount(std::string *error);
+  void Stop();
+
+  std::string address() const { return "unix://" + socket_; }
+  const std::string &pool() const { return pool_; }
+  const std::string &db() const { return db_; }
+  const std::string &mountpoint() const { return mnt_; }
+  bool mounted() const { return mounted_; }
+  pid_t server_pid() const { return server_; }
+
+ private:
+  std::string work_, pool_, socket_, db_, mnt_;
+  Processes *procs_;
+  pid_t server_ = -1;
+  bool mounted_ = false;
+};
+
+}  // namespace maru::bench
