@@ -70,6 +70,7 @@ void RemotePool::Disconnect(Agent &agent) {
   }
   agent.ep = nullptr;
   agent.failed = false;
+  agent.proven = false;
 }
 
 Status RemotePool::Connect(Agent &agent) {
@@ -135,6 +136,7 @@ Status RemotePool::Grant(Agent &agent, uint64_t session, uint32_t device,
     return Status::Error(ECONNRESET, "agent " + agent.address + " went away");
   Reply reply = std::move(replies_[id]);
   replies_.erase(id);
+  agent.proven = true;  // a full round trip: the connection is up
   if (reply.error) return Status::Error(reply.error, "agent refused the extents");
   if (!agent.rkey || agent.base != reply.base) {
     if (agent.rkey) ucp_rkey_destroy(agent.rkey);
@@ -148,6 +150,20 @@ Status RemotePool::Grant(Agent &agent, uint64_t session, uint32_t device,
 
 Status RemotePool::Move(uint64_t session, const std::vector<Transfer> &transfers, bool put) {
   std::lock_guard<std::mutex> lock(mu_);
+  fresh_failed_ = false;
+  Status s = MoveOnce(session, transfers, put);
+  // UCX may reset a connection while setting it up (seen over TCP under
+  // load). One that never completed an exchange is made again, once: the
+  // transfers are idempotent. A proven connection that breaks is reported.
+  if (!s.ok() && fresh_failed_) {
+    LOG_INFO("%s; connecting again", s.ToString().c_str());
+    s = MoveOnce(session, transfers, put);
+  }
+  if (!s.ok()) LOG_WARN("%s", s.ToString().c_str());
+  return s;
+}
+
+Status RemotePool::MoveOnce(uint64_t session, const std::vector<Transfer> &transfers, bool put) {
   std::map<uint32_t, std::vector<const Transfer *>> by_device;
   for (const Transfer &t : transfers) by_device[t.device].push_back(&t);
   std::vector<std::pair<Agent *, void *>> requests;
@@ -172,8 +188,10 @@ Status RemotePool::Move(uint64_t session, const std::vector<Transfer> &transfers
                                   : UcsErrno(st),
           std::string(put ? "put to " : "get from ") + a->address + ": " + ucs_status_string(st));
   }
-  for (auto &[device, agent] : agents_)
+  for (auto &[device, agent] : agents_) {
+    if (agent.failed && !agent.proven) fresh_failed_ = true;
     if (agent.failed) Disconnect(agent);
+  }
   return result;
 }
 

@@ -53,7 +53,8 @@ class RemotePool {
     bool failed = false;
     ucp_rkey_h rkey = nullptr;
     uint64_t base = 0;
-    bool lost = false;  // went away: look its address up again before reconnecting
+    bool lost = false;    // went away: look its address up again before reconnecting
+    bool proven = false;  // this connection completed an exchange
   };
   struct Reply {
     int error = 0;
@@ -63,6 +64,7 @@ class RemotePool {
 
   RemotePool() = default;
   Status Move(uint64_t session, const std::vector<Transfer> &transfers, bool put);
+  Status MoveOnce(uint64_t session, const std::vector<Transfer> &transfers, bool put);
   // Grants and posts the transfers of one device, appending the requests.
   Status Post(uint64_t session, uint32_t device, const std::vector<const Transfer *> &list,
               bool put, std::vector<std::pair<Agent *, void *>> *requests);
@@ -75,6 +77,7 @@ class RemotePool {
                               size_t length, const ucp_am_recv_param_t *param);
 
   std::mutex mu_;
+  bool fresh_failed_ = false;  // MoveOnce: a connection failed before it was proven
   std::unique_ptr<UcxWorker> ucx_;
   std::map<uint32_t, Agent> agents_;
   std::map<uint64_t, Reply> replies_;
