@@ -371,12 +371,13 @@ TEST_F(FuseTest, FioVerifiesCrc32c) {
   int rc =
       maru_test::Run("fio --name=verify --directory=" + mount_->path() +
                          " --rw=write --bs=1M --size=32M --numjobs=2 --verify=crc32c --do_verify=1"
-                         " --ioengine=psync --group_reporting",
+                         " --ioengine=psync --group_reporting --verify_state_save=0",
                      &out);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_EQ(out.find("verify: bad"), std::string::npos) << out;
   rc = maru_test::Run("fio --name=rand --directory=" + mount_->path() +
-                          " --rw=randwrite --bs=4k --size=4M --verify=crc32c --ioengine=psync",
+                          " --rw=randwrite --bs=4k --size=4M --verify=crc32c --ioengine=psync "
+                          "--verify_state_save=0",
                       &out);
   EXPECT_EQ(rc, 0) << out;
 }

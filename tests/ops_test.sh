@@ -39,7 +39,7 @@ for c in mkpool df ls stat pin unpin evict fsck verify sessions stats; do
   check "maructl $c --help" "$bin_ctl" $c --help
 done
 check "maructl pool show --help" "$bin_ctl" pool show --help
-for c in chunks lookup replay; do check "maru-bench $c --help" "$bin_bench" $c --help; done
+for c in chunks lookup replay share files suite fill scale; do check "maru-bench $c --help" "$bin_bench" $c --help; done
 check "mount.fuse.maru usage" test -x "$src/src/fs/mount.fuse.maru"
 
 # --- bad input: one line, non-zero exit ----------------------------------------
@@ -47,6 +47,10 @@ out=$("$bin_ctl" df --server unix://$work/none.sock 2>&1); rc=$?
 [ $rc -ne 0 ] && [ "$(echo "$out" | wc -l)" -eq 1 ] || fail "maructl against no server: '$out' ($rc)"
 out=$("$bin_ctl" frobnicate 2>&1); rc=$?
 [ $rc -ne 0 ] && [ "$(echo "$out" | wc -l)" -eq 1 ] || fail "unknown command: '$out'"
+for bad in "share --consumers 0" "files" "scale --chunks 5 --wide 10" "fill --procs 0" "suite --bogus"; do
+  out=$("$bin_bench" $bad 2>&1); rc=$?
+  [ $rc -ne 0 ] && [ "$(echo "$out" | wc -l)" -eq 1 ] || fail "maru-bench $bad: '$out' ($rc)"
+done
 out=$("$bin_server" --pool /nonexistent.pool --db $work/x 2>&1); rc=$?
 [ $rc -ne 0 ] && [ "$(echo "$out" | wc -l)" -eq 1 ] || fail "server on a missing pool: '$out'"
 
