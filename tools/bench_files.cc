@@ -68,7 +68,8 @@ int RunFiles(int argc, char **argv) {
   flags.Int("count", &count, "files");
   flags.Bool("json", &json, "end with one JSON line of the figures");
   if (int rc = ParseFlags(flags, argc, argv); rc >= 0) return rc;
-  if (dir.empty() || size == 0 || count <= 0) return Fail("--dir, --size and --count are needed");
+  if (dir.empty() || size == 0 || size > (16ull << 30) || count <= 0)
+    return Fail("need --dir, --size up to 16G and a positive --count");
   mkdir(dir.c_str(), 0755);
 
   std::vector<uint8_t> data = TouchedBuffer(size, 5), into = TouchedBuffer(size, 6);
@@ -76,11 +77,16 @@ int RunFiles(int argc, char **argv) {
   for (int64_t i = 0; i < count; ++i) {
     const std::string path = dir + "/f" + std::to_string(i);
     int64_t t0 = NowNs();
-    if (Status s = WriteFile(path, data); !s.ok()) return Fail(s.message());
-    int64_t t1 = NowNs();
-    if (Status s = ReadFile(path, &into); !s.ok()) return Fail(s.message());
-    int64_t t2 = NowNs();
-    if (memcmp(into.data(), data.data(), size) != 0) return Fail(path + " reads back wrong");
+    Status s = WriteFile(path, data);
+    const int64_t t1 = NowNs();
+    if (s.ok()) s = ReadFile(path, &into);
+    const int64_t t2 = NowNs();
+    if (s.ok() && memcmp(into.data(), data.data(), size) != 0)
+      s = Status::Error(EIO, path + " reads back wrong");
+    if (!s.ok()) {
+      unlink(path.c_str());
+      return Fail(s.message());
+    }
     write_gbps.push_back(static_cast<double>(size) / static_cast<double>(t1 - t0));
     read_gbps.push_back(static_cast<double>(size) / static_cast<double>(t2 - t1));
     unlink(path.c_str());

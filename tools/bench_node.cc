@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -54,6 +55,7 @@ pid_t Processes::Start(const std::vector<std::string> &argv, const std::string &
   fflush(nullptr);
   pid_t pid = fork();
   if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // a benchmark killed leaves no daemon behind
     int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
     Exec(argv, env);
@@ -65,11 +67,27 @@ pid_t Processes::Start(const std::vector<std::string> &argv, const std::string &
 void Processes::Stop(pid_t pid) {
   for (auto it = started_.begin(); it != started_.end(); ++it) {
     if (*it != pid) continue;
-    kill(pid, SIGTERM);
-    waitpid(pid, nullptr, 0);
     started_.erase(it);
+    kill(pid, SIGTERM);
+    // A daemon gets 10 s to shut down cleanly, then it is killed.
+    for (int i = 0; i < 200; ++i) {
+      if (waitpid(pid, nullptr, WNOHANG) == pid) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
     return;
   }
+}
+
+bool Processes::Exited(pid_t pid) {
+  for (auto it = started_.begin(); it != started_.end(); ++it) {
+    if (*it != pid) continue;
+    if (waitpid(pid, nullptr, WNOHANG) != pid) return false;
+    started_.erase(it);  // reaped: its pid may be reused, never signal it again
+    return true;
+  }
+  return true;
 }
 
 void Processes::StopAll() {
@@ -99,11 +117,12 @@ int Processes::Run(const std::vector<std::string> &argv, std::string *out,
 }
 
 bool WaitUntil(const std::function<bool()> &ready, int seconds) {
-  for (int i = 0; i < seconds * 20; ++i) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
     if (ready()) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  return false;
+  return ready();
 }
 
 std::string LastJson(const std::string &out) {
@@ -141,11 +160,14 @@ bool WriteSection(const std::string &doc, const std::string &name, const std::st
     ss << in.rdbuf();
     text = ss.str();
   }
-  const std::string b = SectionBegin(name), e = SectionEnd(name) + "\n";
-  size_t begin = text.find(b), end = text.find(e);
-  if (begin != std::string::npos && end != std::string::npos && end > begin)
-    text.replace(begin, end + e.size() - begin, section);
-  else
+  const std::string b = SectionBegin(name), e = SectionEnd(name);
+  const size_t begin = text.find(b);
+  size_t end = begin == std::string::npos ? begin : text.find(e, begin);
+  if (end != std::string::npos) {
+    end += e.size();
+    if (end < text.size() && text[end] == '\n') ++end;
+    text.replace(begin, end - begin, section);
+  } else
     text += (text.empty() ? "" : "\n") + section;
   std::ofstream out(doc);
   out << text;
@@ -179,14 +201,26 @@ bool Node::StartServer(const std::vector<std::string> &flags, std::string *error
   args.insert(args.end(), flags.begin(), flags.end());
   server_ = procs_->Start(args, work_ + "/server.log");
   std::string out;
-  if (WaitUntil(
-          [&] {
-            return Processes::Run({Sibling("maructl", "tools"), "df", "--server", address()},
-                                  &out) == 0;
-          },
-          600))
+  bool exited = false;
+  // A big namespace takes a while to load; a server that exits is not waited for.
+  const bool up = WaitUntil(
+      [&] {
+        exited = procs_->Exited(server_);
+        return exited || Processes::Run({Sibling("maructl", "tools"), "df", "--server", address()},
+                                        &out) == 0;
+      },
+      600);
+  if (up && !exited) {
+    RegisterCleanup();
     return true;
-  *error = "maru-server did not start; see " + work_ + "/server.log";
+  }
+  std::ifstream log(work_ + "/server.log");
+  std::string last, line;
+  while (std::getline(log, line))
+    if (!line.empty()) last = line;
+  *error = "maru-server did not start: " + last;
+  if (!exited) StopServer();
+  server_ = -1;
   return false;
 }
 
@@ -198,15 +232,65 @@ void Node::StopServer() {
 bool Node::Mount(std::string *error) {
   mkdir(mnt_.c_str(), 0755);
   mounted_ = Processes::Run({Sibling("maru-fuse", "src/fs"), address(), mnt_}, error) == 0;
+  RegisterCleanup();
   return mounted_;
 }
 
 void Node::Stop() {
   std::string out;
-  if (mounted_) Processes::Run({"fusermount3", "-u", mnt_}, &out);
+  if (mounted_ && Processes::Run({"fusermount3", "-u", mnt_}, &out) != 0)
+    Processes::Run({"fusermount3", "-uz", mnt_}, &out);  // busy: detach it
   mounted_ = false;
   StopServer();
   unlink(pool_.c_str());
+  cleanup_pool[0] = cleanup_mount[0] = '\0';
+}
+
+// A benchmark stopped by a signal (a test's timeout, ^C) still unmounts and
+// removes its pool; the daemons die with it (PR_SET_PDEATHSIG).
+char Node::cleanup_pool[256];
+char Node::cleanup_mount[256];
+char Node::cleanup_dirs[2][256];
+
+namespace {
+
+// Async-signal-safe: fork and execve only.
+void RunInHandler(const char *path, const char *arg1, const char *arg2) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    const char *argv[] = {path, arg1, arg2, nullptr};
+    const char *envp[] = {"PATH=/usr/bin:/bin", nullptr};
+    execve(path, const_cast<char **>(argv), const_cast<char **>(envp));
+    _exit(127);
+  }
+  if (pid > 0) waitpid(pid, nullptr, 0);
+}
+
+}  // namespace
+
+void Node::RemoveOnSignal(const std::string &dir) {
+  for (char *slot : cleanup_dirs)
+    if (!slot[0]) {
+      snprintf(slot, sizeof(cleanup_dirs[0]), "%s", dir.c_str());
+      return;
+    }
+}
+
+void Node::OnSignal(int sig) {
+  if (cleanup_mount[0]) RunInHandler("/bin/fusermount3", "-uz", cleanup_mount);
+  if (cleanup_pool[0]) unlink(cleanup_pool);
+  for (const char *dir : cleanup_dirs)
+    if (dir[0]) RunInHandler("/bin/rm", "-rf", dir);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+void Node::RegisterCleanup() {
+  snprintf(cleanup_pool, sizeof(cleanup_pool), "%s", pool_.c_str());
+  if (mounted_) snprintf(cleanup_mount, sizeof(cleanup_mount), "%s", mnt_.c_str());
+  signal(SIGTERM, OnSignal);
+  signal(SIGINT, OnSignal);
+  signal(SIGHUP, OnSignal);
 }
 
 }  // namespace maru::bench

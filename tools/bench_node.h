@@ -25,8 +25,10 @@ class Processes {
   // Starts `argv` with its output appended to `log`.
   pid_t Start(const std::vector<std::string> &argv, const std::string &log,
               const std::vector<std::string> &env = {});
-  // SIGTERM and wait, for one started here.
+  // SIGTERM, and SIGKILL after 10 s, for one started here.
   void Stop(pid_t pid);
+  // True if one started here has exited (it is reaped and forgotten).
+  bool Exited(pid_t pid);
   void StopAll();
   // Runs to completion; stdout and stderr into `out`. Returns the exit code.
   static int Run(const std::vector<std::string> &argv, std::string *out,
@@ -36,7 +38,7 @@ class Processes {
   std::vector<pid_t> started_;
 };
 
-// Polls `ready` every 50 ms for up to `seconds`.
+// Polls `ready` every 50 ms until it holds or `seconds` have passed.
 bool WaitUntil(const std::function<bool()> &ready, int seconds);
 
 // The last JSON line of a command's output.
@@ -63,6 +65,8 @@ class Node {
   void StopServer();
   bool Mount(std::string *error);
   void Stop();
+  // Also removed if the process is stopped by a signal (two at most).
+  static void RemoveOnSignal(const std::string &dir);
 
   std::string address() const { return "unix://" + socket_; }
   const std::string &pool() const { return pool_; }
@@ -72,6 +76,12 @@ class Node {
   pid_t server_pid() const { return server_; }
 
  private:
+  static void OnSignal(int sig);
+  static char cleanup_dirs[2][256];
+  void RegisterCleanup();
+  static char cleanup_pool[256];
+  static char cleanup_mount[256];
+
   std::string work_, pool_, socket_, db_, mnt_;
   Processes *procs_;
   pid_t server_ = -1;

@@ -203,12 +203,13 @@ int RunReplay(int argc, char **argv) {
   if (trace_path.empty()) return Fail("--trace is required");
   if (redis_port > 0 && capacity_blocks <= 0)
     return Fail("--redis needs --capacity-blocks (what its maxmemory holds)");
-  if (clients <= 0 || bytes_per_token <= 0 || limit < 0)
-    return Fail("--clients, --bytes-per-token must be positive");
+  if (clients <= 0 || bytes_per_token <= 0 || bytes_per_token > (1 << 21) || limit < 0)
+    return Fail("--clients must be positive and --bytes-per-token 1 to 2097152");
   if (dir.empty()) dir = "/maru-bench/replay-" + std::to_string(getpid());
 
   Result<std::vector<TraceRequest>> trace = ReadTrace(trace_path, static_cast<size_t>(limit));
   if (!trace.ok()) return Fail(trace.status().message());
+  if (trace->empty()) return Fail(trace_path + " holds no requests");
   const uint64_t block_bytes = kTokensPerBlock * static_cast<uint64_t>(bytes_per_token);
 
   // Clients fork before this process starts any RPC runtime.

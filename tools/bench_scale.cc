@@ -121,6 +121,7 @@ int RunScale(int argc, char **argv) {
   char tmpl[] = "/tmp/maru-scale.XXXXXX";
   if (!mkdtemp(tmpl)) return Fail("cannot make a work directory");
   const std::string work = tmpl;
+  Node::RemoveOnSignal(work);
   Processes procs_;
   Node node(work, &procs_);
   std::string error, o;

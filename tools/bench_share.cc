@@ -2,8 +2,11 @@
 // each one, as prefill and decode instances share KV. The same run measures
 // memcpy; the same workload runs over Redis (--redis PORT), what users who
 // share by transfer run today.
-#include <sched.h>
+#include <linux/futex.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -98,32 +101,57 @@ Result<std::unique_ptr<Backend>> Connect(const std::string &server, int redis_po
   return std::unique_ptr<Backend>(new MaruBackend(m));
 }
 
-void SpinUntil(const std::function<bool()> &done) {
-  while (!done()) sched_yield();
+// Waiting on a counter in the shared mapping: a futex, so that waiting
+// processes leave the CPUs to the ones measured.
+void WaitFor(std::atomic<int> *counter, const std::function<bool()> &done) {
+  while (!done()) {
+    const int seen = counter->load();
+    if (done()) return;
+    timespec tick{0, 50 * 1000 * 1000};  // and look around now and then
+    syscall(SYS_futex, reinterpret_cast<int *>(counter), FUTEX_WAIT, seen, &tick, nullptr, 0);
+  }
+}
+
+void Bump(std::atomic<int> *counter) {
+  counter->fetch_add(1);
+  syscall(SYS_futex, reinterpret_cast<int *>(counter), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
+
+// True once any of `pids` has exited (it is reaped then).
+bool AnyGone(std::vector<pid_t> *pids) {
+  for (pid_t &p : *pids)
+    if (p > 0 && waitpid(p, nullptr, WNOHANG) == p) {
+      p = -1;
+      return true;
+    }
+  return false;
 }
 
 int Consumer(const std::string &server, int redis_port, const std::string &dir, uint64_t size,
              int rounds, Shared *shared) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the producer
   Result<std::unique_ptr<Backend>> b = Connect(server, redis_port);
   if (!b.ok()) {
     shared->failed++;
-    shared->ready++;
+    Bump(&shared->ready);
     return Fail(b.status().message());
   }
   std::vector<uint8_t> into = TouchedBuffer(size, 3);
-  shared->ready++;
+  Bump(&shared->ready);
   for (int r = 0; r < rounds; ++r) {
-    SpinUntil([&] { return shared->published.load() > r || shared->failed.load(); });
+    WaitFor(&shared->published,
+            [&] { return shared->published.load() > r || shared->failed.load(); });
     if (shared->failed.load()) return 1;
     Status s = (*b)->Load(dir + "/r" + std::to_string(r), &into);
     if (!s.ok()) {
       shared->failed++;
+      Bump(&shared->done[r]);
       return Fail(s.message());
     }
     int64_t now = NowNs(), seen = shared->last_done_ns[r].load();
     while (now > seen && !shared->last_done_ns[r].compare_exchange_weak(seen, now)) {
     }
-    shared->done[r]++;
+    Bump(&shared->done[r]);
   }
   return 0;
 }
@@ -151,8 +179,9 @@ int RunShare(int argc, char **argv) {
   flags.String("dir", &dir, "namespace directory (default /maru-bench/share-PID)");
   flags.Bool("json", &json, "end with one JSON line of the figures");
   if (int rc = ParseFlags(flags, argc, argv); rc >= 0) return rc;
-  if (size == 0 || consumers <= 0 || consumers > 64 || rounds <= 0 || rounds > kMaxRounds)
-    return Fail("--size, --consumers (1-64) and --rounds (1-256) must be positive");
+  if (size == 0 || size > (16ull << 30) || consumers <= 0 || consumers > 64 || rounds <= 0 ||
+      rounds > kMaxRounds)
+    return Fail("need --size up to 16G, --consumers 1-64 and --rounds 1-256");
   if (dir.empty()) dir = "/maru-bench/share-" + std::to_string(getpid());
 
   void *mem =
@@ -167,17 +196,27 @@ int RunShare(int argc, char **argv) {
     if (pid == 0)
       _exit(Consumer(server, static_cast<int>(redis_port), dir, size, static_cast<int>(rounds),
                      shared));
+    if (pid < 0) break;
     pids.push_back(pid);
   }
   auto finish = [&](int rc) {
-    if (rc) shared->failed++;
-    for (pid_t p : pids) waitpid(p, nullptr, 0);
+    if (rc) {
+      shared->failed++;
+      Bump(&shared->published);  // wakes consumers to see it
+    }
+    for (pid_t p : pids)
+      if (p > 0) waitpid(p, nullptr, 0);
     return rc;
   };
+  if (pids.size() != static_cast<size_t>(consumers))
+    return finish(Fail("cannot start the consumer processes"));
+  // A consumer that dies (killed, out of memory) fails the run, never hangs it.
+  auto lost = [&] { return shared->failed.load() > 0 || AnyGone(&pids); };
   Result<std::unique_ptr<Backend>> b = Connect(server, static_cast<int>(redis_port));
   if (!b.ok()) return finish(Fail(b.status().message()));
-  SpinUntil([&] { return shared->ready.load() == consumers; });
-  if (shared->failed.load()) return finish(Fail("a consumer could not connect"));
+  WaitFor(&shared->ready, [&] { return shared->ready.load() == consumers || lost(); });
+  if (shared->ready.load() != consumers || shared->failed.load())
+    return finish(Fail("a consumer could not connect"));
 
   std::vector<uint8_t> src = TouchedBuffer(size, 1), dst = TouchedBuffer(size, 2);
   std::vector<double> memcpy_gbps, store_gbps, load_gbps;
@@ -191,9 +230,10 @@ int RunShare(int argc, char **argv) {
     const int64_t t1 = NowNs();
     if (!s.ok()) return finish(Fail(s.message()));
     store_gbps.push_back(static_cast<double>(size) / static_cast<double>(t1 - t0));
-    shared->published = r + 1;
-    SpinUntil([&] { return shared->done[r].load() == consumers || shared->failed.load(); });
-    if (shared->failed.load()) return finish(Fail("a consumer failed"));
+    Bump(&shared->published);
+    WaitFor(&shared->done[r], [&] { return shared->done[r].load() == consumers || lost(); });
+    if (shared->done[r].load() != consumers || shared->failed.load())
+      return finish(Fail("a consumer failed"));
     // All consumers' bytes over the time from publication to the last one.
     load_gbps.push_back(static_cast<double>(size * static_cast<uint64_t>(consumers)) /
                         static_cast<double>(shared->last_done_ns[r].load() - t1));

@@ -78,7 +78,7 @@ bool Suite::StartNode() {
             ss << f.rdbuf();
             return ss.str().find("serving") != std::string::npos;
           },
-          20))
+          60))
     notes_.push_back("maru-agent did not start: no UCX rows");
   return true;
 }
@@ -90,7 +90,8 @@ bool Suite::StartRedis() {
     return false;
   }
   for (int attempt = 0; attempt < 5 && !redis_port_; ++attempt) {
-    const int port = 20000 + (getpid() * 7 + attempt * 131) % 40000;
+    // Below the kernel's ephemeral ports (32768 on), which others may hold.
+    const int port = 20000 + (getpid() * 7 + attempt * 131) % 12000;
     pid_t pid =
         procs_.Start({redis, "--port", std::to_string(port), "--bind", "127.0.0.1", "--save", "",
                       "--appendonly", "no", "--protected-mode", "no", "--maxmemory",
@@ -98,6 +99,8 @@ bool Suite::StartRedis() {
                      work_ + "/redis.log");
     if (pid > 0 && WaitUntil(
                        [&] {
+                         // Ours, alive: not some other listener on the port.
+                         if (procs_.Exited(pid)) return false;
                          Result<RedisClient *> c = RedisClient::Connect("127.0.0.1", port);
                          if (!c.ok()) return false;
                          std::unique_ptr<RedisClient> r(*c);
@@ -261,7 +264,10 @@ void Suite::Write() {
   md << "\n![load throughput by consumers](benchmarks-suite.png)\n" << SectionEnd("suite") << "\n";
 
   const std::string doc = out_ + "/benchmarks.md";
-  if (!WriteSection(doc, "suite", md.str())) notes_.push_back("cannot write " + doc);
+  if (!WriteSection(doc, "suite", md.str())) {
+    notes_.push_back("cannot write " + doc);
+    Fail("cannot write " + doc);
+  }
 
   // The plot: load throughput against consumers, as ratios to memcpy.
   const std::string dat = work_ + "/suite.dat", plot = out_ + "/benchmarks-suite.png";
@@ -296,6 +302,8 @@ int Suite::Run() {
   if (!mkdtemp(tmpl)) return Fail("cannot make a work directory");
   work_ = tmpl;
   tmpfs_ = "/dev/shm/maru-suite-" + std::to_string(getpid()) + ".tmpfs";
+  Node::RemoveOnSignal(work_);
+  Node::RemoveOnSignal(tmpfs_);
   mkdir(out_.c_str(), 0755);
   bool ok = StartNode();
   fprintf(stderr, "maru-bench suite: node on %s, work in %s\n", node_->pool().c_str(),

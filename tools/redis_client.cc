@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -30,6 +31,10 @@ Result<RedisClient *> RedisClient::Connect(const std::string &host, int port) {
   }
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  // A peer that stops answering (or is not Redis) must not hang a benchmark.
+  timeval tv{30, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
   auto *c = new RedisClient(fd);
   c->in_.resize(1 << 20);
   return c;
@@ -145,12 +150,15 @@ Status RedisClient::Exists(const std::vector<std::string> &keys, std::vector<boo
   for (const std::string &k : keys) Append({{"EXISTS", 6}, {k.data(), k.size()}});
   MARU_RETURN_IF_ERROR(Flush());
   found->assign(keys.size(), false);
+  Status first;  // every reply is read, so the next call gets its own
   for (size_t i = 0; i < keys.size(); ++i) {
     int64_t n = 0;
-    MARU_RETURN_IF_ERROR(ReadReply(nullptr, nullptr, &n));
-    (*found)[i] = n > 0;
+    Status s = ReadReply(nullptr, nullptr, &n);
+    if (!s.ok() && s.errnum() != EIO) return s;  // the connection is broken
+    if (first.ok()) first = s;
+    (*found)[i] = s.ok() && n > 0;
   }
-  return Status::Ok();
+  return first;
 }
 
 Status RedisClient::MGet(const std::vector<std::string> &keys, std::vector<std::string> *values,
@@ -161,7 +169,9 @@ Status RedisClient::MGet(const std::vector<std::string> &keys, std::vector<std::
   MARU_RETURN_IF_ERROR(Flush());
   std::string line;
   MARU_RETURN_IF_ERROR(ReadLine(&line));
-  if (line.empty() || line[0] != '*') return Status::Error(EPROTO, "redis: MGET: " + line);
+  if (line.empty() || line[0] != '*' ||
+      strtoll(line.c_str() + 1, nullptr, 10) != static_cast<int64_t>(keys.size()))
+    return Status::Error(EPROTO, "redis: MGET: " + line);
   values->resize(keys.size());
   found->assign(keys.size(), false);
   for (size_t i = 0; i < keys.size(); ++i) {
