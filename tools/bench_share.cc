@@ -117,13 +117,17 @@ void Bump(std::atomic<int> *counter) {
   syscall(SYS_futex, reinterpret_cast<int *>(counter), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
 }
 
-// True once any of `pids` has exited (it is reaped then).
-bool AnyGone(std::vector<pid_t> *pids) {
-  for (pid_t &p : *pids)
-    if (p > 0 && waitpid(p, nullptr, WNOHANG) == p) {
-      p = -1;
-      return true;
-    }
+// True once any of `pids` has failed: killed, or exited non-zero. (One that
+// exited 0 has loaded every chunk; it is reaped and forgotten.)
+bool AnyFailed(std::vector<pid_t> *pids) {
+  int status;
+  for (pid_t &p : *pids) {
+    if (p <= 0 || waitpid(p, &status, WNOHANG) != p) continue;
+    p = -1;
+    if (WIFSIGNALED(status))
+      Fail("a consumer was killed by signal " + std::to_string(WTERMSIG(status)));
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return true;
+  }
   return false;
 }
 
@@ -211,7 +215,7 @@ int RunShare(int argc, char **argv) {
   if (pids.size() != static_cast<size_t>(consumers))
     return finish(Fail("cannot start the consumer processes"));
   // A consumer that dies (killed, out of memory) fails the run, never hangs it.
-  auto lost = [&] { return shared->failed.load() > 0 || AnyGone(&pids); };
+  auto lost = [&] { return shared->failed.load() > 0 || AnyFailed(&pids); };
   Result<std::unique_ptr<Backend>> b = Connect(server, static_cast<int>(redis_port));
   if (!b.ok()) return finish(Fail(b.status().message()));
   WaitFor(&shared->ready, [&] { return shared->ready.load() == consumers || lost(); });
