@@ -56,6 +56,53 @@ double Seconds(int64_t since_ns) {
   return static_cast<double>(NowNs() - since_ns) / 1e9;
 }
 
+// The server measured with a given number of chunks in its namespace.
+struct Point {
+  int64_t chunks;
+  double rss_mib, db_mib;
+  std::string lookup;  // maru-bench lookup's JSON
+};
+
+struct Figures {
+  int64_t chunks, wide, small, procs;
+  double small_rate, wide_rate, bulk_rate;  // chunks/s
+  double ls_f, ls_l, listed, restart;       // seconds, entries, seconds
+  std::vector<Point> points;                // empty, small, all, all after a restart
+};
+
+std::string Report(const Figures &f) {
+  std::ostringstream md;
+  md << SectionBegin("scale") << "\n## Scale: metadata at a million chunks\n\n"
+     << "Made by `maru-bench scale --chunks " << f.chunks << " --wide " << f.wide
+     << "`: a node on a 4 KiB-unit pool, filled by " << f.procs
+     << " client processes (create + seal, bytes untouched). Fill rate: "
+     << Fmt("%.0f", f.small_rate) << " chunks/s for the first " << f.small << ", "
+     << Fmt("%.0f", f.wide_rate) << " into one directory, " << Fmt("%.0f", f.bulk_rate)
+     << " for the rest.\n\n"
+     << "| chunks in the namespace | server RSS | RocksDB on disk | 128-key lookup p50 / p99 |\n"
+     << "|---|---|---|---|\n";
+  for (size_t i = 0; i < f.points.size(); ++i) {
+    const Point &p = f.points[i];
+    md << "| " << p.chunks << (i == 3 ? " (after a restart)" : "") << " | "
+       << Fmt("%.0f MiB", p.rss_mib) << " | " << Fmt("%.0f MiB", p.db_mib) << " | "
+       << Fmt("%.0f", Field(p.lookup, "p50_us")) << " / "
+       << Fmt("%.0f µs", Field(p.lookup, "p99_us")) << " |\n";
+  }
+  const double per_chunk =
+      (f.points[2].rss_mib - f.points[0].rss_mib) * 1048576.0 / static_cast<double>(f.chunks);
+  md << "\n- Memory per chunk: " << Fmt("%.0f", per_chunk) << " bytes of server RSS.\n"
+     << "- Restart with " << f.chunks << " chunks: " << Fmt("%.1f s", f.restart)
+     << " until the server answers (RocksDB read, extent maps rebuilt).\n"
+     << "- `ls -f` of the " << Fmt("%.0f", f.listed)
+     << "-entry directory through the mount: " << Fmt("%.2f s", f.ls_f)
+     << "; `ls -l` (a stat each): " << Fmt("%.2f s", f.ls_l) << ".\n"
+     << "- Lookup latency at " << f.chunks << " against " << f.small << " chunks: "
+     << Fmt("%.2f×", Field(f.points[2].lookup, "p50_us") / Field(f.points[1].lookup, "p50_us"))
+     << " (p50).\n"
+     << SectionEnd("scale") << "\n";
+  return md.str();
+}
+
 }  // namespace
 
 int RunFill(int argc, char **argv) {
@@ -162,75 +209,46 @@ int RunScale(int argc, char **argv) {
     Processes::Run({"du", "-sb", path}, &r);
     return strtod(r.c_str(), nullptr);
   };
-  struct Point {
-    int64_t chunks;
-    double rss_mib, db_mib;
-    std::string lookup;
-  };
-  std::vector<Point> points;
+  Figures f{chunks, wide, small, procs, 0, 0, 0, 0, 0, 0, 0, {}};
   auto measure = [&](int64_t n) {
     Point p{n, static_cast<double>(RssKiB(node.server_pid())) / 1024.0, du(node.db()) / 1048576.0,
             ""};
     lookup(&p.lookup);
-    points.push_back(p);
+    f.points.push_back(p);
   };
 
   measure(0);
-  const double small_rate = fill("/scale/bulk", 0, small, 10000);
+  f.small_rate = fill("/scale/bulk", 0, small, 10000);
   measure(small);
-  const double wide_rate = fill("/scale/wide", 0, wide, wide);
-  const double bulk_rate = fill("/scale/bulk", small, chunks - small - wide, 10000);
+  f.wide_rate = fill("/scale/wide", 0, wide, wide);
+  f.bulk_rate = fill("/scale/bulk", small, chunks - small - wide, 10000);
   measure(chunks);
 
   // ls of the wide directory through the mount: names only, then with stat.
   const std::string wide_dir = node.mountpoint() + "/scale/wide/d00000";
   int64_t t0 = NowNs();
   Processes::Run({"sh", "-c", "ls -f '" + wide_dir + "' | wc -l"}, &o);
-  const double ls_f = Seconds(t0), listed = strtod(o.c_str(), nullptr) - 2;
+  f.ls_f = Seconds(t0);
+  f.listed = strtod(o.c_str(), nullptr) - 2;  // "." and ".."
   t0 = NowNs();
   Processes::Run({"sh", "-c", "ls -l '" + wide_dir + "' > /dev/null"}, &o);
-  const double ls_l = Seconds(t0);
+  f.ls_l = Seconds(t0);
 
   // A restart: everything is loaded from RocksDB again.
   node.StopServer();
   t0 = NowNs();
   if (!node.StartServer({"--high-watermark", "1", "--low-watermark", "1"}, &error))
     return cleanup(Fail(error));
-  const double restart = Seconds(t0);
+  f.restart = Seconds(t0);
   measure(chunks);
 
-  std::ostringstream md;
-  md << SectionBegin("scale") << "\n## Scale: metadata at a million chunks\n\n"
-     << "Made by `maru-bench scale --chunks " << chunks << " --wide " << wide
-     << "`: a node on a 4 KiB-unit pool, filled by " << procs
-     << " client processes (create + seal, bytes untouched). Fill rate: " << Fmt("%.0f", small_rate)
-     << " chunks/s for the first " << small << ", " << Fmt("%.0f", wide_rate)
-     << " into one directory, " << Fmt("%.0f", bulk_rate) << " for the rest.\n\n"
-     << "| chunks in the namespace | server RSS | RocksDB on disk | 128-key lookup p50 / p99 |\n"
-     << "|---|---|---|---|\n";
-  for (size_t i = 0; i < points.size(); ++i) {
-    const Point &p = points[i];
-    md << "| " << p.chunks << (i + 1 == points.size() ? " (after a restart)" : "") << " | "
-       << Fmt("%.0f MiB", p.rss_mib) << " | " << Fmt("%.0f MiB", p.db_mib) << " | "
-       << Fmt("%.0f", Field(p.lookup, "p50_us")) << " / "
-       << Fmt("%.0f µs", Field(p.lookup, "p99_us")) << " |\n";
-  }
-  const double per_chunk =
-      (points[2].rss_mib - points[0].rss_mib) * 1048576.0 / static_cast<double>(chunks);
-  md << "\n- Memory per chunk: " << Fmt("%.0f", per_chunk) << " bytes of server RSS.\n"
-     << "- Restart with " << chunks << " chunks: " << Fmt("%.1f s", restart)
-     << " until the server answers (RocksDB read, extent maps rebuilt).\n"
-     << "- `ls -f` of the " << Fmt("%.0f", listed)
-     << "-entry directory through the mount: " << Fmt("%.2f s", ls_f)
-     << "; `ls -l` (a stat each): " << Fmt("%.2f s", ls_l) << ".\n"
-     << "- Lookup latency at " << chunks << " against " << small << " chunks: "
-     << Fmt("%.2f×", Field(points[2].lookup, "p50_us") / Field(points[1].lookup, "p50_us"))
-     << " (p50).\n"
-     << SectionEnd("scale") << "\n";
-  printf("%s", md.str().c_str());
+  const std::string md = Report(f);
+  printf("%s", md.c_str());
   mkdir(out.c_str(), 0755);
-  if (!WriteSection(out + "/benchmarks.md", "scale", md.str()))
+  if (!WriteSection(out + "/benchmarks.md", "scale", md))
     return cleanup(Fail("cannot write " + out + "/benchmarks.md"));
+  if (std::isnan(f.small_rate + f.wide_rate + f.bulk_rate))
+    return cleanup(Fail("some chunks could not be created"));
   return cleanup(0);
 }
 

@@ -45,6 +45,13 @@ class Suite {
   std::string Bench(const std::string &what, std::vector<std::string> args,
                     const std::vector<std::string> &env = {});
   void Measure();
+  double Get(const std::string &what, const std::string &field) const;
+  std::string TransferTable() const;
+  std::string FilesTable() const;
+  std::string MetadataTable() const;
+  std::string ReplayTable() const;
+  bool Plot(const std::string &png, std::string *error) const;
+  // The Markdown section into OUT/benchmarks.md, and the plot beside it.
   void Write();
 
   Settings s_;
@@ -184,56 +191,53 @@ void Suite::Measure() {
   }
 }
 
-void Suite::Write() {
-  auto get = [&](const std::string &what, const std::string &field) {
-    auto it = results_.find(what);
-    return it == results_.end() ? std::nan("") : Field(it->second, field);
-  };
-  const double mc = get("maru share 1", "memcpy_gbps");
+double Suite::Get(const std::string &what, const std::string &field) const {
+  auto it = results_.find(what);
+  return it == results_.end() ? std::nan("") : Field(it->second, field);
+}
+
+std::string Suite::TransferTable() const {
+  const double mc = Get("maru share 1", "memcpy_gbps");
   std::ostringstream md;
-  char stamp[64];
-  time_t now = time(nullptr);
-  strftime(stamp, sizeof(stamp), "%Y-%m-%d %H:%M", localtime(&now));
-  md << SectionBegin("suite") << "\n"
-     << "## Side by side: `maru-bench suite`\n\n"
-     << "Made by `maru-bench suite" << (s_.size < (32ull << 20) ? " (small sizes)" : "") << "` on "
-     << stamp << ", one run, " << FormatSize(s_.size)
-     << " chunks. Loads copy into the consumer's own buffer, as a Redis GET does. "
-     << "GB/s are medians; ratios are to memcpy of the same size and to Redis, both measured in "
-     << "this run.\n\n"
-     << "| workload | Maru | ×memcpy | Redis (loopback) | ×memcpy | Maru ÷ Redis |\n"
-     << "|---|---|---|---|---|---|\n";
-  md << "| memcpy (the limit) | " << Fmt("%.2f GB/s", mc) << " | 1.00 | | | |\n";
+  md << "| workload | Maru | ×memcpy | Redis (loopback) | ×memcpy | Maru ÷ Redis |\n"
+     << "|---|---|---|---|---|---|\n"
+     << "| memcpy (the limit) | " << Fmt("%.2f GB/s", mc) << " | 1.00 | | | |\n";
   auto row = [&](const std::string &name, double maru, double redis) {
     md << "| " << name << " | " << Fmt("%.2f GB/s", maru) << " | " << Fmt("%.2f", maru / mc)
        << " | " << Fmt("%.2f GB/s", redis) << " | " << Fmt("%.2f", redis / mc) << " | "
        << Fmt("%.1f×", maru / redis) << " |\n";
   };
-  row("store, 1 producer", get("maru share 1", "store_gbps"), get("redis share 1", "store_gbps"));
+  row("store, 1 producer", Get("maru share 1", "store_gbps"), Get("redis share 1", "store_gbps"));
   for (int n : s_.consumers) {
     const std::string k = std::to_string(n);
     row("load, " + k + " consumer" + (n > 1 ? "s (all together)" : ""),
-        get("maru share " + k, "load_gbps"), get("redis share " + k, "load_gbps"));
+        Get("maru share " + k, "load_gbps"), Get("redis share " + k, "load_gbps"));
   }
-  md << "| UCX remote store / load, 1 consumer (TCP) | "
-     << Fmt("%.2f", get("ucx share 1", "store_gbps")) << " / "
-     << Fmt("%.2f GB/s", get("ucx share 1", "load_gbps")) << " | "
-     << Fmt("%.2f", get("ucx share 1", "store_gbps") / mc) << " / "
-     << Fmt("%.2f", get("ucx share 1", "load_gbps") / mc) << " | | | |\n\n";
+  const double us = Get("ucx share 1", "store_gbps"), ul = Get("ucx share 1", "load_gbps");
+  md << "| UCX remote store / load, 1 consumer (TCP) | " << Fmt("%.2f", us) << " / "
+     << Fmt("%.2f GB/s", ul) << " | " << Fmt("%.2f", us / mc) << " / " << Fmt("%.2f", ul / mc)
+     << " | | | |\n\n";
+  return md.str();
+}
 
-  const double fw = get("files maru-fuse", "write_gbps"), fr = get("files maru-fuse", "read_gbps"),
-               tw = get("files tmpfs", "write_gbps"), tr = get("files tmpfs", "read_gbps");
+std::string Suite::FilesTable() const {
+  const double fw = Get("files maru-fuse", "write_gbps"), fr = Get("files maru-fuse", "read_gbps"),
+               tw = Get("files tmpfs", "write_gbps"), tr = Get("files tmpfs", "read_gbps");
+  std::ostringstream md;
   md << "| files (1 MiB write/read calls) | maru-fuse | tmpfs | ×tmpfs |\n|---|---|---|---|\n"
      << "| write + close | " << Fmt("%.2f GB/s", fw) << " | " << Fmt("%.2f GB/s", tw) << " | "
      << Fmt("%.2f", fw / tw) << " |\n"
      << "| cold read | " << Fmt("%.2f GB/s", fr) << " | " << Fmt("%.2f GB/s", tr) << " | "
      << Fmt("%.2f", fr / tr) << " |\n\n";
+  return md.str();
+}
 
-  md << "| metadata | |\n|---|---|\n";
-  if (auto it = results_.find("lookup 128"); it != results_.end())
-    md << "| batched prefix lookup, 128 keys, p50 / p99 | "
-       << Fmt("%.0f", Field(it->second, "p50_us")) << " / "
-       << Fmt("%.0f µs", Field(it->second, "p99_us")) << " |\n";
+std::string Suite::MetadataTable() const {
+  std::ostringstream md;
+  md << "| metadata | |\n|---|---|\n"
+     << "| batched prefix lookup, 128 keys, p50 / p99 | "
+     << Fmt("%.0f", Get("lookup 128", "p50_us")) << " / "
+     << Fmt("%.0f µs", Get("lookup 128", "p99_us")) << " |\n";
   if (auto it = results_.find("ops"); it != results_.end())
     for (int t : {1, 2, 4, 8}) {
       size_t at = it->second.find("{\"threads\":" + std::to_string(t) + ",");
@@ -242,59 +246,77 @@ void Suite::Write() {
            << Fmt("%.0f ops/s", Field(it->second, "lookups_per_s", at)) << " |\n";
     }
   md << "\n";
+  return md.str();
+}
 
-  if (results_.count("replay maru")) {
-    md << "| trace replay, " << s_.clients
-       << " instances | block hit ratio | cached prefix p50 / p99 | requests/s |\n"
-       << "|---|---|---|---|\n";
-    for (const char *sys : {"maru", "redis"}) {
-      auto it = results_.find(std::string("replay ") + sys);
-      if (it == results_.end()) continue;
-      const std::string &j = it->second;
-      md << "| " << sys << " | " << Fmt("%.4f", Field(j, "hit_ratio")) << " | "
-         << Fmt("%.0f", Field(j, "prefix_p50_us")) << " / "
-         << Fmt("%.0f µs", Field(j, "prefix_p99_us")) << " | "
-         << Fmt("%.0f", Field(j, "requests_per_s")) << " |\n";
-    }
-    md << "\nThe cached prefix is obtained by one batched lookup and a read of every page in "
-          "place (Maru), or a pipelined EXISTS and an MGET of the prefix (Redis, which "
-          "evicts by its own sampled LRU at the same capacity in bytes).\n\n";
+std::string Suite::ReplayTable() const {
+  if (!results_.count("replay maru")) return "";
+  std::ostringstream md;
+  md << "| trace replay, " << s_.clients
+     << " instances | block hit ratio | cached prefix p50 / p99 | requests/s |\n"
+     << "|---|---|---|---|\n";
+  for (const std::string sys : {"maru", "redis"}) {
+    if (!results_.count("replay " + sys)) continue;
+    md << "| " << sys << " | " << Fmt("%.4f", Get("replay " + sys, "hit_ratio")) << " | "
+       << Fmt("%.0f", Get("replay " + sys, "prefix_p50_us")) << " / "
+       << Fmt("%.0f µs", Get("replay " + sys, "prefix_p99_us")) << " | "
+       << Fmt("%.0f", Get("replay " + sys, "requests_per_s")) << " |\n";
   }
-  for (const std::string &n : notes_) md << "- " << n << "\n";
-  md << "\n![load throughput by consumers](benchmarks-suite.png)\n" << SectionEnd("suite") << "\n";
+  md << "\nThe cached prefix is obtained by one batched lookup and a read of every page in "
+        "place (Maru), or a pipelined EXISTS and an MGET of the prefix (Redis, which evicts by "
+        "its own sampled LRU at the same capacity in bytes).\n\n";
+  return md.str();
+}
 
-  const std::string doc = out_ + "/benchmarks.md";
-  if (!WriteSection(doc, "suite", md.str())) {
-    notes_.push_back("cannot write " + doc);
-    Fail("cannot write " + doc);
-  }
-
-  // The plot: load throughput against consumers, as ratios to memcpy.
-  const std::string dat = work_ + "/suite.dat", plot = out_ + "/benchmarks-suite.png";
+// Load throughput against consumers, as ratios to memcpy.
+bool Suite::Plot(const std::string &png, std::string *error) const {
+  const double mc = Get("maru share 1", "memcpy_gbps");
+  const std::string dat = work_ + "/suite.dat", script = work_ + "/suite.gp";
   {
     std::ofstream d(dat);
     for (int n : s_.consumers) {
       const std::string k = std::to_string(n);
-      d << n << " " << Fmt("%.3f", get("maru share " + k, "load_gbps") / mc) << " "
-        << Fmt("%.3f", get("redis share " + k, "load_gbps") / mc) << "\n";
+      d << n << " " << Fmt("%.3f", Get("maru share " + k, "load_gbps") / mc) << " "
+        << Fmt("%.3f", Get("redis share " + k, "load_gbps") / mc) << "\n";
     }
+    std::ofstream g(script);
+    g << "set terminal png size 800,480\nset output '" << png << "'\n"
+      << "set title 'Loading shared " << FormatSize(s_.size) << " KV chunks'\n"
+      << "set xlabel 'consumer processes'\nset ylabel 'load throughput, x memcpy'\n"
+      << "set style data histograms\nset style fill solid 0.8\nset boxwidth 0.9\n"
+      << "set yrange [0:*]\nset key top right\nset datafile missing '–'\n"
+      << "plot '" << dat << "' using 2:xtic(1) title 'Maru (shared pool)', '' using 3 title "
+      << "'Redis (loopback)'\n";
   }
-  std::ofstream g(work_ + "/suite.gp");
-  g << "set terminal png size 800,480\nset output '" << plot << "'\n"
-    << "set title 'Loading shared " << FormatSize(s_.size) << " KV chunks'\n"
-    << "set xlabel 'consumer processes'\nset ylabel 'load throughput, x memcpy'\n"
-    << "set style data histograms\nset style fill solid 0.8\nset boxwidth 0.9\n"
-    << "set yrange [0:*]\nset key top right\nset datafile missing '–'\n"
-    << "plot '" << dat << "' using 2:xtic(1) title 'Maru (shared pool)', '' using 3 title "
-    << "'Redis (loopback)'\n";
-  g.close();
-  std::string out;
   const std::string gnuplot = FromPath("gnuplot");
-  if (gnuplot.empty() || Processes::Run({gnuplot, work_ + "/suite.gp"}, &out) != 0)
-    fprintf(stderr, "maru-bench: no plot (gnuplot: %s)\n",
-            gnuplot.empty() ? "not installed" : out.c_str());
+  if (gnuplot.empty()) return *error = "gnuplot is not installed", false;
+  return Processes::Run({gnuplot, script}, error) == 0;
+}
+
+void Suite::Write() {
+  const std::string doc = out_ + "/benchmarks.md", png = out_ + "/benchmarks-suite.png";
+  std::string error;
+  if (!Plot(png, &error)) notes_.push_back("no plot: " + error.substr(0, error.find('\n')));
+  char stamp[64];
+  time_t now = time(nullptr);
+  strftime(stamp, sizeof(stamp), "%Y-%m-%d %H:%M", localtime(&now));
+  std::ostringstream md;
+  md << SectionBegin("suite") << "\n## Side by side: `maru-bench suite`\n\n"
+     << "Made by `maru-bench suite" << (s_.size < (32ull << 20) ? " (small sizes)" : "") << "` on "
+     << stamp << ", one run, " << FormatSize(s_.size)
+     << " chunks. Loads copy into the consumer's own buffer, as a Redis GET does. GB/s are "
+        "medians; ratios are to memcpy of the same size and to Redis, both measured in this "
+        "run.\n\n"
+     << TransferTable() << FilesTable() << MetadataTable() << ReplayTable();
+  for (const std::string &n : notes_) md << "- " << n << "\n";
+  md << "\n![load throughput by consumers](benchmarks-suite.png)\n" << SectionEnd("suite") << "\n";
   printf("%s", md.str().c_str());
-  printf("written: %s, %s\n", doc.c_str(), plot.c_str());
+  if (!WriteSection(doc, "suite", md.str())) {
+    notes_.push_back("cannot write " + doc);
+    Fail("cannot write " + doc);
+    return;
+  }
+  printf("written: %s, %s\n", doc.c_str(), png.c_str());
 }
 
 int Suite::Run() {
