@@ -44,14 +44,6 @@ bool HoldsBlock(maru_chunk_t *c, uint64_t block, uint64_t block_bytes) {
   return data[block_bytes - 1] == want;
 }
 
-double Percentile(std::vector<uint32_t> values, double q) {
-  if (values.empty()) return 0;
-  const size_t at =
-      std::min(values.size() - 1, static_cast<size_t>(q * static_cast<double>(values.size())));
-  std::nth_element(values.begin(), values.begin() + static_cast<ptrdiff_t>(at), values.end());
-  return values[at];
-}
-
 std::string BlockPath(const std::string &dir, uint64_t block) {
   return dir + "/b" + std::to_string(block);
 }
@@ -280,8 +272,8 @@ int RunReplay(int argc, char **argv) {
   printf("  requests/s                %.1f   (%" PRIu64 " blocks stored, %" PRIu64
          " not stored for lack of evictable space, %" PRIu64 " errors)\n",
          rps, shared->stored.load(), shared->not_stored.load(), shared->errors.load());
-  std::vector<uint32_t> prefix_us(shared->prefix_us, shared->prefix_us + trace->size());
-  const double p50 = Percentile(prefix_us, 0.5), p99 = Percentile(prefix_us, 0.99);
+  std::vector<double> prefix_us(shared->prefix_us, shared->prefix_us + trace->size());
+  const double p50 = Quantile(prefix_us, 0.5), p99 = Quantile(prefix_us, 0.99);
   printf(
       "  cached prefix obtained    p50 %.0f us, p99 %.0f us (lookup, then every page read "
       "in place)\n",

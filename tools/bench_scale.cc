@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cinttypes>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -177,7 +178,8 @@ int RunScale(int argc, char **argv) {
   auto cleanup = [&](int rc) {
     node.Stop();
     procs_.StopAll();
-    Processes::Run({"rm", "-rf", work}, &o);
+    std::error_code ec;
+    std::filesystem::remove_all(work, ec);
     return rc;
   };
   if (!node.Format(pool, unit, &error) ||

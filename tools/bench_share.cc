@@ -160,10 +160,6 @@ int Consumer(const std::string &server, int redis_port, const std::string &dir, 
   return 0;
 }
 
-double Median(std::vector<double> v) {
-  return Quantile(v, 0.5);
-}
-
 }  // namespace
 
 int RunShare(int argc, char **argv) {
@@ -244,7 +240,8 @@ int RunShare(int argc, char **argv) {
     (*b)->Remove(key);
   }
   int rc = finish(0);
-  const double mc = Median(memcpy_gbps), st = Median(store_gbps), ld = Median(load_gbps);
+  const double mc = Quantile(memcpy_gbps, 0.5), st = Quantile(store_gbps, 0.5),
+               ld = Quantile(load_gbps, 0.5);
   const char *backend = redis_port > 0 ? "redis" : "maru";
   printf("%s: %" PRId64
          " consumer%s of %s chunks: store %.2f GB/s (%.2fx memcpy), load %.2f GB/s "

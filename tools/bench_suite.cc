@@ -11,6 +11,7 @@
 
 #include <cinttypes>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -337,8 +338,9 @@ int Suite::Run() {
   }
   node_->Stop();
   procs_.StopAll();
-  std::string out;
-  Processes::Run({"rm", "-rf", work_, tmpfs_}, &out);
+  std::error_code ec;
+  std::filesystem::remove_all(work_, ec);
+  std::filesystem::remove_all(tmpfs_, ec);
   return ok && notes_.empty() ? 0 : 1;
 }
 

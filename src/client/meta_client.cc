@@ -145,6 +145,8 @@ int MetaClient::OpenSession(bool resume) {
   std::lock_guard<std::mutex> lock(session_mu_);
   info_ = rep;
   session_.store(rep.session());
+  // Half the session timeout of silence is the most a lease may be trusted.
+  lease_trust_ms_.store(std::max<int64_t>(rep.timeout_ms() / 2, 1));
   return 0;
 }
 
@@ -194,9 +196,9 @@ void MetaClient::AttachReleases(rpc::Header *header) {
   to_release_.clear();
 }
 
-void MetaClient::RequeueReleases(const rpc::Header &header) {
+void MetaClient::RequeueReleases(const google::protobuf::RepeatedField<uint64_t> &leases) {
   std::lock_guard<std::mutex> lock(lease_mu_);
-  to_release_.insert(to_release_.end(), header.release().begin(), header.release().end());
+  to_release_.insert(to_release_.end(), leases.begin(), leases.end());
 }
 
 bool MetaClient::LeaseValid(uint64_t handle) {
@@ -205,9 +207,7 @@ bool MetaClient::LeaseValid(uint64_t handle) {
     auto it = tracked_.find(handle);
     if (it == tracked_.end() || it->second.lease == 0) return false;
   }
-  // Half the session timeout of silence is the most a lease may be trusted.
-  const int64_t timeout = session_info().timeout_ms();
-  return MonotonicMs() - last_answer_ms_.load() < std::max<int64_t>(timeout / 2, 1);
+  return MonotonicMs() - last_answer_ms_.load() < lease_trust_ms_.load();
 }
 
 void MetaClient::FlushReleases() {
@@ -223,10 +223,7 @@ void MetaClient::FlushReleases() {
   // A lease the server already forgot needs no release; one that did not
   // reach it is sent again later (ids are never reused, so twice is safe).
   if (fast_ && fast_->Call(fastlane::kRelease, req, &rep) == 0) return;
-  if (CallOnce(&Stub::Release, req, &rep) < 0 && rep.error() == 0) {
-    std::lock_guard<std::mutex> lock(lease_mu_);
-    to_release_.insert(to_release_.end(), req.leases().begin(), req.leases().end());
-  }
+  if (CallOnce(&Stub::Release, req, &rep) < 0 && rep.error() == 0) RequeueReleases(req.leases());
 }
 
 void MetaClient::Background() {

@@ -98,7 +98,7 @@ class MetaClient {
   // Moves queued lease releases into a request's header (they ride along)
   // and, if the request then never reached the server, back to the queue.
   void AttachReleases(rpc::Header *header);
-  void RequeueReleases(const rpc::Header &header);
+  void RequeueReleases(const google::protobuf::RepeatedField<uint64_t> &leases);
 
   const std::string address_;
   const ClientOptions options_;
@@ -106,6 +106,7 @@ class MetaClient {
   std::unique_ptr<Stub> stub_;
   std::atomic<uint64_t> session_{0};
   std::atomic<int64_t> last_answer_ms_{0};  // the server last answered this session
+  std::atomic<int64_t> lease_trust_ms_{1};  // how long after that a lease surely holds
   std::unique_ptr<FastLaneClient> fast_;
   mutable std::mutex session_mu_;          // guards info_
   std::mutex resume_mu_;                   // one resume at a time
@@ -146,7 +147,7 @@ int MetaClient::CallFast(uint8_t op, Method<Req, Rep> method, Req &req, Rep *rep
     req.mutable_header()->set_session(session_.load());
     int rc = fast_->Call(op, req, rep);
     if (rc == -ETIMEDOUT) {
-      RequeueReleases(req.header());  // maybe never served
+      RequeueReleases(req.header().release());  // maybe never served
       return rc;
     }
     if (rc == 0 && rep->error() != ENOTCONN) {
@@ -179,7 +180,7 @@ int MetaClient::Call(Method<Req, Rep> method, Req &req, Rep *rep, const rpc::Cal
       if (rc == 0) continue;
     }
     if (rc != -ENOTCONN || rep->error() == ENOTCONN || MonotonicMs() >= give_up) {
-      if (rc < 0 && rep->error() == 0) RequeueReleases(req.header());  // never served
+      if (rc < 0 && rep->error() == 0) RequeueReleases(req.header().release());  // never served
       return rc;
     }
     // The server is unreachable: wait for it to come back.

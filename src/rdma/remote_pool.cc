@@ -150,20 +150,21 @@ Status RemotePool::Grant(Agent &agent, uint64_t session, uint32_t device,
 
 Status RemotePool::Move(uint64_t session, const std::vector<Transfer> &transfers, bool put) {
   std::lock_guard<std::mutex> lock(mu_);
-  fresh_failed_ = false;
-  Status s = MoveOnce(session, transfers, put);
+  bool fresh_failed = false;
+  Status s = MoveOnce(session, transfers, put, &fresh_failed);
   // UCX may reset a connection while setting it up (seen over TCP under
   // load). One that never completed an exchange is made again, once: the
   // transfers are idempotent. A proven connection that breaks is reported.
-  if (!s.ok() && fresh_failed_) {
+  if (!s.ok() && fresh_failed) {
     LOG_INFO("%s; connecting again", s.ToString().c_str());
-    s = MoveOnce(session, transfers, put);
+    s = MoveOnce(session, transfers, put, &fresh_failed);
   }
   if (!s.ok()) LOG_WARN("%s", s.ToString().c_str());
   return s;
 }
 
-Status RemotePool::MoveOnce(uint64_t session, const std::vector<Transfer> &transfers, bool put) {
+Status RemotePool::MoveOnce(uint64_t session, const std::vector<Transfer> &transfers, bool put,
+                            bool *fresh_failed) {
   std::map<uint32_t, std::vector<const Transfer *>> by_device;
   for (const Transfer &t : transfers) by_device[t.device].push_back(&t);
   std::vector<std::pair<Agent *, void *>> requests;
@@ -189,7 +190,7 @@ Status RemotePool::MoveOnce(uint64_t session, const std::vector<Transfer> &trans
           std::string(put ? "put to " : "get from ") + a->address + ": " + ucs_status_string(st));
   }
   for (auto &[device, agent] : agents_) {
-    if (agent.failed && !agent.proven) fresh_failed_ = true;
+    if (agent.failed && !agent.proven) *fresh_failed = true;
     if (agent.failed) Disconnect(agent);
   }
   return result;

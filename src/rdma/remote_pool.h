@@ -64,7 +64,10 @@ class RemotePool {
 
   RemotePool() = default;
   Status Move(uint64_t session, const std::vector<Transfer> &transfers, bool put);
-  Status MoveOnce(uint64_t session, const std::vector<Transfer> &transfers, bool put);
+  // One try; `fresh_failed` tells whether a connection failed before its
+  // first complete exchange.
+  Status MoveOnce(uint64_t session, const std::vector<Transfer> &transfers, bool put,
+                  bool *fresh_failed);
   // Grants and posts the transfers of one device, appending the requests.
   Status Post(uint64_t session, uint32_t device, const std::vector<const Transfer *> &list,
               bool put, std::vector<std::pair<Agent *, void *>> *requests);
@@ -77,7 +80,6 @@ class RemotePool {
                               size_t length, const ucp_am_recv_param_t *param);
 
   std::mutex mu_;
-  bool fresh_failed_ = false;  // MoveOnce: a connection failed before it was proven
   std::unique_ptr<UcxWorker> ucx_;
   std::map<uint32_t, Agent> agents_;
   std::map<uint64_t, Reply> replies_;
