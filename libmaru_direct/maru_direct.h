@@ -80,6 +80,15 @@ typedef struct maru_chunk maru_chunk_t;
  * the pool, once for the whole process. */
 int maru_connect(const char *target, maru_t **out);
 
+typedef struct maru_connect_opts {
+  const char *instance; /* this client's name ("vllm-0"), shown by maructl
+                         * sessions, marutop and /metrics; NULL for none;
+                         * at most 64 bytes (-ENAMETOOLONG) */
+} maru_connect_opts_t;
+
+/* maru_connect() with options; `opts` may be NULL. */
+int maru_connect_ex(const char *target, const maru_connect_opts_t *opts, maru_t **out);
+
 /* Releases every lease, aborts unsealed chunks, closes the session and
  * unmaps the pool. Chunk handles of `m` must not be used afterwards. */
 void maru_disconnect(maru_t *m);
@@ -97,7 +106,15 @@ typedef struct maru_create_opts {
   uint32_t mode;      /* permission bits; 0 means 0644 */
   const char *parent; /* the chunk this one extends (a prefix chain), or NULL */
   int checksum;       /* enum maru_checksum, computed at seal */
+  uint32_t flags;     /* MARU_CREATE_* */
 } maru_create_opts_t;
+
+/* One extent: maru_chunk_data() then points inside a region that
+ * maru_pool_regions() lists. Without it a chunk may be split over several
+ * extents when no free run fits it, and its bytes are then shown through a
+ * private view of this process. -ENOSPC if no free run (after eviction)
+ * fits. */
+#define MARU_CREATE_CONTIGUOUS 0x1u
 
 /* maru_create() with options; `opts` may be NULL. */
 int maru_create_ex(maru_t *m, const char *path, uint64_t size, const maru_create_opts_t *opts,
@@ -112,6 +129,43 @@ int maru_create_child(maru_t *m, const char *path, const char *parent, uint64_t 
  * read handle (with a lease) until maru_release(). */
 int maru_seal(maru_chunk_t *c);
 
+/* The most requests one batched call takes; more is -E2BIG. */
+#define MARU_BATCH_MAX 4096
+
+typedef struct maru_create_req {
+  const char *path;    /* in: absolute path of the new chunk */
+  uint64_t size;       /* in: bytes */
+  const char *parent;  /* in: the chunk this one extends, or NULL */
+  maru_chunk_t *chunk; /* out: the writable handle, or NULL */
+  int result;          /* out: 0 or a negative errno for this chunk */
+} maru_create_req_t;
+
+/* maru_create_ex() of n chunks in one round trip. `opts` (may be NULL)
+ * applies to all; its `parent` is ignored, each request names its own.
+ * Returns 0 when the call went through, and then each request's `result`
+ * tells how its chunk fared (a failed one has chunk NULL); otherwise a
+ * negative errno for the whole call (-EINVAL, -E2BIG, -ENOTCONN) and no
+ * chunk was created. */
+int maru_create_batch(maru_t *m, maru_create_req_t *reqs, size_t n,
+                      const maru_create_opts_t *opts);
+
+/* maru_seal() of n chunks of one maru_t in one round trip; results[i] gets
+ * 0 or a negative errno for chunks[i]. Returns 0 when the call went
+ * through, else a negative errno for the whole call. */
+int maru_seal_batch(maru_chunk_t *const *chunks, size_t n, int *results);
+
+/* Allocate first, name later: reserves `size` bytes under no name (opts as
+ * for maru_create_ex(); its parent is ignored). Fill maru_chunk_data(*out),
+ * then maru_publish(), or maru_release() to give the space back. */
+int maru_alloc(maru_t *m, uint64_t size, const maru_create_opts_t *opts, maru_chunk_t **out);
+
+/* Names a chunk from maru_alloc() at `path` (extending `parent`, or NULL)
+ * and seals it, in one step. First writer wins: if `path` exists or is
+ * being written, -EEXIST and the reserved space is freed (the handle then
+ * holds nothing; release it). On success the handle is a read handle, as
+ * after maru_seal(). */
+int maru_publish(maru_chunk_t *c, const char *path, const char *parent);
+
 /* --- Loading ------------------------------------------------------------ */
 
 /* Opens a sealed chunk for reading, with a lease. */
@@ -123,6 +177,12 @@ int maru_open(maru_t *m, const char *path, maru_chunk_t **out);
  * NULL. Returns 0 even when *hits < n. */
 int maru_lookup_prefix(maru_t *m, const char *const *paths, size_t n, maru_chunk_t **out,
                        size_t *hits);
+
+/* How many of paths[0..n) from the start exist as sealed chunks the
+ * caller may read, stopping at the first that does not, in one round trip
+ * and taking no lease: a counted chunk may be gone (evicted, unlinked) by
+ * the time it is opened. */
+int maru_count_prefix(maru_t *m, const char *const *paths, size_t n, size_t *count);
 
 /* The chunk's bytes: contiguous, in shared memory, valid until release.
  * Writable only before maru_seal(). On a host that reaches the pool through
@@ -166,6 +226,14 @@ int maru_pin(maru_t *m, const char *path);
 int maru_pin_ttl(maru_t *m, const char *path, uint64_t ttl_ms);
 int maru_unpin(maru_t *m, const char *path);
 
+/* maru_pin_ttl() (ttl_ms 0: no deadline), maru_unpin() and maru_unlink() of
+ * n paths in one round trip; results[i] gets 0 or a negative errno for
+ * paths[i]. Return 0 when the call went through, else a negative errno for
+ * the whole call (-EINVAL, -E2BIG, -ENOTCONN). */
+int maru_pin_batch(maru_t *m, const char *const *paths, size_t n, uint64_t ttl_ms, int *results);
+int maru_unpin_batch(maru_t *m, const char *const *paths, size_t n, int *results);
+int maru_unlink_batch(maru_t *m, const char *const *paths, size_t n, int *results);
+
 typedef struct maru_pool_info {
   uint64_t total; /* allocatable bytes */
   uint64_t free;  /* bytes free now */
@@ -175,6 +243,19 @@ typedef struct maru_pool_info {
 
 /* Capacity and usage of the pool behind `m`. */
 int maru_pool_info(maru_t *m, maru_pool_info_t *out);
+
+typedef struct maru_region {
+  void *base;      /* start of this process's mapping of one pool device */
+  uint64_t length; /* bytes */
+  uint32_t device; /* the device's index in the pool */
+} maru_region_t;
+
+/* The pool mappings of this process, for registering them once with a
+ * device (cudaHostRegister): every chunk created with
+ * MARU_CREATE_CONTIGUOUS, and every chunk in one extent, has its bytes
+ * inside one of them. Fills out[0..min(max, count)) and sets *count to the
+ * number of regions (0 on a host that reaches the pool through an agent). */
+int maru_pool_regions(maru_t *m, maru_region_t *out, size_t max, size_t *count);
 
 /* A static description of a negative (or positive) errno. */
 const char *maru_strerror(int err);
