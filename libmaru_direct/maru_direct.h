@@ -146,8 +146,7 @@ typedef struct maru_create_req {
  * tells how its chunk fared (a failed one has chunk NULL); otherwise a
  * negative errno for the whole call (-EINVAL, -E2BIG, -ENOTCONN) and no
  * chunk was created. */
-int maru_create_batch(maru_t *m, maru_create_req_t *reqs, size_t n,
-                      const maru_create_opts_t *opts);
+int maru_create_batch(maru_t *m, maru_create_req_t *reqs, size_t n, const maru_create_opts_t *opts);
 
 /* maru_seal() of n chunks of one maru_t in one round trip; results[i] gets
  * 0 or a negative errno for chunks[i]. Returns 0 when the call went
