@@ -158,6 +158,44 @@ TEST(Superblock, RoundTripsAndDetectsCorruption) {
             std::string::npos);
 }
 
+// A superblock whose CRC is valid but whose geometry mkpool would never
+// write is refused: a 1-byte unit would let extents share pages.
+TEST(Superblock, RefusesGeometryWithAValidCrc) {
+  auto decode = [](void (*edit)(Superblock &)) {
+    Superblock sb;
+    sb.pool_uuid = NewUuid();
+    sb.device_uuid = NewUuid();
+    sb.size = 64 << 20;
+    sb.alignment = 4096;
+    sb.unit = 65536;
+    sb.data_offset = 65536;
+    sb.epoch = NewEpoch();
+    edit(sb);
+    std::vector<uint8_t> buf(kSuperblockBytes);
+    sb.Encode(buf.data());
+    return Superblock::Decode(buf.data(), 64 << 20).status();
+  };
+  EXPECT_TRUE(decode([](Superblock &) {}).ok());
+  const std::vector<void (*)(Superblock &)> bad = {
+      [](Superblock &sb) { sb.unit = 1; },
+      [](Superblock &sb) { sb.unit = 2048; },
+      [](Superblock &sb) { sb.unit = 3 * 65536; },
+      [](Superblock &sb) { sb.unit = 2ull << 30; },
+      [](Superblock &sb) { sb.alignment = 1; },
+      [](Superblock &sb) { sb.alignment = 1 << 20; },  // above the unit
+      [](Superblock &sb) { sb.data_offset = 0; },
+      [](Superblock &sb) { sb.data_offset = 65536 + 4096; },
+      [](Superblock &sb) { sb.data_offset = sb.size; },
+      [](Superblock &sb) { sb.size = (64 << 20) - 4096; },
+  };
+  for (size_t i = 0; i < bad.size(); ++i) {
+    Status s = decode(bad[i]);
+    EXPECT_EQ(s.errnum(), EINVAL) << "case " << i;
+    EXPECT_NE(s.message().find("geometry"), std::string::npos)
+        << "case " << i << ": " << s.ToString();
+  }
+}
+
 TEST(FormatPool, CreatesRefusesAndReformats) {
   std::string path = "/dev/shm/" + maru_test::UniqueName("maru-format") + ".pool";
   FormatOptions options;

@@ -48,6 +48,29 @@ void RandomBytes(void *out, size_t len) {
   }
 }
 
+// A CRC only proves the bytes are the ones someone wrote, not that they
+// make sense: a unit below a page would let extents share pages (and the
+// mapping code assumes page-aligned extents), so geometry is checked on its
+// own, the way mkpool would have made it.
+Status CheckGeometry(const RawSuperblock &raw) {
+  auto bad = [](const std::string &what) {
+    return Status::Error(EINVAL, "superblock geometry is inconsistent: " + what);
+  };
+  if (!IsPowerOfTwo(raw.alignment) || raw.alignment < kMinUnit || raw.alignment > kMaxUnit)
+    return bad("alignment " + std::to_string(raw.alignment) +
+               " is not a power of two from 4K to 1G");
+  if (!IsPowerOfTwo(raw.unit) || raw.unit < kMinUnit || raw.unit > kMaxUnit)
+    return bad("allocation unit " + std::to_string(raw.unit) +
+               " is not a power of two from 4K to 1G");
+  if (raw.unit < raw.alignment) return bad("allocation unit is smaller than the alignment");
+  if (raw.data_offset % raw.unit || raw.data_offset < kSuperblockBytes)
+    return bad("data offset " + std::to_string(raw.data_offset) +
+               " is not a whole number of units past the superblock");
+  if (raw.size % raw.unit || raw.data_offset >= raw.size || raw.size - raw.data_offset < raw.unit)
+    return bad("size " + std::to_string(raw.size) + " does not hold whole units of data");
+  return Status::Ok();
+}
+
 }  // namespace
 
 void Superblock::Encode(uint8_t *out) const {
@@ -81,9 +104,7 @@ Result<Superblock> Superblock::Decode(const uint8_t *in, uint64_t device_size) {
     return Status::Error(EINVAL, "superblock header size mismatch");
   if (Crc32c(&raw, offsetof(RawSuperblock, crc)) != raw.crc)
     return Status::Error(EINVAL, "superblock CRC mismatch (corrupted)");
-  if (!IsPowerOfTwo(raw.unit) || !IsPowerOfTwo(raw.alignment) || raw.data_offset % raw.unit ||
-      raw.data_offset < kSuperblockBytes || raw.data_offset >= raw.size)
-    return Status::Error(EINVAL, "superblock geometry is inconsistent");
+  if (Status s = CheckGeometry(raw); !s.ok()) return s;
   if (raw.size > device_size)
     return Status::Error(EINVAL, "device is smaller (" + FormatSize(device_size) +
                                      ") than its superblock says (" + FormatSize(raw.size) +

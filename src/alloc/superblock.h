@@ -15,6 +15,9 @@ using Uuid = std::array<uint8_t, 16>;
 
 constexpr uint32_t kSuperblockVersion = 1;
 constexpr uint64_t kSuperblockBytes = 4096;
+// Allocation units (and mapping alignments) a superblock may declare.
+constexpr uint64_t kMinUnit = 4096;
+constexpr uint64_t kMaxUnit = 1ull << 30;
 
 struct Superblock {
   Uuid pool_uuid{};
