@@ -11,6 +11,8 @@
 namespace maru {
 namespace {
 
+constexpr size_t kFrameReadStep = 64 << 10;
+
 Status ReadExactly(int fd, void *buf, size_t len) {
   auto *p = static_cast<uint8_t *>(buf);
   while (len > 0) {
@@ -63,8 +65,22 @@ Status ReadFrame(int fd, uint8_t *code, std::string *payload, uint32_t max) {
   memcpy(&len, header, 4);
   if (len > max) return Status::Error(EMSGSIZE, "frame too large");
   *code = header[4];
-  payload->resize(len);
-  return ReadExactly(fd, payload->data(), len);
+  // Grow with the bytes that actually arrive: a header alone must not make
+  // the reader allocate the length it announces (a peer could announce
+  // 16 MiB on each of many idle connections).
+  payload->clear();
+  while (payload->size() < len) {
+    const size_t have = payload->size();
+    const size_t step = std::min<size_t>(len - have, kFrameReadStep);
+    payload->resize(have + step);
+    Status s = ReadExactly(fd, payload->data() + have, step);
+    if (!s.ok()) {
+      payload->clear();
+      payload->shrink_to_fit();
+      return s;
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace maru
