@@ -429,8 +429,14 @@ void MaruFs::Flush(fuse_req_t req, fuse_ino_t, fuse_file_info *fi) {
   fuse_reply_err(req, rc < 0 ? FsErrno(rc) : 0);
 }
 
-void MaruFs::Fsync(fuse_req_t req, fuse_ino_t, int, fuse_file_info *) {
-  fuse_reply_err(req, 0);
+void MaruFs::Fsync(fuse_req_t req, fuse_ino_t, int, fuse_file_info *fi) {
+  // As close: when fsync returns, the file is sealed and published, with
+  // its metadata in RocksDB. A later write on the descriptor starts a new
+  // version, as after a close. A reader's descriptor has nothing to do,
+  // even one reading a file this mount is writing: only its writer
+  // decides when the file is complete.
+  int rc = Handle(fi)->Publish();
+  fuse_reply_err(req, rc < 0 ? FsErrno(rc) : 0);
 }
 
 void MaruFs::Release(fuse_req_t req, fuse_ino_t, fuse_file_info *fi) {
