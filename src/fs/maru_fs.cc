@@ -61,9 +61,24 @@ int FsErrno(int rc) {
   return -rc;
 }
 
+// An open directory: a snapshot of its entries, listed at offsets that
+// stay stable while it is read even if entries come and go.
 struct DirHandle {
   std::vector<rpc::DirEntry> entries;
-  rpc::Attr self, parent;
+  rpc::Attr self;
+  size_t count() const { return entries.size() + 2; }
+  // Position i of the listing: 0 is ".", 1 is "..", 2 + k is entry k.
+  void At(size_t i, fuse_ino_t ino, std::string *name, rpc::Attr *attr) const {
+    if (i >= 2) {
+      *name = entries[i - 2].name();
+      *attr = entries[i - 2].attr();
+      return;
+    }
+    *name = i == 0 ? "." : "..";
+    *attr = self;
+    // Not 0: readdir(3) hides entries whose inode is 0.
+    if (i == 1) attr->set_ino(ino == FUSE_ROOT_ID || !self.parent() ? ino : self.parent());
+  }
 };
 
 rpc::Ref RefTo(fuse_ino_t ino, const char *name = nullptr) {
@@ -161,13 +176,18 @@ double MaruFs::AttrTimeout(const rpc::Attr &a) const {
   return a.state() == rpc::WRITING ? 0 : options_.attr_timeout;
 }
 
-void MaruFs::ReplyEntry(fuse_req_t req, const rpc::Attr &a) {
+fuse_entry_param MaruFs::EntryOf(const rpc::Attr &a) {
   fuse_entry_param e{};
   e.ino = a.ino();
   e.generation = 1;  // inode numbers are never reused
   ToStat(a, &e.attr);
   e.attr_timeout = AttrTimeout(a);
   e.entry_timeout = options_.entry_timeout;
+  return e;
+}
+
+void MaruFs::ReplyEntry(fuse_req_t req, const rpc::Attr &a) {
+  fuse_entry_param e = EntryOf(a);
   fuse_reply_entry(req, &e);
 }
 
@@ -259,26 +279,30 @@ void MaruFs::Mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
   r.set_mode(mode & 07777);
   rpc::ChunkReply created;
   int rc = Call(req, &Stub::Create, r, &created);
+  if (rc == 0) rc = SealEmpty(req, created.attr());
   if (rc < 0) return (void)fuse_reply_err(req, FsErrno(rc));
-  rpc::SealRequest seal;  // an empty file, published at once
-  seal.set_ino(created.attr().ino());
-  seal.set_gen(created.attr().gen());
-  rpc::ChunkReply sealed;
-  rc = Call(req, &Stub::Seal, seal, &sealed);
-  if (rc < 0) {
-    rpc::HandleRequest abort;  // leave no unfinished file behind
-    abort.set_ino(seal.ino());
-    abort.set_gen(seal.gen());
-    rpc::ErrorReply ignored;
-    Call(req, &Stub::Abort, abort, &ignored);
-    return (void)fuse_reply_err(req, FsErrno(rc));
-  }
   rpc::RefRequest a;
   *a.mutable_ref() = RefTo(created.attr().ino());
   rpc::AttrReply attr;
   rc = Call(req, &Stub::GetAttr, a, &attr);
   if (rc < 0) return (void)fuse_reply_err(req, FsErrno(rc));
   ReplyEntry(req, attr.attr());
+}
+
+int MaruFs::SealEmpty(fuse_req_t req, const rpc::Attr &created) {
+  rpc::SealRequest seal;
+  seal.set_ino(created.ino());
+  seal.set_gen(created.gen());
+  rpc::ChunkReply sealed;
+  int rc = Call(req, &Stub::Seal, seal, &sealed);
+  if (rc < 0) {
+    rpc::HandleRequest abort;  // leave no unfinished file behind
+    abort.set_ino(seal.ino());
+    abort.set_gen(seal.gen());
+    rpc::ErrorReply ignored;
+    Call(req, &Stub::Abort, abort, &ignored);
+  }
+  return rc;
 }
 
 void MaruFs::Mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode) {
@@ -345,13 +369,9 @@ void MaruFs::Create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t 
   SetHandle(fi, f);
   fi->keep_cache = 0;
   fi->direct_io = DirectWrites();
-  fuse_entry_param e{};
-  e.ino = f->ino();
-  e.generation = 1;
-  ToStat(rep.attr(), &e.attr);
+  fuse_entry_param e = EntryOf(rep.attr());
   e.attr.st_size = 0;
   e.attr_timeout = 0;
-  e.entry_timeout = options_.entry_timeout;
   fuse_reply_create(req, &e, fi);
 }
 
@@ -450,13 +470,11 @@ void MaruFs::Release(fuse_req_t req, fuse_ino_t, fuse_file_info *fi) {
 // --- Directories ----------------------------------------------------------------
 
 void MaruFs::OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi) {
-  // A snapshot of the directory, read in pages: offsets stay stable while
-  // the listing is read even if entries come and go.
   auto dir = std::make_unique<DirHandle>();
   rpc::ReaddirRequest r;
   *r.mutable_ref() = RefTo(ino);
   r.set_max(kReaddirPage);
-  for (;;) {
+  for (;;) {  // read in pages
     rpc::ReaddirReply rep;
     int rc = Call(req, &Stub::Readdir, r, &rep);
     if (rc < 0) return (void)fuse_reply_err(req, FsErrno(rc));
@@ -473,53 +491,41 @@ void MaruFs::OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi) {
 
 void MaruFs::ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info *fi,
                      bool plus) {
-  auto *dir = reinterpret_cast<DirHandle *>(fi->fh);
+  const auto *dir = reinterpret_cast<DirHandle *>(fi->fh);
   std::vector<char> buf(size);
   size_t used = 0;
-  // Offsets: 1 is ".", 2 is "..", 3 + i is entry i.
-  for (size_t i = static_cast<size_t>(off); i < dir->entries.size() + 2; ++i) {
+  // Offset i + 1 resumes after position i.
+  for (size_t i = static_cast<size_t>(off); i < dir->count(); ++i) {
     std::string name;
     rpc::Attr attr;
-    if (i == 0) {
-      name = ".";
-      attr = dir->self;
-    } else if (i == 1) {
-      name = "..";
-      attr = dir->self;
-      // Not 0: readdir(3) hides entries whose inode is 0.
-      attr.set_ino(ino == FUSE_ROOT_ID || !dir->self.parent() ? ino : dir->self.parent());
-    } else {
-      name = dir->entries[i - 2].name();
-      attr = dir->entries[i - 2].attr();
-    }
-    size_t n;
-    if (plus && i >= 2) {
-      fuse_entry_param e{};
-      e.ino = attr.ino();
-      e.generation = 1;
-      ToStat(attr, &e.attr);
-      e.attr_timeout = AttrTimeout(attr);
-      e.entry_timeout = options_.entry_timeout;
-      n = fuse_add_direntry_plus(req, buf.data() + used, size - used, name.c_str(), &e,
-                                 static_cast<off_t>(i + 1));
-    } else {
-      struct stat st {};
-      st.st_ino = attr.ino();
-      st.st_mode = attr.mode();
-      if (plus) {
-        fuse_entry_param e{};  // "." and "..": no lookup count taken
-        e.attr = st;
-        n = fuse_add_direntry_plus(req, buf.data() + used, size - used, name.c_str(), &e,
-                                   static_cast<off_t>(i + 1));
-      } else {
-        n = fuse_add_direntry(req, buf.data() + used, size - used, name.c_str(), &st,
-                              static_cast<off_t>(i + 1));
-      }
-    }
+    dir->At(i, ino, &name, &attr);
+    const off_t next = static_cast<off_t>(i + 1);
+    size_t n = plus ? AddDirEntryPlus(req, buf.data() + used, size - used, name, attr, next, i < 2)
+                    : AddDirEntry(req, buf.data() + used, size - used, name, attr, next);
     if (n > size - used) break;
     used += n;
   }
   fuse_reply_buf(req, buf.data(), used);
+}
+
+size_t MaruFs::AddDirEntry(fuse_req_t req, char *buf, size_t room, const std::string &name,
+                           const rpc::Attr &attr, off_t next) {
+  struct stat st {};
+  st.st_ino = attr.ino();
+  st.st_mode = attr.mode();
+  return fuse_add_direntry(req, buf, room, name.c_str(), &st, next);
+}
+
+size_t MaruFs::AddDirEntryPlus(fuse_req_t req, char *buf, size_t room, const std::string &name,
+                               const rpc::Attr &attr, off_t next, bool dot) {
+  fuse_entry_param e{};
+  if (dot) {  // "." and "..": no lookup count taken
+    e.attr.st_ino = attr.ino();
+    e.attr.st_mode = attr.mode();
+  } else {
+    e = EntryOf(attr);
+  }
+  return fuse_add_direntry_plus(req, buf, room, name.c_str(), &e, next);
 }
 
 void MaruFs::ReleaseDir(fuse_req_t req, fuse_ino_t, fuse_file_info *fi) {

@@ -85,7 +85,16 @@ class MaruFs {
   template <typename Req, typename Rep>
   int Call(fuse_req_t req, MetaClient::Method<Req, Rep> method, Req &r, Rep *rep);
   void ToStat(const rpc::Attr &a, struct stat *st);
+  fuse_entry_param EntryOf(const rpc::Attr &a);
   void ReplyEntry(fuse_req_t req, const rpc::Attr &a);
+  // Publishes a file just created, empty (mknod); aborts it on failure.
+  int SealEmpty(fuse_req_t req, const rpc::Attr &created);
+  // One entry of a readdir reply; its size, larger than `room` if it does
+  // not fit. Plus: with its attributes, and a lookup count unless `dot`.
+  size_t AddDirEntry(fuse_req_t req, char *buf, size_t room, const std::string &name,
+                     const rpc::Attr &attr, off_t next);
+  size_t AddDirEntryPlus(fuse_req_t req, char *buf, size_t room, const std::string &name,
+                         const rpc::Attr &attr, off_t next, bool dot);
   double AttrTimeout(const rpc::Attr &a) const;
   bool DirectWrites() const { return options_.direct_io || options_.direct_writes; }
   // The writers open on this mount, by inode.

@@ -92,13 +92,8 @@ int OpenFile::NewVersion(const rpc::Caller &caller, uint64_t keep) {
     if (int rc = OpenCurrent(caller, &old); rc < 0) return rc;
   }
   const uint64_t kept = old ? std::min(keep, old->size_) : 0;
-  rpc::CreateRequest r;
-  r.mutable_ref()->set_ino(ino_);
-  r.set_truncate(true);
-  r.set_size(kept);
   rpc::ChunkReply rep;
-  int rc = env_->client->Call(&Stub::Create, r, &rep, &caller);
-  if (rc < 0) {
+  if (int rc = CreateVersion(caller, kept, &rep); rc < 0) {
     if (moved) std::swap(lease_, old->lease_);  // still the sealed version: read on under it
     return rc;
   }
@@ -108,9 +103,17 @@ int OpenFile::NewVersion(const rpc::Caller &caller, uint64_t keep) {
   sealed_ = false;  // so that a failure from here on aborts the new version
   dirty_ = true;
   caller_ = caller;
-  if (rc = MapOf(rep); rc < 0) return rc;
+  if (int rc = MapOf(rep); rc < 0) return rc;
   if (old) CopyFrom(*old, kept);
   return 0;
+}
+
+int OpenFile::CreateVersion(const rpc::Caller &caller, uint64_t size, rpc::ChunkReply *rep) {
+  rpc::CreateRequest r;
+  r.mutable_ref()->set_ino(ino_);
+  r.set_truncate(true);
+  r.set_size(size);
+  return env_->client->Call(&Stub::Create, r, rep, &caller);
 }
 
 std::shared_ptr<OpenFile> OpenFile::MovePublished() {

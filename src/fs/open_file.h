@@ -110,6 +110,8 @@ class OpenFile {
   // there is none yet (a temporary writer for truncate).
   bool NeedsVersion() const { return sealed_ || gen_ == 0; }
   int NewVersion(const rpc::Caller &caller, uint64_t keep);  // StartVersion, locked
+  // Asks the server for a new version with room for `size` bytes.
+  int CreateVersion(const rpc::Caller &caller, uint64_t size, rpc::ChunkReply *rep);
   // The current content a new version keeps: the version this writer
   // published (its lease moves along), or else the server's sealed one.
   std::shared_ptr<OpenFile> MovePublished();
