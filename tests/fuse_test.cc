@@ -123,9 +123,9 @@ TEST_F(FuseTest, PosixToolsWorkAsOnAnyFilesystem) {
   )SH");
 }
 
-// fsx-style: random writes, reads, truncates and reopens of one file, checked
-// against a model in memory, through the mount's write paths (holes, growth,
-// shrinking, new versions on reopen).
+// fsx-style: random writes, reads, truncates, fsyncs and reopens of one
+// file, checked against a model in memory, through the mount's write paths
+// (holes, growth, shrinking, new versions after fsync and on reopen).
 void Fsx(const std::string &path, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::string model;
@@ -151,6 +151,9 @@ void Fsx(const std::string &path, uint64_t seed) {
       size_t size = rng() % (model.size() + 100000);
       ASSERT_EQ(ftruncate(fd, static_cast<off_t>(size)), 0);
       model.resize(size, '\0');
+    } else if (op < 9) {  // fsync publishes; the next write starts a new version
+      ASSERT_EQ(fsync(fd), 0);
+      ASSERT_EQ(Slurp(path), model) << "step " << step;
     } else {  // close (publishes) and reopen (a new version on the next write)
       ASSERT_EQ(close(fd), 0);
       ASSERT_EQ(Slurp(path), model) << "step " << step;
@@ -258,6 +261,58 @@ TEST_F(FuseTest, WhatReadersSeeWhileAFileIsWritten) {
   FuseMount cached(server_.address(), "cached_writes");
   ASSERT_TRUE(cached.Start());
   CheckWhatReadersSee(server_.address(), cached, "cached-writes");
+}
+
+// The sealed version the library opens at `path`, as a string; "" if none.
+std::string LibraryBytes(maru_t *m, const std::string &path) {
+  maru_chunk_t *c;
+  if (maru_open(m, path.c_str(), &c) != 0) return "";
+  std::string bytes(static_cast<char *>(maru_chunk_data(c)), maru_chunk_size(c));
+  EXPECT_EQ(maru_verify(c), 0);
+  maru_release(c);
+  return bytes;
+}
+
+TEST_F(FuseTest, FsyncPublishesWhatWasWrittenSoFar) {
+  FuseMount other(server_.address());
+  ASSERT_TRUE(other.Start());
+  maru_t *m;
+  ASSERT_EQ(maru_connect(server_.address().c_str(), &m), 0);
+  int fd = open(M("synced").c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, "first", 5), 5);
+  maru_chunk_t *c;
+  EXPECT_EQ(maru_open(m, "/synced", &c), -EBUSY);
+  // A reader's descriptor on the same mount does not publish the writer's file.
+  int reader = open(M("synced").c_str(), O_RDONLY);
+  ASSERT_GE(reader, 0);
+  EXPECT_EQ(fsync(reader), 0);
+  EXPECT_EQ(maru_open(m, "/synced", &c), -EBUSY);
+  // The writer's fsync does: another mount and the library open the bytes.
+  ASSERT_EQ(fsync(fd), 0);
+  EXPECT_EQ(LibraryBytes(m, "/synced"), "first");
+  EXPECT_EQ(Slurp(other / "synced"), "first");
+  char state[16];
+  ssize_t n = getxattr(M("synced").c_str(), "user.maru.state", state, sizeof(state));
+  EXPECT_EQ(std::string(state, n > 0 ? n : 0), "sealed");
+  // Writing on starts a new version holding the old bytes, as a rewrite
+  // does; the published one stays what others open until the next fsync.
+  ASSERT_EQ(write(fd, " second", 7), 7);
+  EXPECT_EQ(LibraryBytes(m, "/synced"), "first");
+  EXPECT_EQ(Slurp(M("synced")), "first second");
+  ASSERT_EQ(fdatasync(fd), 0);
+  EXPECT_EQ(LibraryBytes(m, "/synced"), "first second");
+  ASSERT_EQ(write(fd, " third", 6), 6);
+  ASSERT_EQ(close(fd), 0);
+  EXPECT_EQ(LibraryBytes(m, "/synced"), "first second third");
+  close(reader);
+  // fsync of a directory: the namespace is already written through.
+  ASSERT_EQ(mkdir(M("dir").c_str(), 0755), 0);
+  int dir = open(M("dir").c_str(), O_RDONLY | O_DIRECTORY);
+  ASSERT_GE(dir, 0);
+  EXPECT_EQ(fsync(dir), 0);
+  close(dir);
+  maru_disconnect(m);
 }
 
 TEST_F(FuseTest, ExtendedAttributesDescribeChunksAndPin) {

@@ -154,58 +154,51 @@ void Detach(const char *log_file) {
   close(null);
 }
 
-}  // namespace
-
-int main(int argc, char **argv) {
-  SetLogTag("maru-fuse");
-  SetLogLevel(LogLevel::kWarn);
-  fuse_args args = FUSE_ARGS_INIT(argc, argv);
-  // Whatever way main returns, the parsed arguments are freed.
-  struct ArgsOwner {
-    fuse_args *args;
-    ~ArgsOwner() { fuse_opt_free_args(args); }
-  } owner{&args};
-  Options o;
-  if (fuse_opt_parse(&args, &o, kOptions, OptProc) < 0) return 1;
-  if (o.show_help) return Usage(), 0;
-  if (!o.server || !o.mountpoint) return Fail("need SERVER and MOUNTPOINT (see --help)");
-  if (o.debug) {
-    o.foreground = 1;
-    fuse_opt_add_arg(&args, "-d");
-  }
+// The file-system options the mount options ask for; "" if they are
+// sound, else what is wrong with them.
+std::string FsOptionsOf(const Options &o, FsOptions *fs) {
+  if (!o.server || !o.mountpoint) return "need SERVER and MOUNTPOINT (see --help)";
   if (o.log_level && !SetLogLevel(o.log_level))
-    return Fail(std::string("unknown log_level ") + o.log_level);
-  FsOptions fs;
-  fs.attr_timeout = o.attr_timeout;
-  fs.entry_timeout = o.entry_timeout;
-  fs.direct_io = o.direct_io != 0;
-  fs.splice = o.splice != 0;
-  fs.direct_writes = o.cached_writes == 0;
-  if (o.checksum && !ParseChecksumName(o.checksum, &fs.checksum))
-    return Fail(std::string("unknown checksum ") + o.checksum + " (xxh3, crc32c, none)");
-  if (o.timeout_ms <= 0 || o.threads <= 0) return Fail("timeout_ms and threads must be positive");
+    return std::string("unknown log_level ") + o.log_level;
+  fs->attr_timeout = o.attr_timeout;
+  fs->entry_timeout = o.entry_timeout;
+  fs->direct_io = o.direct_io != 0;
+  fs->splice = o.splice != 0;
+  fs->direct_writes = o.cached_writes == 0;
+  if (o.checksum && !ParseChecksumName(o.checksum, &fs->checksum))
+    return std::string("unknown checksum ") + o.checksum + " (xxh3, crc32c, none)";
+  if (o.timeout_ms <= 0 || o.threads <= 0) return "timeout_ms and threads must be positive";
   struct stat st;
   if (stat(o.mountpoint, &st) < 0 || !S_ISDIR(st.st_mode))
-    return Fail(std::string(o.mountpoint) + ": not a directory");
-  if (getuid() == 0) fuse_opt_add_arg(&args, "-oallow_other");
-  fuse_opt_add_arg(&args, "-ofsname=maru");
-  fuse_opt_add_arg(&args, "-osubtype=maru");
+    return std::string(o.mountpoint) + ": not a directory";
+  return "";
+}
 
-  if (!o.foreground) g_daemon.Fork();
+// What maru-fuse adds to the options it passes to FUSE.
+void AddFuseArgs(const Options &o, fuse_args *args) {
+  if (o.debug) fuse_opt_add_arg(args, "-d");
+  if (getuid() == 0) fuse_opt_add_arg(args, "-oallow_other");
+  fuse_opt_add_arg(args, "-ofsname=maru");
+  fuse_opt_add_arg(args, "-osubtype=maru");
+}
 
+// The file system over a session with the server and a mapping of its pool.
+Result<std::unique_ptr<MaruFs>> Connect(const Options &o, const FsOptions &fs) {
   ClientOptions client_options;
   client_options.client_name = "maru-fuse";
   client_options.call_timeout_ms = o.timeout_ms;
   client_options.connect_timeout_ms = std::min(o.timeout_ms, 5000);
   client_options.retry_window_ms = o.timeout_ms;
   Result<std::unique_ptr<MetaClient>> client = MetaClient::Connect(o.server, client_options);
-  if (!client.ok()) return Fail(client.status().ToString());
+  if (!client.ok()) return client.status();
   Result<std::unique_ptr<PoolMap>> pool = PoolMap::Open((*client)->session_info(), o.populate != 0);
-  if (!pool.ok()) return Fail(pool.status().ToString());
+  if (!pool.ok()) return pool.status();
+  return std::make_unique<MaruFs>(std::move(*client), std::move(*pool), fs);
+}
 
-  MaruFs maru_fs(std::move(*client), std::move(*pool), fs);
-  fuse_session *se =
-      fuse_session_new(&args, MaruFs::Operations(), sizeof(fuse_lowlevel_ops), &maru_fs);
+// Mounts `fs` and serves it until it is unmounted; the exit status.
+int Serve(MaruFs *fs, fuse_args *args, const Options &o) {
+  fuse_session *se = fuse_session_new(args, MaruFs::Operations(), sizeof(fuse_lowlevel_ops), fs);
   if (!se) return Fail("bad FUSE options");
   if (fuse_set_signal_handlers(se) != 0) return Fail("cannot install signal handlers");
   if (fuse_session_mount(se, o.mountpoint) != 0) {
@@ -226,4 +219,28 @@ int main(int argc, char **argv) {
   fuse_remove_signal_handlers(se);
   fuse_session_destroy(se);
   return rc == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  SetLogTag("maru-fuse");
+  SetLogLevel(LogLevel::kWarn);
+  fuse_args args = FUSE_ARGS_INIT(argc, argv);
+  // Whatever way main returns, the parsed arguments are freed.
+  struct ArgsOwner {
+    fuse_args *args;
+    ~ArgsOwner() { fuse_opt_free_args(args); }
+  } owner{&args};
+  Options o;
+  if (fuse_opt_parse(&args, &o, kOptions, OptProc) < 0) return 1;
+  if (o.show_help) return Usage(), 0;
+  if (o.debug) o.foreground = 1;
+  FsOptions fs;
+  if (std::string wrong = FsOptionsOf(o, &fs); !wrong.empty()) return Fail(wrong);
+  AddFuseArgs(o, &args);
+  if (!o.foreground) g_daemon.Fork();
+  Result<std::unique_ptr<MaruFs>> maru_fs = Connect(o, fs);
+  if (!maru_fs.ok()) return Fail(maru_fs.status().ToString());
+  return Serve(maru_fs->get(), &args, o);
 }

@@ -8,24 +8,33 @@
 #include <cstring>
 #include <vector>
 
+#include "fs/pool_bufvec.h"
 #include "util/log.h"
 
 namespace maru {
 namespace {
 
 using Stub = rpc::Meta::Stub;
-constexpr uint64_t kMinGrowth = 1 << 20;  // a writer's reservation grows by at least this
 constexpr uint32_t kReaddirPage = 4096;
-constexpr const char *kXattrPrefix = "user.maru.";
-constexpr const char *kXattrNames[] = {"extents", "generation", "state",    "leases",
-                                       "pinned",  "hits",       "checksum", "parent"};
 
 MaruFs *Fs(fuse_req_t req) {
   return static_cast<MaruFs *>(fuse_req_userdata(req));
 }
 
+// An open file's handle is a reference to its OpenFile.
 std::shared_ptr<OpenFile> &Handle(fuse_file_info *fi) {
   return *reinterpret_cast<std::shared_ptr<OpenFile> *>(fi->fh);
+}
+
+void SetHandle(fuse_file_info *fi, const std::shared_ptr<OpenFile> &f) {
+  fi->fh = reinterpret_cast<uint64_t>(new std::shared_ptr<OpenFile>(f));
+}
+
+std::shared_ptr<OpenFile> TakeHandle(fuse_file_info *fi) {
+  auto *holder = reinterpret_cast<std::shared_ptr<OpenFile> *>(fi->fh);
+  std::shared_ptr<OpenFile> f = std::move(*holder);
+  delete holder;
+  return f;
 }
 
 // The identity of the process behind a request: the server checks it.
@@ -42,48 +51,34 @@ rpc::Caller CallerOf(fuse_req_t req) {
   return c;
 }
 
+OpenFile::CallerFn CallerFnOf(fuse_req_t req) {
+  return [req] { return CallerOf(req); };
+}
+
 // Transport trouble becomes EIO for the filesystem, after the bounded wait.
 int FsErrno(int rc) {
   if (rc == -ENOTCONN || rc == -ETIMEDOUT || rc == -ECANCELED) return EIO;
   return -rc;
 }
 
-// A FUSE buffer vector over the pool behind [start, start+len) of a file,
-// one buffer per extent piece: the pool memory, or (`as_fd`, for replies
-// where the device is a file) the device file itself, so that the kernel
-// can splice the bytes instead of the daemon copying them.
-class PoolBufvec {
- public:
-  PoolBufvec(const PoolMap &pool, const ExtentMap &map, uint64_t start, uint64_t len,
-             bool as_fd = false) {
-    size_t pieces = 0;
-    map.ForEachPiece(start, len, [&](uint32_t, uint64_t, uint64_t, uint64_t) { ++pieces; });
-    storage_.resize(sizeof(fuse_bufvec) + pieces * sizeof(fuse_buf));
-    fuse_bufvec *v = get();
-    v->count = v->idx = v->off = 0;
-    map.ForEachPiece(start, len, [&](uint32_t dev, uint64_t at, uint64_t n, uint64_t) {
-      fuse_buf &b = v->buf[v->count++];
-      b = fuse_buf{};
-      b.size = n;
-      const PoolDevice *d = pool.device(dev);
-      if (as_fd && !d->is_devdax()) {
-        b.flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
-        b.fd = d->fd();
-        b.pos = static_cast<off_t>(at);
-      } else {
-        b.mem = d->base() + at;
-      }
-    });
-  }
-  fuse_bufvec *get() { return reinterpret_cast<fuse_bufvec *>(storage_.data()); }
-
- private:
-  std::vector<uint8_t> storage_;
-};
-
+// An open directory: a snapshot of its entries, listed at offsets that
+// stay stable while it is read even if entries come and go.
 struct DirHandle {
   std::vector<rpc::DirEntry> entries;
-  rpc::Attr self, parent;
+  rpc::Attr self;
+  size_t count() const { return entries.size() + 2; }
+  // Position i of the listing: 0 is ".", 1 is "..", 2 + k is entry k.
+  void At(size_t i, fuse_ino_t ino, std::string *name, rpc::Attr *attr) const {
+    if (i >= 2) {
+      *name = entries[i - 2].name();
+      *attr = entries[i - 2].attr();
+      return;
+    }
+    *name = i == 0 ? "." : "..";
+    *attr = self;
+    // Not 0: readdir(3) hides entries whose inode is 0.
+    if (i == 1) attr->set_ino(ino == FUSE_ROOT_ID || !self.parent() ? ino : self.parent());
+  }
 };
 
 rpc::Ref RefTo(fuse_ino_t ino, const char *name = nullptr) {
@@ -93,10 +88,39 @@ rpc::Ref RefTo(fuse_ino_t ino, const char *name = nullptr) {
   return r;
 }
 
+// The fields of a SetAttr request other than the size.
+rpc::SetAttrRequest SetAttrOf(fuse_ino_t ino, const struct stat &attr, int to_set) {
+  rpc::SetAttrRequest r;
+  *r.mutable_ref() = RefTo(ino);
+  if (to_set & FUSE_SET_ATTR_MODE) r.set_set_mode(true), r.set_mode(attr.st_mode & 07777);
+  if (to_set & FUSE_SET_ATTR_UID) r.set_set_uid(true), r.set_uid(attr.st_uid);
+  if (to_set & FUSE_SET_ATTR_GID) r.set_set_gid(true), r.set_gid(attr.st_gid);
+  if (to_set & FUSE_SET_ATTR_ATIME_NOW)
+    r.set_set_atime(true), r.set_atime_ns(-1);
+  else if (to_set & FUSE_SET_ATTR_ATIME)
+    r.set_set_atime(true), r.set_atime_ns(attr.st_atim.tv_sec * 1000000000 + attr.st_atim.tv_nsec);
+  if (to_set & FUSE_SET_ATTR_MTIME_NOW)
+    r.set_set_mtime(true), r.set_mtime_ns(-1);
+  else if (to_set & FUSE_SET_ATTR_MTIME)
+    r.set_set_mtime(true), r.set_mtime_ns(attr.st_mtim.tv_sec * 1000000000 + attr.st_mtim.tv_nsec);
+  return r;
+}
+
+void ReplyXattr(fuse_req_t req, const std::string &value, size_t size) {
+  if (size == 0) return (void)fuse_reply_xattr(req, value.size());
+  if (size < value.size()) return (void)fuse_reply_err(req, ERANGE);
+  fuse_reply_buf(req, value.data(), value.size());
+}
+
 }  // namespace
 
 MaruFs::MaruFs(std::unique_ptr<MetaClient> client, std::unique_ptr<PoolMap> pool, FsOptions options)
-    : client_(std::move(client)), pool_(std::move(pool)), options_(options) {}
+    : client_(std::move(client)),
+      pool_(std::move(pool)),
+      options_(options),
+      env_{client_.get(), pool_.get(), options_.checksum,
+           [this](uint64_t ino, uint64_t gen) { Published(ino, gen); }},
+      xattrs_(client_.get()) {}
 
 template <typename Req, typename Rep>
 int MaruFs::Call(fuse_req_t req, MetaClient::Method<Req, Rep> method, Req &r, Rep *rep) {
@@ -110,6 +134,17 @@ std::shared_ptr<OpenFile> MaruFs::Writer(uint64_t ino) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = writers_.find(ino);
   return it == writers_.end() ? nullptr : it->second;
+}
+
+void MaruFs::AddWriter(const std::shared_ptr<OpenFile> &f) {
+  std::lock_guard<std::mutex> lock(mu_);
+  writers_[f->ino()] = f;
+}
+
+void MaruFs::RemoveWriter(const std::shared_ptr<OpenFile> &f) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = writers_.find(f->ino());
+  if (it != writers_.end() && it->second == f) writers_.erase(it);
 }
 
 void MaruFs::ToStat(const rpc::Attr &a, struct stat *st) {
@@ -127,13 +162,12 @@ void MaruFs::ToStat(const rpc::Attr &a, struct stat *st) {
   st->st_ctim = {a.ctime_ns() / 1000000000, a.ctime_ns() % 1000000000};
   // A file this mount is writing: its size is what the writer wrote, unless
   // what it wrote is sealed and someone has published a newer version.
-  if (a.state() != rpc::DIRECTORY) {
-    if (std::shared_ptr<OpenFile> w = Writer(a.ino())) {
-      std::lock_guard<std::mutex> lock(w->mu);
-      if (w->sealed && !w->dirty && a.gen() != w->gen) return;
-      st->st_size = static_cast<off_t>(w->size);
-      st->st_blocks = static_cast<blkcnt_t>((w->map.length() + 511) / 512);
-    }
+  if (a.state() == rpc::DIRECTORY) return;
+  std::shared_ptr<OpenFile> w = Writer(a.ino());
+  uint64_t size, allocated;
+  if (w && w->WrittenSize(a.gen(), &size, &allocated)) {
+    st->st_size = static_cast<off_t>(size);
+    st->st_blocks = static_cast<blkcnt_t>((allocated + 511) / 512);
   }
 }
 
@@ -142,13 +176,18 @@ double MaruFs::AttrTimeout(const rpc::Attr &a) const {
   return a.state() == rpc::WRITING ? 0 : options_.attr_timeout;
 }
 
-void MaruFs::ReplyEntry(fuse_req_t req, const rpc::Attr &a) {
+fuse_entry_param MaruFs::EntryOf(const rpc::Attr &a) {
   fuse_entry_param e{};
   e.ino = a.ino();
   e.generation = 1;  // inode numbers are never reused
   ToStat(a, &e.attr);
   e.attr_timeout = AttrTimeout(a);
   e.entry_timeout = options_.entry_timeout;
+  return e;
+}
+
+void MaruFs::ReplyEntry(fuse_req_t req, const rpc::Attr &a) {
+  fuse_entry_param e = EntryOf(a);
   fuse_reply_entry(req, &e);
 }
 
@@ -197,59 +236,38 @@ void MaruFs::GetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info *) {
 void MaruFs::SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
                      fuse_file_info *fi) {
   if (to_set & FUSE_SET_ATTR_SIZE) {
-    // A size change is a write: through the open writer, or a new version.
-    std::shared_ptr<OpenFile> f = fi ? Handle(fi) : Writer(ino);
-    if (!fi && f) {
-      // truncate(path) through another process's open writer: the caller
-      // must be allowed to write the file itself.
-      rpc::RefRequest check;
-      *check.mutable_ref() = RefTo(ino);
-      check.set_access(W_OK);
-      rpc::AttrReply checked;
-      if (int rc = Call(req, &Stub::GetAttr, check, &checked); rc < 0)
-        return (void)fuse_reply_err(req, FsErrno(rc));
-    }
-    std::shared_ptr<OpenFile> temp;
-    if (!f || !f->writer) {
-      temp = NewOpenFile();
-      temp->ino = ino;
-      temp->writer = true;
-      f = temp;
-    }
-    std::lock_guard<std::mutex> lock(f->mu);
-    const uint64_t size = static_cast<uint64_t>(attr->st_size);
-    int rc = 0;
-    if (temp || f->sealed) rc = StartVersion(req, f.get(), size);
-    if (rc == 0) rc = EnsureReserved(req, f.get(), size);
-    if (rc == 0) {
-      if (size > f->size) ZeroRange(f.get(), f->size, size - f->size);
-      f->size = size;
-      f->dirty = true;
-      if (temp) rc = SealFile(f.get());
-    }
+    int rc = Resize(req, ino, static_cast<uint64_t>(attr->st_size), fi);
     if (rc < 0) return (void)fuse_reply_err(req, FsErrno(rc));
   }
-  rpc::SetAttrRequest r;
-  *r.mutable_ref() = RefTo(ino);
-  if (to_set & FUSE_SET_ATTR_MODE) r.set_set_mode(true), r.set_mode(attr->st_mode & 07777);
-  if (to_set & FUSE_SET_ATTR_UID) r.set_set_uid(true), r.set_uid(attr->st_uid);
-  if (to_set & FUSE_SET_ATTR_GID) r.set_set_gid(true), r.set_gid(attr->st_gid);
-  if (to_set & FUSE_SET_ATTR_ATIME_NOW)
-    r.set_set_atime(true), r.set_atime_ns(-1);
-  else if (to_set & FUSE_SET_ATTR_ATIME)
-    r.set_set_atime(true),
-        r.set_atime_ns(attr->st_atim.tv_sec * 1000000000 + attr->st_atim.tv_nsec);
-  if (to_set & FUSE_SET_ATTR_MTIME_NOW)
-    r.set_set_mtime(true), r.set_mtime_ns(-1);
-  else if (to_set & FUSE_SET_ATTR_MTIME)
-    r.set_set_mtime(true),
-        r.set_mtime_ns(attr->st_mtim.tv_sec * 1000000000 + attr->st_mtim.tv_nsec);
+  rpc::SetAttrRequest r = SetAttrOf(ino, *attr, to_set);
   rpc::AttrReply rep;
   int rc = Call(req, &Stub::SetAttr, r, &rep);
   if (rc < 0) return (void)fuse_reply_err(req, FsErrno(rc));
   struct stat st;
   ToStat(rep.attr(), &st);
   fuse_reply_attr(req, &st, AttrTimeout(rep.attr()));
+}
+
+int MaruFs::Resize(fuse_req_t req, fuse_ino_t ino, uint64_t size, fuse_file_info *fi) {
+  std::shared_ptr<OpenFile> f = fi ? Handle(fi) : Writer(ino);
+  // truncate(path) through another process's open writer: the caller must
+  // be allowed to write the file itself.
+  if (!fi && f) {
+    if (int rc = CheckAccess(req, ino, W_OK); rc < 0) return rc;
+  }
+  if (f && f->writer()) return f->Truncate(CallerFnOf(req), size);
+  // No writer: a new version of that size, published at once.
+  OpenFile temp(&env_, ino, OpenFile::Role::kWriter);
+  int rc = temp.Truncate(CallerFnOf(req), size);
+  return rc < 0 ? rc : temp.Publish();
+}
+
+int MaruFs::CheckAccess(fuse_req_t req, fuse_ino_t ino, int mask) {
+  rpc::RefRequest r;
+  *r.mutable_ref() = RefTo(ino);
+  r.set_access(static_cast<uint32_t>(mask & 7));
+  rpc::AttrReply rep;
+  return Call(req, &Stub::GetAttr, r, &rep);
 }
 
 // --- Namespace ------------------------------------------------------------------
@@ -261,26 +279,30 @@ void MaruFs::Mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
   r.set_mode(mode & 07777);
   rpc::ChunkReply created;
   int rc = Call(req, &Stub::Create, r, &created);
+  if (rc == 0) rc = SealEmpty(req, created.attr());
   if (rc < 0) return (void)fuse_reply_err(req, FsErrno(rc));
-  rpc::SealRequest seal;  // an empty file, published at once
-  seal.set_ino(created.attr().ino());
-  seal.set_gen(created.attr().gen());
-  rpc::ChunkReply sealed;
-  rc = Call(req, &Stub::Seal, seal, &sealed);
-  if (rc < 0) {
-    rpc::HandleRequest abort;  // leave no unfinished file behind
-    abort.set_ino(seal.ino());
-    abort.set_gen(seal.gen());
-    rpc::ErrorReply ignored;
-    Call(req, &Stub::Abort, abort, &ignored);
-    return (void)fuse_reply_err(req, FsErrno(rc));
-  }
   rpc::RefRequest a;
   *a.mutable_ref() = RefTo(created.attr().ino());
   rpc::AttrReply attr;
   rc = Call(req, &Stub::GetAttr, a, &attr);
   if (rc < 0) return (void)fuse_reply_err(req, FsErrno(rc));
   ReplyEntry(req, attr.attr());
+}
+
+int MaruFs::SealEmpty(fuse_req_t req, const rpc::Attr &created) {
+  rpc::SealRequest seal;
+  seal.set_ino(created.ino());
+  seal.set_gen(created.gen());
+  rpc::ChunkReply sealed;
+  int rc = Call(req, &Stub::Seal, seal, &sealed);
+  if (rc < 0) {
+    rpc::HandleRequest abort;  // leave no unfinished file behind
+    abort.set_ino(seal.ino());
+    abort.set_gen(seal.gen());
+    rpc::ErrorReply ignored;
+    Call(req, &Stub::Abort, abort, &ignored);
+  }
+  return rc;
 }
 
 void MaruFs::Mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode) {
@@ -321,146 +343,14 @@ void MaruFs::Rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_in
 
 // --- Files ----------------------------------------------------------------------
 
-void MaruFs::ZeroRange(OpenFile *f, uint64_t off, uint64_t len) {
-  // Fresh extents hold whatever a freed chunk left: never show it.
-  f->map.ForEachPiece(off, len, [&](uint32_t dev, uint64_t at, uint64_t n, uint64_t) {
-    memset(pool_->device(dev)->base() + at, 0, n);
-  });
+std::shared_ptr<OpenFile> MaruFs::NewFile(uint64_t ino, OpenFile::Role role) {
+  return std::make_shared<OpenFile>(&env_, ino, role);
 }
 
-int MaruFs::StartVersion(fuse_req_t req, OpenFile *f, uint64_t keep) {
-  // The current content, if any part of it is kept.
-  std::shared_ptr<OpenFile> old;
-  const bool moved = keep > 0 && f->writer && f->sealed && f->map.length();
-  if (keep > 0) {
-    if (moved) {
-      old = NewOpenFile();
-      old->map = f->map;
-      old->size = f->size;
-      old->lease = f->lease;  // moved: released with `old`, or moved back
-      f->lease = 0;
-    } else {
-      rpc::RefRequest r;
-      *r.mutable_ref() = RefTo(f->ino);
-      rpc::ChunkReply rep;
-      int rc = Call(req, &Stub::Open, r, &rep);
-      if (rc < 0 && rc != -ENOENT) return rc;
-      if (rc == 0) {
-        old = NewOpenFile();
-        old->lease = client_->TrackLease(rep.lease(), f->ino, rep.attr().gen());
-        old->size = rep.attr().size();
-        if (rc = MapOf(rep, &old->map); rc < 0) return rc;
-      }
-    }
-  }
-  rpc::CreateRequest r;
-  *r.mutable_ref() = RefTo(f->ino);
-  r.set_truncate(true);
-  r.set_size(old ? std::min(keep, old->size) : 0);
-  rpc::ChunkReply rep;
-  int rc = Call(req, &Stub::Create, r, &rep);
-  if (rc < 0) {
-    // Still the sealed version: keep reading it under its lease.
-    if (moved) std::swap(f->lease, old->lease);
-    return rc;
-  }
-  if (f->lease) {  // the sealed version nothing is kept of
-    client_->ReleaseLease(f->lease);
-    f->lease = 0;
-  }
-  f->gen = rep.attr().gen();
-  f->size = 0;
-  f->sealed = false;  // so a failure below aborts the new version
-  f->dirty = true;
-  f->caller = CallerOf(req);
-  if (rc = MapOf(rep, &f->map); rc < 0) return rc;
-  if (!old) return 0;
-  f->size = std::min(keep, old->size);
-  old->map.ForEachPiece(0, f->size, [&](uint32_t dev, uint64_t at, uint64_t n, uint64_t file_off) {
-    const uint8_t *src = pool_->device(dev)->base() + at;
-    f->map.ForEachPiece(file_off, n, [&](uint32_t d2, uint64_t at2, uint64_t n2, uint64_t off2) {
-      memcpy(pool_->device(d2)->base() + at2, src + (off2 - file_off), n2);
-    });
-  });
-  return 0;
-}
-
-int MaruFs::EnsureReserved(fuse_req_t req, OpenFile *f, uint64_t end) {
-  if (end <= f->map.length()) return 0;
-  // Grow geometrically: a file written in small pieces costs few RPCs.
-  uint64_t want = std::max({end, f->map.length() * 2, kMinGrowth});
-  rpc::ExtendRequest r;
-  r.set_ino(f->ino);
-  r.set_gen(f->gen);
-  r.set_size(want);
-  rpc::ChunkReply rep;
-  int rc = Call(req, &Stub::Extend, r, &rep);
-  if (rc == -ENOSPC && want > end) {  // all that is left may still do
-    r.set_size(end);
-    rc = Call(req, &Stub::Extend, r, &rep);
-  }
-  if (rc < 0) return rc;
-  return MapOf(rep, &f->map);
-}
-
-int MaruFs::SealFile(OpenFile *f) {
-  rpc::SealRequest r;
-  r.set_ino(f->ino);
-  r.set_gen(f->gen);
-  r.set_size(f->size);
-  r.set_keep_lease(true);
-  if (options_.checksum != ChecksumKind::kNone) {
-    // Checksummed where it lies, piece by piece if it is fragmented.
-    ChecksumStream sum(options_.checksum);
-    f->map.ForEachPiece(0, f->size, [&](uint32_t dev, uint64_t at, uint64_t n, uint64_t) {
-      sum.Update(pool_->device(dev)->base() + at, n);
-    });
-    r.set_checksum_type(static_cast<rpc::ChecksumType>(options_.checksum));
-    r.set_checksum(sum.Digest());
-  }
-  rpc::ChunkReply rep;
-  int rc = client_->Call(&Stub::Seal, r, &rep, &f->caller);
-  if (rc < 0) return rc;
-  f->sealed = true;
-  f->dirty = false;
-  f->lease = client_->TrackLease(rep.lease(), f->ino, f->gen);
+void MaruFs::Published(uint64_t ino, uint64_t gen) {
   // Written through the page cache, the kernel's pages are this version.
   std::lock_guard<std::mutex> lock(mu_);
-  cached_gen_[f->ino] = DirectWrites() ? 0 : f->gen;
-  return 0;
-}
-
-int MaruFs::MapOf(const rpc::ChunkReply &rep, ExtentMap *map) {
-  ExtentList extents = FromWire(rep.extents());
-  if (!pool_->Covers(extents)) {
-    LOG_ERROR("inode %" PRIu64 ": the server sent extents outside the pool", rep.attr().ino());
-    *map = ExtentMap();
-    return -EIO;
-  }
-  *map = ExtentMap(std::move(extents));
-  return 0;
-}
-
-std::shared_ptr<OpenFile> MaruFs::NewOpenFile() {
-  // Whoever lets go of the file last (its handle, a reader following a
-  // writer, a temporary) gives back what it holds: a follower reads the
-  // writer's extents, so they stay reserved or leased until it closes too.
-  return std::shared_ptr<OpenFile>(new OpenFile(), [this](OpenFile *f) {
-    DropFile(f);
-    delete f;
-  });
-}
-
-void MaruFs::DropFile(OpenFile *f) {
-  if (f->writer && !f->sealed && f->gen) {
-    rpc::HandleRequest r;
-    r.set_ino(f->ino);
-    r.set_gen(f->gen);
-    rpc::ErrorReply rep;
-    client_->Call(&Stub::Abort, r, &rep, &f->caller);
-  }
-  if (f->lease) client_->ReleaseLease(f->lease);
-  f->lease = 0;
+  cached_gen_[ino] = DirectWrites() ? 0 : gen;
 }
 
 void MaruFs::Create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
@@ -472,159 +362,119 @@ void MaruFs::Create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t 
   rpc::ChunkReply rep;
   int rc = Call(req, &Stub::Create, r, &rep);
   if (rc < 0) return (void)fuse_reply_err(req, FsErrno(rc));
-  auto f = NewOpenFile();
-  f->ino = rep.attr().ino();
-  f->writer = true;
-  f->gen = rep.attr().gen();
-  f->caller = CallerOf(req);
-  if (rc = MapOf(rep, &f->map); rc < 0) return (void)fuse_reply_err(req, FsErrno(rc));
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    writers_[f->ino] = f;
-  }
-  fi->fh = reinterpret_cast<uint64_t>(new std::shared_ptr<OpenFile>(f));
+  std::shared_ptr<OpenFile> f = NewFile(rep.attr().ino(), OpenFile::Role::kWriter);
+  rc = f->AdoptCreated(rep, CallerOf(req));
+  if (rc < 0) return (void)fuse_reply_err(req, FsErrno(rc));
+  AddWriter(f);
+  SetHandle(fi, f);
   fi->keep_cache = 0;
   fi->direct_io = DirectWrites();
-  fuse_entry_param e{};
-  e.ino = f->ino;
-  e.generation = 1;
-  ToStat(rep.attr(), &e.attr);
+  fuse_entry_param e = EntryOf(rep.attr());
   e.attr.st_size = 0;
   e.attr_timeout = 0;
-  e.entry_timeout = options_.entry_timeout;
   fuse_reply_create(req, &e, fi);
 }
 
 void MaruFs::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi) {
-  const int mode = fi->flags & O_ACCMODE;
-  auto f = NewOpenFile();
-  f->ino = ino;
-  if (mode == O_RDONLY && !(fi->flags & O_TRUNC)) {
-    // A file this mount is still writing is read from its writer; once the
-    // writer's close sealed it, from the server like any other.
-    std::shared_ptr<OpenFile> w = Writer(ino);
-    bool published = false;
-    if (w) {
-      std::lock_guard<std::mutex> wlock(w->mu);
-      published = w->sealed && !w->dirty;
-    }
-    // Not under its lock: this may be the last reference to the writer.
-    if (published) w.reset();
-    if (w) {
-      f->follows = w;
-      // The kernel's pages are the writer's, unless its writes bypass them.
-      fi->keep_cache = !DirectWrites();
-      fi->direct_io = DirectWrites();
-      fi->fh = reinterpret_cast<uint64_t>(new std::shared_ptr<OpenFile>(f));
-      return (void)fuse_reply_open(req, fi);
-    }
-    rpc::RefRequest r;
-    *r.mutable_ref() = RefTo(ino);
-    rpc::ChunkReply rep;
-    int rc = Call(req, &Stub::Open, r, &rep);
-    if (rc < 0) return (void)fuse_reply_err(req, FsErrno(rc));
-    f->gen = rep.attr().gen();
-    f->size = rep.attr().size();
-    f->lease = client_->TrackLease(rep.lease(), ino, f->gen);
-    if (rc = MapOf(rep, &f->map); rc < 0) return (void)fuse_reply_err(req, FsErrno(rc));
-    // The page cache is valid as long as it holds this very version.
-    std::lock_guard<std::mutex> lock(mu_);
-    uint64_t &cached = cached_gen_[ino];
-    fi->keep_cache = cached == f->gen;
-    fi->direct_io = options_.direct_io;
-    cached = f->gen;
-  } else {
-    // Writing a sealed file writes a new version of it.
-    f->writer = true;
-    std::lock_guard<std::mutex> flock(f->mu);
-    uint64_t keep = (fi->flags & O_TRUNC) ? 0 : UINT64_MAX;
-    int rc = StartVersion(req, f.get(), keep);
-    if (rc < 0) return (void)fuse_reply_err(req, FsErrno(rc));
-    std::lock_guard<std::mutex> lock(mu_);
-    writers_[ino] = f;
-    fi->keep_cache = 0;
-    fi->direct_io = DirectWrites();
-  }
-  fi->fh = reinterpret_cast<uint64_t>(new std::shared_ptr<OpenFile>(f));
+  const bool reading = (fi->flags & O_ACCMODE) == O_RDONLY && !(fi->flags & O_TRUNC);
+  std::shared_ptr<OpenFile> f;
+  int rc = reading ? OpenReader(req, ino, fi, &f) : OpenWriter(req, ino, fi, &f);
+  if (rc < 0) return (void)fuse_reply_err(req, FsErrno(rc));
+  SetHandle(fi, f);
   fuse_reply_open(req, fi);
 }
 
+int MaruFs::OpenReader(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi,
+                       std::shared_ptr<OpenFile> *f) {
+  *f = NewFile(ino, OpenFile::Role::kReader);
+  // A file this mount is still writing is read from its writer; once the
+  // writer published it, from the server like any other.
+  std::shared_ptr<OpenFile> w = Writer(ino);
+  if (w && !w->Published()) {
+    (*f)->Follow(std::move(w));
+    // The kernel's pages are the writer's, unless its writes bypass them.
+    fi->keep_cache = !DirectWrites();
+    fi->direct_io = DirectWrites();
+    return 0;
+  }
+  if (int rc = (*f)->OpenSealed(CallerOf(req)); rc < 0) return rc;
+  // The page cache is valid as long as it holds this very version.
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t &cached = cached_gen_[ino];
+  fi->keep_cache = cached == (*f)->gen();
+  fi->direct_io = options_.direct_io;
+  cached = (*f)->gen();
+  return 0;
+}
+
+int MaruFs::OpenWriter(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi,
+                       std::shared_ptr<OpenFile> *f) {
+  // Writing a sealed file writes a new version of it.
+  *f = NewFile(ino, OpenFile::Role::kWriter);
+  const uint64_t keep = (fi->flags & O_TRUNC) ? 0 : UINT64_MAX;
+  if (int rc = (*f)->StartVersion(CallerOf(req), keep); rc < 0) return rc;
+  AddWriter(*f);
+  fi->keep_cache = 0;
+  fi->direct_io = DirectWrites();
+  return 0;
+}
+
 void MaruFs::Read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info *fi) {
-  std::shared_ptr<OpenFile> f = Handle(fi);
-  if (f->follows) f = f->follows;
-  std::unique_lock<std::mutex> lock(f->mu, std::defer_lock);
-  if (f->writer) lock.lock();
   const uint64_t start = static_cast<uint64_t>(off);
-  if (start >= f->size) return (void)fuse_reply_buf(req, nullptr, 0);
-  // A sealed version is read only under a lease known to hold: once the
-  // server may have dropped it, its extents may hold another chunk.
-  if (!f->writer && !client_->LeaseValid(f->lease)) return (void)fuse_reply_err(req, EIO);
-  const uint64_t len = std::min<uint64_t>(size, f->size - start);
-  // Sealed bytes never change: the kernel may splice them from the pool
-  // file. A writer's bytes may, so they are copied while its lock is held.
-  const bool splice = options_.splice && !f->writer;
-  PoolBufvec data(*pool_, f->map, start, len, splice);
-  fuse_reply_data(req, data.get(), splice ? FUSE_BUF_SPLICE_MOVE : FUSE_BUF_NO_SPLICE);
+  int rc = Handle(fi)->Read(start, size, [&](const ExtentMap &map, uint64_t len, bool sealed) {
+    if (len == 0) return (void)fuse_reply_buf(req, nullptr, 0);
+    // Sealed bytes never change: the kernel may splice them from the pool
+    // file. A writer's bytes may, so they are copied while it is locked.
+    const bool splice = options_.splice && sealed;
+    PoolBufvec data(*pool_, map, start, len, splice);
+    fuse_reply_data(req, data.get(), splice ? FUSE_BUF_SPLICE_MOVE : FUSE_BUF_NO_SPLICE);
+  });
+  if (rc < 0) fuse_reply_err(req, FsErrno(rc));
 }
 
 void MaruFs::WriteBuf(fuse_req_t req, fuse_ino_t, fuse_bufvec *in, off_t off, fuse_file_info *fi) {
-  std::shared_ptr<OpenFile> f = Handle(fi);
-  if (!f->writer) return (void)fuse_reply_err(req, EBADF);
-  std::lock_guard<std::mutex> lock(f->mu);
   const uint64_t start = static_cast<uint64_t>(off), len = fuse_buf_size(in);
-  int rc = 0;
-  if (f->sealed) rc = StartVersion(req, f.get(), UINT64_MAX);  // written again after a close
-  if (rc == 0) rc = EnsureReserved(req, f.get(), start + len);
-  if (rc < 0) return (void)fuse_reply_err(req, FsErrno(rc));
-  if (start > f->size) ZeroRange(f.get(), f->size, start - f->size);  // a hole reads as zeros
-  PoolBufvec dst(*pool_, f->map, start, len);
-  ssize_t copied = fuse_buf_copy(dst.get(), in, FUSE_BUF_NO_SPLICE);
-  if (copied < 0) return (void)fuse_reply_err(req, static_cast<int>(-copied));
-  f->size = std::max(f->size, start + static_cast<uint64_t>(copied));
-  f->dirty = true;
+  ssize_t copied = Handle(fi)->Write(CallerFnOf(req), start, len, [&](const ExtentMap &map) {
+    PoolBufvec dst(*pool_, map, start, len);
+    return fuse_buf_copy(dst.get(), in, FUSE_BUF_NO_SPLICE);
+  });
+  if (copied < 0) return (void)fuse_reply_err(req, FsErrno(static_cast<int>(copied)));
   fuse_reply_write(req, static_cast<size_t>(copied));
 }
 
 void MaruFs::Flush(fuse_req_t req, fuse_ino_t, fuse_file_info *fi) {
   // close() of a writer publishes the file: readers can open it as soon as
   // close returns.
-  std::shared_ptr<OpenFile> f = Handle(fi);
-  if (!f->writer) return (void)fuse_reply_err(req, 0);
-  std::lock_guard<std::mutex> lock(f->mu);
-  int rc = f->sealed && !f->dirty ? 0 : SealFile(f.get());
+  int rc = Handle(fi)->Publish();
+  fuse_reply_err(req, rc < 0 ? FsErrno(rc) : 0);
+}
+
+void MaruFs::Fsync(fuse_req_t req, fuse_ino_t, int, fuse_file_info *fi) {
+  // As close: when fsync returns, the file is sealed and published, with
+  // its metadata in RocksDB. A later write on the descriptor starts a new
+  // version, as after a close. A reader's descriptor has nothing to do,
+  // even one reading a file this mount is writing: only its writer
+  // decides when the file is complete.
+  int rc = Handle(fi)->Publish();
   fuse_reply_err(req, rc < 0 ? FsErrno(rc) : 0);
 }
 
 void MaruFs::Release(fuse_req_t req, fuse_ino_t, fuse_file_info *fi) {
-  auto *holder = reinterpret_cast<std::shared_ptr<OpenFile> *>(fi->fh);
-  std::shared_ptr<OpenFile> f = *holder;
-  delete holder;
-  {
-    std::lock_guard<std::mutex> lock(f->mu);
-    if (f->writer && (!f->sealed || f->dirty)) {
-      int rc = SealFile(f.get());
-      if (rc < 0)
-        LOG_WARN("sealing inode %" PRIu64 " at release: %s", f->ino, strerror(FsErrno(rc)));
-    }
-  }
-  if (f->writer) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = writers_.find(f->ino);
-    if (it != writers_.end() && it->second == f) writers_.erase(it);
-  }
+  std::shared_ptr<OpenFile> f = TakeHandle(fi);
+  if (int rc = f->Publish(); rc < 0)
+    LOG_WARN("sealing inode %" PRIu64 " at release: %s", f->ino(), strerror(FsErrno(rc)));
+  if (f->writer()) RemoveWriter(f);
   fuse_reply_err(req, 0);
 }
 
 // --- Directories ----------------------------------------------------------------
 
 void MaruFs::OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi) {
-  // A snapshot of the directory, read in pages: offsets stay stable while
-  // the listing is read even if entries come and go.
   auto dir = std::make_unique<DirHandle>();
   rpc::ReaddirRequest r;
   *r.mutable_ref() = RefTo(ino);
   r.set_max(kReaddirPage);
-  for (;;) {
+  for (;;) {  // read in pages
     rpc::ReaddirReply rep;
     int rc = Call(req, &Stub::Readdir, r, &rep);
     if (rc < 0) return (void)fuse_reply_err(req, FsErrno(rc));
@@ -641,57 +491,51 @@ void MaruFs::OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi) {
 
 void MaruFs::ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info *fi,
                      bool plus) {
-  auto *dir = reinterpret_cast<DirHandle *>(fi->fh);
+  const auto *dir = reinterpret_cast<DirHandle *>(fi->fh);
   std::vector<char> buf(size);
   size_t used = 0;
-  // Offsets: 1 is ".", 2 is "..", 3 + i is entry i.
-  for (size_t i = static_cast<size_t>(off); i < dir->entries.size() + 2; ++i) {
+  // Offset i + 1 resumes after position i.
+  for (size_t i = static_cast<size_t>(off); i < dir->count(); ++i) {
     std::string name;
     rpc::Attr attr;
-    if (i == 0) {
-      name = ".";
-      attr = dir->self;
-    } else if (i == 1) {
-      name = "..";
-      attr = dir->self;
-      // Not 0: readdir(3) hides entries whose inode is 0.
-      attr.set_ino(ino == FUSE_ROOT_ID || !dir->self.parent() ? ino : dir->self.parent());
-    } else {
-      name = dir->entries[i - 2].name();
-      attr = dir->entries[i - 2].attr();
-    }
-    size_t n;
-    if (plus && i >= 2) {
-      fuse_entry_param e{};
-      e.ino = attr.ino();
-      e.generation = 1;
-      ToStat(attr, &e.attr);
-      e.attr_timeout = AttrTimeout(attr);
-      e.entry_timeout = options_.entry_timeout;
-      n = fuse_add_direntry_plus(req, buf.data() + used, size - used, name.c_str(), &e,
-                                 static_cast<off_t>(i + 1));
-    } else {
-      struct stat st {};
-      st.st_ino = attr.ino();
-      st.st_mode = attr.mode();
-      if (plus) {
-        fuse_entry_param e{};  // "." and "..": no lookup count taken
-        e.attr = st;
-        n = fuse_add_direntry_plus(req, buf.data() + used, size - used, name.c_str(), &e,
-                                   static_cast<off_t>(i + 1));
-      } else {
-        n = fuse_add_direntry(req, buf.data() + used, size - used, name.c_str(), &st,
-                              static_cast<off_t>(i + 1));
-      }
-    }
+    dir->At(i, ino, &name, &attr);
+    const off_t next = static_cast<off_t>(i + 1);
+    size_t n = plus ? AddDirEntryPlus(req, buf.data() + used, size - used, name, attr, next, i < 2)
+                    : AddDirEntry(req, buf.data() + used, size - used, name, attr, next);
     if (n > size - used) break;
     used += n;
   }
   fuse_reply_buf(req, buf.data(), used);
 }
 
+size_t MaruFs::AddDirEntry(fuse_req_t req, char *buf, size_t room, const std::string &name,
+                           const rpc::Attr &attr, off_t next) {
+  struct stat st {};
+  st.st_ino = attr.ino();
+  st.st_mode = attr.mode();
+  return fuse_add_direntry(req, buf, room, name.c_str(), &st, next);
+}
+
+size_t MaruFs::AddDirEntryPlus(fuse_req_t req, char *buf, size_t room, const std::string &name,
+                               const rpc::Attr &attr, off_t next, bool dot) {
+  fuse_entry_param e{};
+  if (dot) {  // "." and "..": no lookup count taken
+    e.attr.st_ino = attr.ino();
+    e.attr.st_mode = attr.mode();
+  } else {
+    e = EntryOf(attr);
+  }
+  return fuse_add_direntry_plus(req, buf, room, name.c_str(), &e, next);
+}
+
 void MaruFs::ReleaseDir(fuse_req_t req, fuse_ino_t, fuse_file_info *fi) {
   delete reinterpret_cast<DirHandle *>(fi->fh);
+  fuse_reply_err(req, 0);
+}
+
+void MaruFs::FsyncDir(fuse_req_t req, fuse_ino_t, int, fuse_file_info *) {
+  // Nothing is left to do: the server writes every change of the namespace
+  // through to RocksDB before it replies.
   fuse_reply_err(req, 0);
 }
 
@@ -716,104 +560,28 @@ void MaruFs::Statfs(fuse_req_t req, fuse_ino_t) {
 // --- Extended attributes: user.maru.* ------------------------------------------
 
 void MaruFs::GetXattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size) {
-  std::string n = name;
-  if (n.rfind(kXattrPrefix, 0) != 0) return (void)fuse_reply_err(req, ENODATA);
-  n = n.substr(strlen(kXattrPrefix));
-  rpc::RefRequest r;
-  *r.mutable_ref() = RefTo(ino);
-  r.set_with_extents(n == "extents" || n == "parent");
-  rpc::AttrReply rep;
-  int rc = Call(req, &Stub::GetAttr, r, &rep);
-  if (rc < 0) return (void)fuse_reply_err(req, FsErrno(rc));
-  const rpc::Attr &a = rep.attr();
   std::string value;
-  char buf[128];
-  if (n == "extents") {
-    for (const auto &e : rep.extents()) {
-      snprintf(buf, sizeof(buf), "%s%u:%" PRIu64 "+%" PRIu64, value.empty() ? "" : ",", e.device(),
-               e.offset(), e.length());
-      value += buf;
-    }
-  } else if (n == "generation") {
-    value = std::to_string(a.gen());
-  } else if (n == "state") {
-    value = a.state() == rpc::SEALED    ? "sealed"
-            : a.state() == rpc::WRITING ? "writing"
-                                        : "directory";
-  } else if (n == "leases") {
-    value = std::to_string(a.leases());
-  } else if (n == "pinned") {
-    value = a.pinned() ? "1" : "0";
-  } else if (n == "hits") {
-    value = std::to_string(a.hits());
-  } else if (n == "checksum") {
-    if (a.checksum_type() == rpc::CHECKSUM_NONE) return (void)fuse_reply_err(req, ENODATA);
-    snprintf(buf, sizeof(buf), "%s:%016" PRIx64,
-             ChecksumName(static_cast<ChecksumKind>(a.checksum_type())), a.checksum());
-    value = buf;
-  } else if (n == "parent") {
-    if (rep.parent_path().empty()) return (void)fuse_reply_err(req, ENODATA);
-    value = rep.parent_path();
-  } else {
-    return (void)fuse_reply_err(req, ENODATA);
-  }
-  if (size == 0) return (void)fuse_reply_xattr(req, value.size());
-  if (size < value.size()) return (void)fuse_reply_err(req, ERANGE);
-  fuse_reply_buf(req, value.data(), value.size());
+  int rc = xattrs_.Get(CallerOf(req), ino, name, &value);
+  if (rc < 0) return (void)fuse_reply_err(req, FsErrno(rc));
+  ReplyXattr(req, value, size);
 }
 
 void MaruFs::ListXattr(fuse_req_t req, fuse_ino_t, size_t size) {
-  std::string list;
-  for (const char *n : kXattrNames) {
-    list += kXattrPrefix;
-    list += n;
-    list += '\0';
-  }
-  if (size == 0) return (void)fuse_reply_xattr(req, list.size());
-  if (size < list.size()) return (void)fuse_reply_err(req, ERANGE);
-  fuse_reply_buf(req, list.data(), list.size());
+  ReplyXattr(req, Xattrs::List(), size);
 }
 
 void MaruFs::SetXattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
                       size_t size, int) {
-  std::string n = name, v(value, size);
-  while (!v.empty() && (v.back() == '\n' || v.back() == '\0')) v.pop_back();
-  int rc;
-  if (n == std::string(kXattrPrefix) + "pinned") {
-    if (v != "0" && v != "1") return (void)fuse_reply_err(req, EINVAL);
-    rpc::PinRequest r;
-    *r.mutable_ref() = RefTo(ino);
-    r.set_pin(v == "1");
-    rpc::AttrReply rep;
-    rc = Call(req, &Stub::Pin, r, &rep);
-  } else if (n == std::string(kXattrPrefix) + "parent") {
-    rpc::SetAttrRequest r;
-    *r.mutable_ref() = RefTo(ino);
-    r.set_set_parent(true);
-    r.set_parent_path(v);
-    rpc::AttrReply rep;
-    rc = Call(req, &Stub::SetAttr, r, &rep);
-  } else if (n.rfind(kXattrPrefix, 0) == 0) {
-    return (void)fuse_reply_err(req, EPERM);  // the others are read-only
-  } else {
-    return (void)fuse_reply_err(req, ENOTSUP);
-  }
+  int rc = xattrs_.Set(CallerOf(req), ino, name, std::string(value, size));
   fuse_reply_err(req, FsErrno(rc));
 }
 
 void MaruFs::RemoveXattr(fuse_req_t req, fuse_ino_t ino, const char *name) {
-  std::string n = name;
-  if (n == std::string(kXattrPrefix) + "parent") return SetXattr(req, ino, name, "", 0, 0);
-  if (n == std::string(kXattrPrefix) + "pinned") return SetXattr(req, ino, name, "0", 1, 0);
-  fuse_reply_err(req, n.rfind(kXattrPrefix, 0) == 0 ? EPERM : ENOTSUP);
+  fuse_reply_err(req, FsErrno(xattrs_.Remove(CallerOf(req), ino, name)));
 }
 
 void MaruFs::Access(fuse_req_t req, fuse_ino_t ino, int mask) {
-  rpc::RefRequest r;
-  *r.mutable_ref() = RefTo(ino);
-  r.set_access(static_cast<uint32_t>(mask & 7));
-  rpc::AttrReply rep;
-  fuse_reply_err(req, FsErrno(Call(req, &Stub::GetAttr, r, &rep)));
+  fuse_reply_err(req, FsErrno(CheckAccess(req, ino, mask)));
 }
 
 // --- The operation table --------------------------------------------------------
@@ -851,7 +619,9 @@ const fuse_lowlevel_ops *MaruFs::Operations() {
     };
     o.flush = [](fuse_req_t r, fuse_ino_t i, fuse_file_info *fi) { Fs(r)->Flush(r, i, fi); };
     o.release = [](fuse_req_t r, fuse_ino_t i, fuse_file_info *fi) { Fs(r)->Release(r, i, fi); };
-    o.fsync = [](fuse_req_t r, fuse_ino_t, int, fuse_file_info *) { fuse_reply_err(r, 0); };
+    o.fsync = [](fuse_req_t r, fuse_ino_t i, int d, fuse_file_info *fi) {
+      Fs(r)->Fsync(r, i, d, fi);
+    };
     o.opendir = [](fuse_req_t r, fuse_ino_t i, fuse_file_info *fi) { Fs(r)->OpenDir(r, i, fi); };
     o.readdir = [](fuse_req_t r, fuse_ino_t i, size_t s, off_t o, fuse_file_info *fi) {
       Fs(r)->ReadDir(r, i, s, o, fi, false);
@@ -862,7 +632,9 @@ const fuse_lowlevel_ops *MaruFs::Operations() {
     o.releasedir = [](fuse_req_t r, fuse_ino_t i, fuse_file_info *fi) {
       Fs(r)->ReleaseDir(r, i, fi);
     };
-    o.fsyncdir = [](fuse_req_t r, fuse_ino_t, int, fuse_file_info *) { fuse_reply_err(r, 0); };
+    o.fsyncdir = [](fuse_req_t r, fuse_ino_t i, int d, fuse_file_info *fi) {
+      Fs(r)->FsyncDir(r, i, d, fi);
+    };
     o.statfs = [](fuse_req_t r, fuse_ino_t i) { Fs(r)->Statfs(r, i); };
     o.setxattr = [](fuse_req_t r, fuse_ino_t i, const char *n, const char *v, size_t s, int f) {
       Fs(r)->SetXattr(r, i, n, v, s, f);

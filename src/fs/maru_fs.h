@@ -1,8 +1,11 @@
 // MaruFs: the file operations of maru-fuse, over the FUSE low-level API.
 //
-// Metadata calls become RPCs to maru-server, carrying the identity of the
-// process that made them (the server enforces permissions); data is read
-// and written in the pool mapping this daemon shares with everyone else.
+// Each handler adapts one FUSE request: metadata calls become RPCs to
+// maru-server, carrying the identity of the process that made them (the
+// server enforces permissions); open files are OpenFile (open_file.h), which
+// owns reading, writing and publishing versions; extended attributes are
+// Xattrs (xattrs.h). MaruFs itself keeps what the mount shares: the writers
+// open on it, by inode, and which version the page cache holds.
 // What other readers see while a file is being written is in
 // docs/filesystem.md.
 #pragma once
@@ -18,6 +21,7 @@
 #include "client/meta_client.h"
 #include "client/pool_map.h"
 #include "fs/open_file.h"
+#include "fs/xattrs.h"
 #include "util/checksum.h"
 
 namespace maru {
@@ -63,10 +67,12 @@ class MaruFs {
   void WriteBuf(fuse_req_t req, fuse_ino_t ino, fuse_bufvec *bufv, off_t off, fuse_file_info *fi);
   void Flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi);
   void Release(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi);
+  void Fsync(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info *fi);
   void OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi);
   void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info *fi,
                bool plus);
   void ReleaseDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi);
+  void FsyncDir(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info *fi);
   void Statfs(fuse_req_t req, fuse_ino_t ino);
   void SetXattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value, size_t size,
                 int flags);
@@ -79,26 +85,37 @@ class MaruFs {
   template <typename Req, typename Rep>
   int Call(fuse_req_t req, MetaClient::Method<Req, Rep> method, Req &r, Rep *rep);
   void ToStat(const rpc::Attr &a, struct stat *st);
+  fuse_entry_param EntryOf(const rpc::Attr &a);
   void ReplyEntry(fuse_req_t req, const rpc::Attr &a);
+  // Publishes a file just created, empty (mknod); aborts it on failure.
+  int SealEmpty(fuse_req_t req, const rpc::Attr &created);
+  // One entry of a readdir reply; its size, larger than `room` if it does
+  // not fit. Plus: with its attributes, and a lookup count unless `dot`.
+  size_t AddDirEntry(fuse_req_t req, char *buf, size_t room, const std::string &name,
+                     const rpc::Attr &attr, off_t next);
+  size_t AddDirEntryPlus(fuse_req_t req, char *buf, size_t room, const std::string &name,
+                         const rpc::Attr &attr, off_t next, bool dot);
   double AttrTimeout(const rpc::Attr &a) const;
   bool DirectWrites() const { return options_.direct_io || options_.direct_writes; }
+  // The writers open on this mount, by inode.
   std::shared_ptr<OpenFile> Writer(uint64_t ino);
-  // Starts a new version of `f`'s file (O_TRUNC, or writing a sealed file),
-  // keeping the first `keep` bytes of the current content.
-  int StartVersion(fuse_req_t req, OpenFile *f, uint64_t keep);
-  int EnsureReserved(fuse_req_t req, OpenFile *f, uint64_t end);
-  int SealFile(OpenFile *f);
-  // The extents of a reply, checked to lie in the pool; -EIO if not.
-  int MapOf(const rpc::ChunkReply &rep, ExtentMap *map);
-  // An OpenFile that gives back its lease or reservation (DropFile) when
-  // the last reference to it goes.
-  std::shared_ptr<OpenFile> NewOpenFile();
-  void DropFile(OpenFile *f);
-  void ZeroRange(OpenFile *f, uint64_t off, uint64_t len);
+  void AddWriter(const std::shared_ptr<OpenFile> &f);
+  void RemoveWriter(const std::shared_ptr<OpenFile> &f);
+  std::shared_ptr<OpenFile> NewFile(uint64_t ino, OpenFile::Role role);
+  // A seal published version `gen`: the page cache holds it if the writes
+  // went through the page cache.
+  void Published(uint64_t ino, uint64_t gen);
+  int OpenReader(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi, std::shared_ptr<OpenFile> *f);
+  int OpenWriter(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi, std::shared_ptr<OpenFile> *f);
+  // A size change is a write: through the open writer, or a new version.
+  int Resize(fuse_req_t req, fuse_ino_t ino, uint64_t size, fuse_file_info *fi);
+  int CheckAccess(fuse_req_t req, fuse_ino_t ino, int mask);
 
   std::unique_ptr<MetaClient> client_;
   std::unique_ptr<PoolMap> pool_;
   FsOptions options_;
+  FileEnv env_;  // before writers_: open files use it until they go
+  Xattrs xattrs_;
   std::mutex mu_;
   std::unordered_map<uint64_t, std::shared_ptr<OpenFile>> writers_;  // by inode
   std::unordered_map<uint64_t, uint64_t> cached_gen_;  // inode -> version in the page cache

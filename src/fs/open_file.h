@@ -1,39 +1,141 @@
-// What maru-fuse keeps for an open file.
+// OpenFile: one open file of maru-fuse, and the state machine of writing one.
 //
-// A reader holds a lease on one sealed version and serves reads straight
-// from the pool mapping. A writer holds a reservation (extents it alone may
-// write, grown on demand) and tracks the size it has written; it seals the
-// file when the writer closes it (flush). Until then, processes on this
-// mount share the writer's bytes (one kernel inode, as on a local
-// filesystem); other mounts and libmaru_direct see the previous sealed
-// version, or EBUSY if there is none.
+// A reader holds a lease on one sealed version and reads straight from the
+// pool mapping. A writer writes one version at a time:
+//
+//   Create, StartVersion  a new version: a reservation (extents only this
+//                         writer may write), grown on demand by Write and
+//                         Truncate; the kept part of the old content is
+//                         copied in first
+//   Publish               seals it (close, fsync): others may open it now;
+//                         the writer keeps a lease to read on
+//   Write, Truncate       after a Publish: StartVersion again, keeping the
+//                         content, as a rewrite of a sealed file does
+//   last reference gone   a version never sealed is aborted; the lease or
+//                         the reservation is given back
+//
+// Processes on this mount that read a file while it is written follow its
+// writer (one kernel inode, one file, as on a local filesystem): they read
+// its bytes, and hold a reference so that its extents stay reserved or
+// leased until they close. Other mounts and libmaru_direct see the previous
+// sealed version, or EBUSY if there is none.
+//
+// No FUSE types here: the file system (MaruFs) turns requests into these
+// calls, and their results (0, a byte count, or a negative errno) into
+// replies.
 #pragma once
 
-#include <algorithm>
+#include <sys/types.h>
+
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
-#include <vector>
 
 #include "alloc/extent_map.h"
+#include "client/meta_client.h"
+#include "client/pool_map.h"
 #include "maru.pb.h"
+#include "util/checksum.h"
 
 namespace maru {
 
-struct OpenFile {
-  uint64_t ino = 0;
-  bool writer = false;
-  std::mutex mu;        // writers: serializes growth and sealing
-  uint64_t gen = 0;     // the version read, or being written
-  uint64_t size = 0;    // readers: sealed size; writers: bytes written so far
-  ExtentMap map;        // where the bytes are
-  uint64_t lease = 0;   // MetaClient lease handle once there is one, else 0
-  bool sealed = false;  // writers: published by a flush
-  bool dirty = false;   // writers: written since the last seal
-  rpc::Caller caller;   // writers: who opened it, for the seal
-  // Readers of a file this mount is writing read the writer's bytes: one
-  // kernel inode, one file, as on a local filesystem.
-  std::shared_ptr<OpenFile> follows;
+// What the open files of one mount share.
+struct FileEnv {
+  MetaClient *client = nullptr;
+  const PoolMap *pool = nullptr;
+  ChecksumKind checksum = ChecksumKind::kXxh3;  // recorded at seal
+  // Told each version a writer published, for the page-cache bookkeeping.
+  std::function<void(uint64_t ino, uint64_t gen)> published;
+};
+
+class OpenFile {
+ public:
+  // Who makes a request, asked only when an RPC needs it: it costs a read
+  // of /proc (the caller's groups), too much for every write.
+  using CallerFn = std::function<rpc::Caller()>;
+
+  enum class Role { kReader, kWriter };
+  OpenFile(const FileEnv *env, uint64_t ino, Role role);
+  // Whoever lets go last (a handle, a reader following a writer, a
+  // temporary) gives back the lease or reservation, aborting a version that
+  // was never sealed.
+  ~OpenFile();
+  OpenFile(const OpenFile &) = delete;
+  OpenFile &operator=(const OpenFile &) = delete;
+
+  uint64_t ino() const { return ino_; }
+  bool writer() const { return role_ == Role::kWriter; }
+
+  // --- Readers ---
+  // Opens the file's sealed version under a lease.
+  int OpenSealed(const rpc::Caller &caller);
+  // The version a reader opened (set once, before the file is shared).
+  uint64_t gen() const { return gen_; }
+  // Reads through `writer` instead: a file this mount is writing.
+  void Follow(std::shared_ptr<OpenFile> writer) { follows_ = std::move(writer); }
+
+  // Calls `reply` with the extents and the length of [start, start+size)
+  // that lies in the file (0 past its end); the file stays locked meanwhile
+  // if its bytes may still change (`sealed` false). -EIO, without calling
+  // it, when a sealed version's lease may have lapsed: its extents may hold
+  // another chunk by now.
+  using ReadReply = std::function<void(const ExtentMap &map, uint64_t len, bool sealed)>;
+  int Read(uint64_t start, uint64_t size, const ReadReply &reply);
+
+  // --- Writers ---
+  // Takes over the new, empty file a Create RPC replied with.
+  int AdoptCreated(const rpc::ChunkReply &created, const rpc::Caller &caller);
+  // Starts a new version (O_TRUNC, or writing a sealed file), keeping the
+  // first `keep` bytes of the current content.
+  int StartVersion(const rpc::Caller &caller, uint64_t keep);
+  // Writes `len` bytes at `start`: `copy` fills the pool behind them and
+  // returns the bytes copied or a negative errno. Returns the same.
+  using CopyIn = std::function<ssize_t(const ExtentMap &map)>;
+  ssize_t Write(const CallerFn &caller, uint64_t start, uint64_t len, const CopyIn &copy);
+  // Sets the size; growing it adds zeros.
+  int Truncate(const CallerFn &caller, uint64_t size);
+  // Seals what was written since the last Publish, if anything; 0 for
+  // readers, whose version is sealed already.
+  int Publish();
+  // Whether everything written is published.
+  bool Published();
+  // What stat shows for a file this writer writes: false if the server's
+  // version `server_gen` is newer than this writer's published one.
+  bool WrittenSize(uint64_t server_gen, uint64_t *size, uint64_t *allocated);
+
+ private:
+  bool PublishedLocked() const { return sealed_ && !dirty_; }
+  // A new version is needed before writing: the current one is sealed, or
+  // there is none yet (a temporary writer for truncate).
+  bool NeedsVersion() const { return sealed_ || gen_ == 0; }
+  int NewVersion(const rpc::Caller &caller, uint64_t keep);  // StartVersion, locked
+  // Asks the server for a new version with room for `size` bytes.
+  int CreateVersion(const rpc::Caller &caller, uint64_t size, rpc::ChunkReply *rep);
+  // The current content a new version keeps: the version this writer
+  // published (its lease moves along), or else the server's sealed one.
+  std::shared_ptr<OpenFile> MovePublished();
+  int OpenCurrent(const rpc::Caller &caller, std::shared_ptr<OpenFile> *old);
+  int Reserve(const CallerFn &caller, uint64_t end);
+  int Seal();
+  void ReleaseLease();
+  // The extents of a reply, checked to lie in the pool; -EIO if not.
+  int MapOf(const rpc::ChunkReply &rep);
+  void Zero(uint64_t off, uint64_t len);
+  void CopyFrom(const OpenFile &old, uint64_t len);
+
+  const FileEnv *env_;
+  const uint64_t ino_;
+  const Role role_;
+  std::mutex mu_;        // writers: serializes writes, growth and sealing
+  uint64_t gen_ = 0;     // the version read, or being written
+  uint64_t size_ = 0;    // readers: sealed size; writers: bytes written so far
+  ExtentMap map_;        // where the bytes are
+  uint64_t lease_ = 0;   // MetaClient lease handle once there is one, else 0
+  bool sealed_ = false;  // writers: published by a Publish
+  bool dirty_ = false;   // writers: written since the last Publish
+  rpc::Caller caller_;   // writers: who started the version, for the seal
+  std::shared_ptr<OpenFile> follows_;
 };
 
 }  // namespace maru

@@ -1,0 +1,243 @@
+#include "fs/open_file.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <cstring>
+
+#include "util/log.h"
+
+namespace maru {
+namespace {
+
+using Stub = rpc::Meta::Stub;
+constexpr uint64_t kMinGrowth = 1 << 20;  // a writer's reservation grows by at least this
+
+}  // namespace
+
+OpenFile::OpenFile(const FileEnv *env, uint64_t ino, Role role)
+    : env_(env), ino_(ino), role_(role) {}
+
+OpenFile::~OpenFile() {
+  if (writer() && !sealed_ && gen_) {  // leave no unfinished version behind
+    rpc::HandleRequest r;
+    r.set_ino(ino_);
+    r.set_gen(gen_);
+    rpc::ErrorReply rep;
+    env_->client->Call(&Stub::Abort, r, &rep, &caller_);
+  }
+  ReleaseLease();
+}
+
+void OpenFile::ReleaseLease() {
+  if (lease_) env_->client->ReleaseLease(lease_);
+  lease_ = 0;
+}
+
+int OpenFile::MapOf(const rpc::ChunkReply &rep) {
+  ExtentList extents = FromWire(rep.extents());
+  if (!env_->pool->Covers(extents)) {
+    LOG_ERROR("inode %" PRIu64 ": the server sent extents outside the pool", rep.attr().ino());
+    map_ = ExtentMap();
+    return -EIO;
+  }
+  map_ = ExtentMap(std::move(extents));
+  return 0;
+}
+
+// --- Readers --------------------------------------------------------------------
+
+int OpenFile::OpenSealed(const rpc::Caller &caller) {
+  rpc::RefRequest r;
+  r.mutable_ref()->set_ino(ino_);
+  rpc::ChunkReply rep;
+  int rc = env_->client->Call(&Stub::Open, r, &rep, &caller);
+  if (rc < 0) return rc;
+  gen_ = rep.attr().gen();
+  size_ = rep.attr().size();
+  lease_ = env_->client->TrackLease(rep.lease(), ino_, gen_);
+  return MapOf(rep);
+}
+
+int OpenFile::Read(uint64_t start, uint64_t size, const ReadReply &reply) {
+  if (follows_) return follows_->Read(start, size, reply);
+  // A writer's bytes may change: they are replied while its lock is held.
+  std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
+  if (writer()) lock.lock();
+  const uint64_t len = start < size_ ? std::min(size, size_ - start) : 0;
+  if (len && !writer() && !env_->client->LeaseValid(lease_)) return -EIO;
+  reply(map_, len, !writer());
+  return 0;
+}
+
+// --- Writers --------------------------------------------------------------------
+
+int OpenFile::AdoptCreated(const rpc::ChunkReply &created, const rpc::Caller &caller) {
+  gen_ = created.attr().gen();
+  caller_ = caller;
+  return MapOf(created);
+}
+
+int OpenFile::StartVersion(const rpc::Caller &caller, uint64_t keep) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return NewVersion(caller, keep);
+}
+
+int OpenFile::NewVersion(const rpc::Caller &caller, uint64_t keep) {
+  std::shared_ptr<OpenFile> old;  // the current content, if any of it is kept
+  const bool moved = keep > 0 && sealed_ && map_.length();
+  if (moved) {
+    old = MovePublished();
+  } else if (keep > 0) {
+    if (int rc = OpenCurrent(caller, &old); rc < 0) return rc;
+  }
+  const uint64_t kept = old ? std::min(keep, old->size_) : 0;
+  rpc::ChunkReply rep;
+  if (int rc = CreateVersion(caller, kept, &rep); rc < 0) {
+    if (moved) std::swap(lease_, old->lease_);  // still the sealed version: read on under it
+    return rc;
+  }
+  ReleaseLease();  // the sealed version nothing is kept of
+  gen_ = rep.attr().gen();
+  size_ = 0;
+  sealed_ = false;  // so that a failure from here on aborts the new version
+  dirty_ = true;
+  caller_ = caller;
+  if (int rc = MapOf(rep); rc < 0) return rc;
+  if (old) CopyFrom(*old, kept);
+  return 0;
+}
+
+int OpenFile::CreateVersion(const rpc::Caller &caller, uint64_t size, rpc::ChunkReply *rep) {
+  rpc::CreateRequest r;
+  r.mutable_ref()->set_ino(ino_);
+  r.set_truncate(true);
+  r.set_size(size);
+  return env_->client->Call(&Stub::Create, r, rep, &caller);
+}
+
+std::shared_ptr<OpenFile> OpenFile::MovePublished() {
+  auto old = std::make_shared<OpenFile>(env_, ino_, Role::kReader);
+  old->map_ = map_;
+  old->size_ = size_;
+  old->lease_ = lease_;  // released with `old`, or moved back
+  lease_ = 0;
+  return old;
+}
+
+int OpenFile::OpenCurrent(const rpc::Caller &caller, std::shared_ptr<OpenFile> *old) {
+  auto current = std::make_shared<OpenFile>(env_, ino_, Role::kReader);
+  int rc = current->OpenSealed(caller);
+  if (rc == -ENOENT) return 0;  // no sealed version: nothing to keep
+  if (rc < 0) return rc;
+  *old = std::move(current);
+  return 0;
+}
+
+void OpenFile::CopyFrom(const OpenFile &old, uint64_t len) {
+  size_ = len;
+  const PoolMap &pool = *env_->pool;
+  old.map_.ForEachPiece(0, len, [&](uint32_t dev, uint64_t at, uint64_t n, uint64_t file_off) {
+    const uint8_t *src = pool.device(dev)->base() + at;
+    map_.ForEachPiece(file_off, n, [&](uint32_t d2, uint64_t at2, uint64_t n2, uint64_t off2) {
+      memcpy(pool.device(d2)->base() + at2, src + (off2 - file_off), n2);
+    });
+  });
+}
+
+void OpenFile::Zero(uint64_t off, uint64_t len) {
+  // Fresh extents hold whatever a freed chunk left: never show it.
+  map_.ForEachPiece(off, len, [&](uint32_t dev, uint64_t at, uint64_t n, uint64_t) {
+    memset(env_->pool->device(dev)->base() + at, 0, n);
+  });
+}
+
+int OpenFile::Reserve(const CallerFn &caller, uint64_t end) {
+  if (end <= map_.length()) return 0;
+  // Grow geometrically: a file written in small pieces costs few RPCs.
+  uint64_t want = std::max({end, map_.length() * 2, kMinGrowth});
+  rpc::ExtendRequest r;
+  r.set_ino(ino_);
+  r.set_gen(gen_);
+  r.set_size(want);
+  rpc::ChunkReply rep;
+  const rpc::Caller who = caller();
+  int rc = env_->client->Call(&Stub::Extend, r, &rep, &who);
+  if (rc == -ENOSPC && want > end) {  // all that is left may still do
+    r.set_size(end);
+    rc = env_->client->Call(&Stub::Extend, r, &rep, &who);
+  }
+  if (rc < 0) return rc;
+  return MapOf(rep);
+}
+
+ssize_t OpenFile::Write(const CallerFn &caller, uint64_t start, uint64_t len, const CopyIn &copy) {
+  if (!writer()) return -EBADF;
+  std::lock_guard<std::mutex> lock(mu_);
+  int rc = NeedsVersion() ? NewVersion(caller(), UINT64_MAX) : 0;  // written again after a seal
+  if (rc == 0) rc = Reserve(caller, start + len);
+  if (rc < 0) return rc;
+  if (start > size_) Zero(size_, start - size_);  // a hole reads as zeros
+  ssize_t copied = copy(map_);
+  if (copied < 0) return copied;
+  size_ = std::max(size_, start + static_cast<uint64_t>(copied));
+  dirty_ = true;
+  return copied;
+}
+
+int OpenFile::Truncate(const CallerFn &caller, uint64_t size) {
+  std::lock_guard<std::mutex> lock(mu_);
+  int rc = NeedsVersion() ? NewVersion(caller(), size) : 0;
+  if (rc == 0) rc = Reserve(caller, size);
+  if (rc < 0) return rc;
+  if (size > size_) Zero(size_, size - size_);
+  size_ = size;
+  dirty_ = true;
+  return 0;
+}
+
+int OpenFile::Publish() {
+  if (!writer()) return 0;
+  std::lock_guard<std::mutex> lock(mu_);
+  return PublishedLocked() ? 0 : Seal();
+}
+
+bool OpenFile::Published() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return PublishedLocked();
+}
+
+int OpenFile::Seal() {
+  rpc::SealRequest r;
+  r.set_ino(ino_);
+  r.set_gen(gen_);
+  r.set_size(size_);
+  r.set_keep_lease(true);
+  if (env_->checksum != ChecksumKind::kNone) {
+    // Checksummed where it lies, piece by piece if it is fragmented.
+    ChecksumStream sum(env_->checksum);
+    map_.ForEachPiece(0, size_, [&](uint32_t dev, uint64_t at, uint64_t n, uint64_t) {
+      sum.Update(env_->pool->device(dev)->base() + at, n);
+    });
+    r.set_checksum_type(static_cast<rpc::ChecksumType>(env_->checksum));
+    r.set_checksum(sum.Digest());
+  }
+  rpc::ChunkReply rep;
+  int rc = env_->client->Call(&Stub::Seal, r, &rep, &caller_);
+  if (rc < 0) return rc;
+  sealed_ = true;
+  dirty_ = false;
+  lease_ = env_->client->TrackLease(rep.lease(), ino_, gen_);
+  if (env_->published) env_->published(ino_, gen_);
+  return 0;
+}
+
+bool OpenFile::WrittenSize(uint64_t server_gen, uint64_t *size, uint64_t *allocated) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (PublishedLocked() && server_gen != gen_) return false;
+  *size = size_;
+  *allocated = map_.length();
+  return true;
+}
+
+}  // namespace maru
