@@ -1,8 +1,9 @@
-// Path rules, sizes, addresses, checksums, flags.
+// Path rules, sizes, clocks, addresses, checksums, flags.
 #include <gtest/gtest.h>
 
 #include "util/address.h"
 #include "util/checksum.h"
+#include "util/clock.h"
 #include "util/flags.h"
 #include "util/path.h"
 #include "util/units.h"
@@ -43,6 +44,23 @@ TEST(Units, ParsesAndFormatsSizes) {
   EXPECT_EQ(ParseSize("99999999999T").status().errnum(), ERANGE);
   EXPECT_EQ(FormatSize(32ull << 20), "32M");
   EXPECT_EQ(FormatSize(1536), "1.5K");
+}
+
+TEST(Clock, MillisecondsBecomeNanosecondsWithoutOverflow) {
+  EXPECT_EQ(MsToNs(0), 0);
+  EXPECT_EQ(MsToNs(1500), 1500000000);
+  EXPECT_EQ(MsToNs(-2), -2000000);
+  // Capped: a client's INT64_MAX timeout added to any clock stays positive.
+  EXPECT_GT(MonotonicNs() + MsToNs(INT64_MAX), MonotonicNs());
+  EXPECT_LT(RealtimeNs() + MsToNs(INT64_MIN), RealtimeNs());
+  EXPECT_EQ(MsToNs(INT64_MAX), -MsToNs(INT64_MIN));
+}
+
+TEST(Clock, DeadlinesInThePastHavePassedAndFarOnesHaveNot) {
+  EXPECT_TRUE(DeadlinePassed(DeadlineAfterMs(-1)));
+  EXPECT_FALSE(DeadlinePassed(DeadlineAfterMs(INT64_MAX)));
+  const int64_t a = MonotonicMs(), b = MonotonicMs();
+  EXPECT_LE(a, b);  // monotonic: never backwards
 }
 
 TEST(Address, ParsesUnixAndTcp) {
