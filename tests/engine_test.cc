@@ -239,6 +239,12 @@ TEST_F(EngineTest, ReleasesRideOnTheNextRequest) {
 TEST_F(EngineTest, ExpiredSessionAbortsReservationsAndDropsLeases) {
   uint64_t writer = NewSession(root_);
   ASSERT_EQ(Create("/w", 1 << 20, root_, writer).error(), 0);
+  // The writer also reads a chunk that is then unlinked: its lease defers
+  // the space until the lease goes.
+  ASSERT_EQ(Seal(Create("/read", 2 << 20, root_, session_), root_, session_).error(), 0);
+  ASSERT_EQ(Open("/read", root_, writer).error(), 0);
+  ASSERT_EQ(Unlink("/read", root_, session_), 0);
+  ASSERT_EQ(Statfs().deferred(), 2u << 20);
   uint64_t free_during = Statfs().free();
   // Keep our own session alive while the writer falls silent.
   ASSERT_TRUE(maru_test::WaitFor(
@@ -248,7 +254,8 @@ TEST_F(EngineTest, ExpiredSessionAbortsReservationsAndDropsLeases) {
         return Create("/w", 1 << 20, root_, session_).error() == 0;
       },
       5000));
-  EXPECT_EQ(Statfs().free(), free_during);  // the old reservation went back
+  EXPECT_EQ(Statfs().free(), free_during + (2u << 20));  // the old reservation went back
+  EXPECT_EQ(Statfs().deferred(), 0u);                    // and the lease with it
   EXPECT_TRUE(Fsck().empty());
 }
 
@@ -283,7 +290,10 @@ TEST_F(EngineTest, PoolEpochChangeDropsChunksLoudly) {
   options.size = 64ull << 20;
   options.force = true;
   ASSERT_TRUE(FormatPool(pool_.path(), options).ok());
+  testing::internal::CaptureStderr();
   Reopen();
+  const std::string said = testing::internal::GetCapturedStderr();
+  EXPECT_NE(said.find("dropped the metadata of its 1 chunks"), std::string::npos) << said;
   EXPECT_EQ(Open("/gone/a", root_, session_).error(), ENOENT);
   auto st = With<rpc::RefRequest>(session_);
   st.mutable_ref()->set_path("/gone");

@@ -40,7 +40,9 @@ for c in mkpool df ls stat pin unpin evict fsck verify sessions stats; do
 done
 check "maructl pool show --help" "$bin_ctl" pool show --help
 for c in chunks lookup replay share files suite fill scale; do check "maru-bench $c --help" "$bin_bench" $c --help; done
-check "mount.fuse.maru usage" test -x "$src/src/fs/mount.fuse.maru"
+check "mount.fuse.maru is executable" test -x "$src/src/fs/mount.fuse.maru"
+out=$("$src/src/fs/mount.fuse.maru" 2>&1); rc=$?
+[ $rc -ne 0 ] && grep -q '^usage: mount.fuse.maru' <<<"$out" || fail "mount.fuse.maru usage: '$out' ($rc)"
 
 # --- bad input: one line, non-zero exit ----------------------------------------
 out=$("$bin_ctl" df --server unix://$work/none.sock 2>&1); rc=$?

@@ -181,6 +181,11 @@ TEST(RemotePools, OneAgentPerDeviceOfThePool) {
   std::string load;
   for (int i = 0; i < 12; ++i) load += " + load /two/c" + std::to_string(i) + " 8388608 /dev/shm/";
   EXPECT_EQ(maru_test::RunClient(server.address(), load.substr(3)), 0);
+  // Both devices hold chunks, so each agent served some of the transfers.
+  std::string df;
+  maru_test::Run(maru_test::MaructlBinary() + " df --json --server " + server.address(), &df);
+  EXPECT_NE(df.find("\"index\":1"), std::string::npos) << df;
+  EXPECT_EQ(df.find("\"used\":0}"), std::string::npos) << df;
 }
 
 }  // namespace

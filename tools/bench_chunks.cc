@@ -42,28 +42,28 @@ int RunChunks(int argc, char **argv) {
   Samples s_;
   for (int64_t i = -2; i < iterations; ++i) {  // two warm-up rounds
     const std::string path = dir + "/c" + std::to_string(i + 2);
-    int64_t t0 = NowNs();
+    int64_t t0 = MonotonicNs();
     memcpy(dst.data(), src.data(), size);
-    int64_t t1 = NowNs();
+    int64_t t1 = MonotonicNs();
 
     maru_chunk_t *c;
-    int64_t t2 = NowNs();
+    int64_t t2 = MonotonicNs();
     if (int rc = maru_create(m, path.c_str(), size, &c))
       return Fail("create: " + std::string(maru_strerror(rc)));
-    int64_t t3 = NowNs();
+    int64_t t3 = MonotonicNs();
     memcpy(maru_chunk_data(c), src.data(), size);
-    int64_t t4 = NowNs();
+    int64_t t4 = MonotonicNs();
     if (int rc = maru_seal(c)) return Fail("seal: " + std::string(maru_strerror(rc)));
     maru_release(c);
-    int64_t t5 = NowNs();
+    int64_t t5 = MonotonicNs();
 
     if (int rc = maru_open(m, path.c_str(), &c))
       return Fail("open: " + std::string(maru_strerror(rc)));
-    int64_t t6 = NowNs();
+    int64_t t6 = MonotonicNs();
     memcpy(dst.data(), maru_chunk_data(c), size);
-    int64_t t7 = NowNs();
+    int64_t t7 = MonotonicNs();
     maru_release(c);
-    int64_t t8 = NowNs();
+    int64_t t8 = MonotonicNs();
     maru_unlink(m, path.c_str());
     if (i < 0) continue;
     s_.memcpy_heap.push_back(GBps(size, static_cast<double>(t1 - t0)));

@@ -76,11 +76,11 @@ int RunFiles(int argc, char **argv) {
   std::vector<double> write_gbps, read_gbps;
   for (int64_t i = 0; i < count; ++i) {
     const std::string path = dir + "/f" + std::to_string(i);
-    int64_t t0 = NowNs();
+    int64_t t0 = MonotonicNs();
     Status s = WriteFile(path, data);
-    const int64_t t1 = NowNs();
+    const int64_t t1 = MonotonicNs();
     if (s.ok()) s = ReadFile(path, &into);
-    const int64_t t2 = NowNs();
+    const int64_t t2 = MonotonicNs();
     if (s.ok() && memcmp(into.data(), data.data(), size) != 0)
       s = Status::Error(EIO, path + " reads back wrong");
     if (!s.ok()) {

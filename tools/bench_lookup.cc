@@ -50,16 +50,16 @@ int RunLookup(int argc, char **argv) {
     if (threads <= 0) return Fail("bad --threads");
     std::vector<std::vector<double>> lat(static_cast<size_t>(threads));
     std::atomic<bool> failed{false};
-    const int64_t end = NowNs() + seconds * 1000000000;
+    const int64_t end = MonotonicNs() + seconds * 1000000000;
     std::vector<std::thread> workers;
     for (int t = 0; t < threads; ++t) {
       workers.emplace_back([&, t] {
         std::vector<maru_chunk_t *> out(paths.size());
-        while (NowNs() < end) {
+        while (MonotonicNs() < end) {
           size_t hits = 0;
-          int64_t t0 = NowNs();
+          int64_t t0 = MonotonicNs();
           int rc = maru_lookup_prefix(m, paths.data(), paths.size(), out.data(), &hits);
-          int64_t t1 = NowNs();
+          int64_t t1 = MonotonicNs();
           if (rc || hits != paths.size()) failed = true;
           for (size_t i = 0; i < hits; ++i) maru_release(out[i]);
           lat[static_cast<size_t>(t)].push_back(static_cast<double>(t1 - t0) / 1000.0);

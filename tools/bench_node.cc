@@ -14,6 +14,8 @@
 #include <sstream>
 #include <thread>
 
+#include "util/clock.h"
+
 namespace maru::bench {
 namespace {
 
@@ -117,8 +119,8 @@ int Processes::Run(const std::vector<std::string> &argv, std::string *out,
 }
 
 bool WaitUntil(const std::function<bool()> &ready, int seconds) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  while (std::chrono::steady_clock::now() < deadline) {
+  const int64_t deadline = DeadlineAfterMs(int64_t{seconds} * 1000);
+  while (!DeadlinePassed(deadline)) {
     if (ready()) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }

@@ -17,7 +17,6 @@
 
 #include "bench_common.h"
 #include "bench_node.h"
-#include "util/units.h"
 
 namespace maru::bench {
 namespace {
@@ -54,7 +53,7 @@ int64_t RssKiB(pid_t pid) {
 }
 
 double Seconds(int64_t since_ns) {
-  return static_cast<double>(NowNs() - since_ns) / 1e9;
+  return static_cast<double>(MonotonicNs() - since_ns) / 1e9;
 }
 
 // The server measured with a given number of chunks in its namespace.
@@ -125,7 +124,7 @@ int RunFill(int argc, char **argv) {
   if (int rc = ParseFlags(flags, argc, argv); rc >= 0) return rc;
   if (count <= 0 || first < 0 || per_dir <= 0 || procs <= 0 || procs > 64 || size == 0)
     return Fail("--count, --per-dir, --procs (up to 64) and --size must be positive");
-  const int64_t start = NowNs();
+  const int64_t start = MonotonicNs();
   std::vector<pid_t> pids;
   for (int64_t w = 0; w < procs; ++w) {
     fflush(nullptr);
@@ -228,17 +227,17 @@ int RunScale(int argc, char **argv) {
 
   // ls of the wide directory through the mount: names only, then with stat.
   const std::string wide_dir = node.mountpoint() + "/scale/wide/d00000";
-  int64_t t0 = NowNs();
+  int64_t t0 = MonotonicNs();
   Processes::Run({"sh", "-c", "ls -f '" + wide_dir + "' | wc -l"}, &o);
   f.ls_f = Seconds(t0);
   f.listed = strtod(o.c_str(), nullptr) - 2;  // "." and ".."
-  t0 = NowNs();
+  t0 = MonotonicNs();
   Processes::Run({"sh", "-c", "ls -l '" + wide_dir + "' > /dev/null"}, &o);
   f.ls_l = Seconds(t0);
 
   // A restart: everything is loaded from RocksDB again.
   node.StopServer();
-  t0 = NowNs();
+  t0 = MonotonicNs();
   if (!node.StartServer({"--high-watermark", "1", "--low-watermark", "1"}, &error))
     return cleanup(Fail(error));
   f.restart = Seconds(t0);

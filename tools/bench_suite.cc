@@ -126,12 +126,12 @@ std::string Suite::Bench(const std::string &what, std::vector<std::string> args,
   args.insert(args.begin(), Sibling("maru-bench", "tools"));
   args.push_back("--json");
   fprintf(stderr, "  %-34s", what.c_str());
-  const int64_t t0 = NowNs();
+  const int64_t t0 = MonotonicNs();
   std::string out;
   int rc = Processes::Run(args, &out, env);
   std::string json = LastJson(out);
   fprintf(stderr, "%s (%.0f s)\n", rc == 0 ? "done" : "FAILED",
-          static_cast<double>(NowNs() - t0) / 1e9);
+          static_cast<double>(MonotonicNs() - t0) / 1e9);
   if (rc != 0 || json.empty()) {
     notes_.push_back(what + " failed: " + out.substr(out.rfind('\n', out.size() - 2) + 1));
     return "";

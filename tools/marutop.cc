@@ -15,6 +15,7 @@
 
 #include "client/meta_client.h"
 #include "util/address.h"
+#include "util/clock.h"
 #include "util/flags.h"
 #include "util/histogram.h"
 #include "util/units.h"

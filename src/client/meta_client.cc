@@ -7,8 +7,8 @@
 
 #include "fast_lane.h"
 #include "util/address.h"
+#include "util/clock.h"
 #include "util/log.h"
-#include "util/units.h"
 
 namespace maru {
 namespace {
@@ -23,10 +23,6 @@ std::string Hostname() {
 }
 
 }  // namespace
-
-int64_t MonotonicMs() {
-  return MonotonicNs() / 1000000;
-}
 
 int GrpcErrno(const grpc::Status &status) {
   switch (status.error_code()) {

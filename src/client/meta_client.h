@@ -24,6 +24,7 @@
 
 #include "client/fast_lane_client.h"
 #include "maru.grpc.pb.h"
+#include "util/clock.h"
 #include "util/status.h"
 
 namespace maru {
@@ -38,7 +39,6 @@ struct ClientOptions {
 
 // Converts a gRPC transport failure into a negative errno.
 int GrpcErrno(const grpc::Status &status);
-int64_t MonotonicMs();
 
 class MetaClient {
  public:

@@ -8,9 +8,9 @@
 #include <system_error>
 
 #include "fast_lane.h"
+#include "util/clock.h"
 #include "util/frame.h"
 #include "util/log.h"
-#include "util/units.h"
 
 namespace maru {
 

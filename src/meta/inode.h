@@ -47,8 +47,6 @@ struct Inode {
 
   bool is_dir() const { return S_ISDIR(mode); }
   bool is_file() const { return S_ISREG(mode); }
-  // A file nobody can open yet: created, not sealed.
-  bool writing_only() const { return !current && pending; }
 };
 
 schema::Inode ToRecord(const Inode &inode);

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "alloc/pool_device.h"
+#include "util/clock.h"
 #include "util/log.h"
 #include "util/path.h"
 #include "util/units.h"

@@ -1,6 +1,6 @@
 #include "meta/meta_service.h"
 
-#include "util/units.h"
+#include "util/clock.h"
 
 namespace maru {
 namespace {

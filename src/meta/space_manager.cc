@@ -1,8 +1,8 @@
 #include "meta/space_manager.h"
 
 #include "meta/inode.h"
+#include "util/clock.h"
 #include "util/log.h"
-#include "util/units.h"
 
 namespace maru {
 

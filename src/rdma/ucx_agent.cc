@@ -98,7 +98,7 @@ void UcxAgent::OnConnect(ucp_conn_request_h request, void *arg) {
   ucp_ep_h handle;
   ucs_status_t st = ucp_ep_create(self->ucx_->worker(), &ep, &handle);
   if (st != UCS_OK) {
-    LOG_WARN("refused a client: %s", ucs_status_string(st));
+    LOG_WARN("cannot accept a client: %s", ucs_status_string(st));
     return;
   }
   self->endpoints_.push_back(handle);
