@@ -3,6 +3,7 @@
 #include <cinttypes>
 
 #include "bench_common.h"
+#include "json_output.h"
 #include "util/flags.h"
 #include "util/units.h"
 
@@ -87,12 +88,14 @@ int RunChunks(int argc, char **argv) {
   printf("  load (open+copy out)     %6.2f  (%.2fx memcpy, %.2fx memcpy out of pool memory)\n",
          load, load / memcpy_gbps, load / read);
   if (json)
-    printf("{\"chunk_bytes\":%" PRIu64
-           ",\"memcpy_gbps\":%.3f,\"store_gbps\":%.3f,\"load_gbps\":%.3f,"
-           "\"store_vs_memcpy\":%.3f,\"load_vs_memcpy\":%.3f,\"store_vs_pool_memcpy\":%.3f,"
-           "\"load_vs_pool_memcpy\":%.3f}\n",
-           size, memcpy_gbps, store, load, store / memcpy_gbps, load / memcpy_gbps, store / fill,
-           load / read);
+    PrintJson({{"chunk_bytes", size},
+               {"memcpy_gbps", Rounded(memcpy_gbps, 3)},
+               {"store_gbps", Rounded(store, 3)},
+               {"load_gbps", Rounded(load, 3)},
+               {"store_vs_memcpy", Rounded(store / memcpy_gbps, 3)},
+               {"load_vs_memcpy", Rounded(load / memcpy_gbps, 3)},
+               {"store_vs_pool_memcpy", Rounded(store / fill, 3)},
+               {"load_vs_pool_memcpy", Rounded(load / read, 3)}});
   return 0;
 }
 
