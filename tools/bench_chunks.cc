@@ -50,16 +50,16 @@ int RunChunks(int argc, char **argv) {
     maru_chunk_t *c;
     int64_t t2 = NowNs();
     if (int rc = maru_create(m, path.c_str(), size, &c))
-      return Fail("create: " + std::string(maru_strerror(rc)));
+      return Fail("create " + path + ": " + maru_strerror(rc));
     int64_t t3 = NowNs();
     memcpy(maru_chunk_data(c), src.data(), size);
     int64_t t4 = NowNs();
-    if (int rc = maru_seal(c)) return Fail("seal: " + std::string(maru_strerror(rc)));
+    if (int rc = maru_seal(c)) return Fail("seal " + path + ": " + maru_strerror(rc));
     maru_release(c);
     int64_t t5 = NowNs();
 
     if (int rc = maru_open(m, path.c_str(), &c))
-      return Fail("open: " + std::string(maru_strerror(rc)));
+      return Fail("open " + path + ": " + maru_strerror(rc));
     int64_t t6 = NowNs();
     memcpy(dst.data(), maru_chunk_data(c), size);
     int64_t t7 = NowNs();

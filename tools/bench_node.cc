@@ -29,7 +29,7 @@ bool Executable(const std::string &p) {
   for (const std::string &a : argv) args.push_back(const_cast<char *>(a.c_str()));
   args.push_back(nullptr);
   execvp(args[0], args.data());
-  fprintf(stderr, "cannot run %s: %s\n", args[0], strerror(errno));
+  fprintf(stderr, "maru-bench: cannot run %s: %s\n", args[0], strerror(errno));
   _exit(127);
 }
 

@@ -40,7 +40,8 @@ int FillWorker(const std::string &server, const std::string &dir, int64_t first,
       rc = maru_seal(c);
       maru_release(c);
     }
-    if (rc && ++failures <= 3) fprintf(stderr, "%s: %s\n", path, maru_strerror(rc));
+    if (rc && ++failures <= 3)
+      fprintf(stderr, "maru-bench fill: %s: %s\n", path, maru_strerror(rc));
   }
   maru_disconnect(m);
   return failures ? 1 : 0;

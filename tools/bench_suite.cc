@@ -237,8 +237,8 @@ std::string Suite::MetadataTable() const {
   std::ostringstream md;
   md << "| metadata | |\n|---|---|\n"
      << "| batched prefix lookup, 128 keys, p50 / p99 | "
-     << Fmt("%.0f", Get("lookup 128", "p50_us")) << " / "
-     << Fmt("%.0f µs", Get("lookup 128", "p99_us")) << " |\n";
+     << Fmt("%.0f", Get("lookup 128", "runs/0/p50_us")) << " / "
+     << Fmt("%.0f µs", Get("lookup 128", "runs/0/p99_us")) << " |\n";
   if (auto it = results_.find("ops"); it != results_.end())
     for (int i = 0;; ++i) {  // one run per thread count
       const std::string run = "/runs/" + std::to_string(i);
