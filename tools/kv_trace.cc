@@ -3,10 +3,11 @@
 #include <fstream>
 #include <list>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
+
+#include <nlohmann/json.hpp>
 
 namespace maru::bench {
 namespace {
