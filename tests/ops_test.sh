@@ -86,18 +86,28 @@ log-level = warn
 EOF
 addr=unix://$work/maru.sock
 # What systemd would hear (Type=notify): the server must answer the moment
-# READY=1 arrives, so the listener runs maructl df as soon as it reads it.
+# READY=1 arrives. The listener then connects to both sockets at once (no
+# retry: they must be listening already) and runs maructl df.
 cat > $work/notify.py <<'PY'
 import socket, subprocess, sys
 path, ctl, addr = sys.argv[1:4]
 s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
 s.bind(path)
 print("listening", flush=True)
+def connects(where):
+    try:
+        socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).connect(where)
+        return "ok"
+    except OSError as e:
+        return e.strerror
 while True:
     lines = s.recv(4096).decode(errors="replace").split("\n")
     for line in lines:
         print(line, flush=True)
         if line == "READY=1":
+            sock = addr[len("unix://"):]
+            print("connect at READY=1: %s, fast lane %s" % (connects(sock), connects(sock + ".fast")),
+                  flush=True)
             rc = subprocess.run([ctl, "df", "--server", addr], stdout=subprocess.DEVNULL).returncode
             print("df at READY=1: exit %d" % rc, flush=True)
     if "STOPPING=1" in lines:
@@ -110,6 +120,8 @@ logged '^listening$' || fail "notify listener did not start: $(cat $work/notify.
 NOTIFY_SOCKET=$work/notify.sock "$bin_server" --config $work/server.conf --eviction prefix 2>$work/server.log &
 server_pid=$!
 logged '^df at READY=1' || fail "no READY=1 from maru-server: $(cat $work/notify.log $work/server.log)"
+grep -q '^connect at READY=1: ok, fast lane ok$' $work/notify.log ||
+  fail "server not listening at READY=1: $(cat $work/notify.log)"
 grep -q '^df at READY=1: exit 0$' $work/notify.log || fail "server not answering at READY=1: $(cat $work/notify.log)"
 grep -q '^STOPPING=1$' $work/notify.log && fail "STOPPING=1 before any signal"
 check "server from its configuration file" "$bin_ctl" df --server $addr
