@@ -3,6 +3,7 @@
 #include <cinttypes>
 
 #include "bench_common.h"
+#include "json_output.h"
 #include "util/flags.h"
 #include "util/units.h"
 
@@ -49,16 +50,16 @@ int RunChunks(int argc, char **argv) {
     maru_chunk_t *c;
     int64_t t2 = MonotonicNs();
     if (int rc = maru_create(m, path.c_str(), size, &c))
-      return Fail("create: " + std::string(maru_strerror(rc)));
+      return Fail("create " + path + ": " + maru_strerror(rc));
     int64_t t3 = MonotonicNs();
     memcpy(maru_chunk_data(c), src.data(), size);
     int64_t t4 = MonotonicNs();
-    if (int rc = maru_seal(c)) return Fail("seal: " + std::string(maru_strerror(rc)));
+    if (int rc = maru_seal(c)) return Fail("seal " + path + ": " + maru_strerror(rc));
     maru_release(c);
     int64_t t5 = MonotonicNs();
 
     if (int rc = maru_open(m, path.c_str(), &c))
-      return Fail("open: " + std::string(maru_strerror(rc)));
+      return Fail("open " + path + ": " + maru_strerror(rc));
     int64_t t6 = MonotonicNs();
     memcpy(dst.data(), maru_chunk_data(c), size);
     int64_t t7 = MonotonicNs();
@@ -87,12 +88,14 @@ int RunChunks(int argc, char **argv) {
   printf("  load (open+copy out)     %6.2f  (%.2fx memcpy, %.2fx memcpy out of pool memory)\n",
          load, load / memcpy_gbps, load / read);
   if (json)
-    printf("{\"chunk_bytes\":%" PRIu64
-           ",\"memcpy_gbps\":%.3f,\"store_gbps\":%.3f,\"load_gbps\":%.3f,"
-           "\"store_vs_memcpy\":%.3f,\"load_vs_memcpy\":%.3f,\"store_vs_pool_memcpy\":%.3f,"
-           "\"load_vs_pool_memcpy\":%.3f}\n",
-           size, memcpy_gbps, store, load, store / memcpy_gbps, load / memcpy_gbps, store / fill,
-           load / read);
+    PrintJson({{"chunk_bytes", size},
+               {"memcpy_gbps", Rounded(memcpy_gbps, 3)},
+               {"store_gbps", Rounded(store, 3)},
+               {"load_gbps", Rounded(load, 3)},
+               {"store_vs_memcpy", Rounded(store / memcpy_gbps, 3)},
+               {"load_vs_memcpy", Rounded(load / memcpy_gbps, 3)},
+               {"store_vs_pool_memcpy", Rounded(store / fill, 3)},
+               {"load_vs_pool_memcpy", Rounded(load / read, 3)}});
   return 0;
 }
 

@@ -7,6 +7,7 @@
 #include <cinttypes>
 
 #include "bench_common.h"
+#include "json_output.h"
 #include "util/units.h"
 
 namespace maru::bench {
@@ -95,8 +96,10 @@ int RunFiles(int argc, char **argv) {
   printf("%s: write %.2f GB/s, cold read %.2f GB/s (%s files)\n", dir.c_str(), w, r,
          FormatSize(size).c_str());
   if (json)
-    printf("{\"dir\":\"%s\",\"size\":%" PRIu64 ",\"write_gbps\":%.3f,\"read_gbps\":%.3f}\n",
-           dir.c_str(), size, w, r);
+    PrintJson({{"dir", dir},
+               {"size", size},
+               {"write_gbps", Rounded(w, 3)},
+               {"read_gbps", Rounded(r, 3)}});
   return 0;
 }
 

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "bench_common.h"
+#include "json_output.h"
 #include "kv_trace.h"
 #include "redis_client.h"
 #include "util/flags.h"
@@ -281,16 +282,22 @@ int RunReplay(int argc, char **argv) {
   printf("  served without a copy     %s in %" PRIu64 " blocks, %" PRIu64 " wrong\n",
          FormatSize(hits * block_bytes).c_str(), hits, shared->corrupt.load());
   if (json)
-    printf("{\"requests\":%zu,\"block_references\":%" PRIu64 ",\"block_bytes\":%" PRIu64
-           ",\"capacity_blocks\":%" PRId64 ",\"clients\":%" PRId64
-           ",\"hit_ratio\":%.5f,"
-           "\"offline_lru_hit_ratio\":%.5f,\"belady_hit_ratio\":%.5f,\"requests_per_s\":%.2f,"
-           "\"stored_blocks\":%" PRIu64 ",\"not_stored_blocks\":%" PRIu64 ",\"errors\":%" PRIu64
-           ",\"prefix_p50_us\":%.0f,\"prefix_p99_us\":%.0f,\"zero_copy_bytes\":%" PRIu64
-           ",\"wrong_blocks\":%" PRIu64 "}\n",
-           trace->size(), blocks, block_bytes, capacity_blocks, clients, hit_ratio, lru.hit_ratio(),
-           belady.hit_ratio(), rps, shared->stored.load(), shared->not_stored.load(),
-           shared->errors.load(), p50, p99, hits * block_bytes, shared->corrupt.load());
+    PrintJson({{"requests", trace->size()},
+               {"block_references", blocks},
+               {"block_bytes", block_bytes},
+               {"capacity_blocks", capacity_blocks},
+               {"clients", clients},
+               {"hit_ratio", Rounded(hit_ratio, 5)},
+               {"offline_lru_hit_ratio", Rounded(lru.hit_ratio(), 5)},
+               {"belady_hit_ratio", Rounded(belady.hit_ratio(), 5)},
+               {"requests_per_s", Rounded(rps, 2)},
+               {"stored_blocks", shared->stored.load()},
+               {"not_stored_blocks", shared->not_stored.load()},
+               {"errors", shared->errors.load()},
+               {"prefix_p50_us", Rounded(p50, 0)},
+               {"prefix_p99_us", Rounded(p99, 0)},
+               {"zero_copy_bytes", hits * block_bytes},
+               {"wrong_blocks", shared->corrupt.load()}});
   return shared->errors.load() || shared->corrupt.load() ? 1 : 0;
 }
 

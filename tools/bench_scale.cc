@@ -17,6 +17,8 @@
 
 #include "bench_common.h"
 #include "bench_node.h"
+#include "json_output.h"
+#include "util/units.h"
 
 namespace maru::bench {
 namespace {
@@ -38,7 +40,8 @@ int FillWorker(const std::string &server, const std::string &dir, int64_t first,
       rc = maru_seal(c);
       maru_release(c);
     }
-    if (rc && ++failures <= 3) fprintf(stderr, "%s: %s\n", path, maru_strerror(rc));
+    if (rc && ++failures <= 3)
+      fprintf(stderr, "maru-bench fill: %s: %s\n", path, maru_strerror(rc));
   }
   maru_disconnect(m);
   return failures ? 1 : 0;
@@ -85,8 +88,8 @@ std::string Report(const Figures &f) {
     const Point &p = f.points[i];
     md << "| " << p.chunks << (i == 3 ? " (after a restart)" : "") << " | "
        << Fmt("%.0f MiB", p.rss_mib) << " | " << Fmt("%.0f MiB", p.db_mib) << " | "
-       << Fmt("%.0f", Field(p.lookup, "p50_us")) << " / "
-       << Fmt("%.0f µs", Field(p.lookup, "p99_us")) << " |\n";
+       << Fmt("%.0f", Field(p.lookup, "/runs/0/p50_us")) << " / "
+       << Fmt("%.0f µs", Field(p.lookup, "/runs/0/p99_us")) << " |\n";
   }
   const double per_chunk =
       (f.points[2].rss_mib - f.points[0].rss_mib) * 1048576.0 / static_cast<double>(f.chunks);
@@ -97,7 +100,8 @@ std::string Report(const Figures &f) {
      << "-entry directory through the mount: " << Fmt("%.2f s", f.ls_f)
      << "; `ls -l` (a stat each): " << Fmt("%.2f s", f.ls_l) << ".\n"
      << "- Lookup latency at " << f.chunks << " against " << f.small << " chunks: "
-     << Fmt("%.2f×", Field(f.points[2].lookup, "p50_us") / Field(f.points[1].lookup, "p50_us"))
+     << Fmt("%.2f×", Field(f.points[2].lookup, "/runs/0/p50_us") /
+                         Field(f.points[1].lookup, "/runs/0/p50_us"))
      << " (p50).\n"
      << SectionEnd("scale") << "\n";
   return md.str();
@@ -142,8 +146,7 @@ int RunFill(int argc, char **argv) {
   printf("created %" PRId64 " chunks in %.1f s (%.0f/s)\n", count, seconds,
          static_cast<double>(count) / seconds);
   if (json)
-    printf("{\"chunks\":%" PRId64 ",\"per_s\":%.1f}\n", count,
-           static_cast<double>(count) / seconds);
+    PrintJson({{"chunks", count}, {"per_s", Rounded(static_cast<double>(count) / seconds, 1)}});
   return failed ? Fail("some chunks could not be created") : 0;
 }
 
@@ -196,7 +199,7 @@ int RunScale(int argc, char **argv) {
                              std::to_string(per_dir), "--procs", std::to_string(procs), "--json"},
                             &r);
     if (rc != 0) fprintf(stderr, "%s", r.c_str());
-    return rc == 0 ? Field(LastJson(r), "per_s") : std::nan("");
+    return rc == 0 ? Field(LastJson(r), "/per_s") : std::nan("");
   };
   auto lookup = [&](std::string *json) {
     std::string r;

@@ -16,6 +16,7 @@
 #include <memory>
 
 #include "bench_common.h"
+#include "json_output.h"
 #include "redis_client.h"
 #include "util/units.h"
 
@@ -249,9 +250,12 @@ int RunShare(int argc, char **argv) {
          backend, consumers, consumers > 1 ? "s" : "", FormatSize(size).c_str(), st, st / mc, ld,
          ld / mc, mc);
   if (json)
-    printf("{\"backend\":\"%s\",\"consumers\":%" PRId64 ",\"size\":%" PRIu64
-           ",\"memcpy_gbps\":%.3f,\"store_gbps\":%.3f,\"load_gbps\":%.3f}\n",
-           backend, consumers, size, mc, st, ld);
+    PrintJson({{"backend", backend},
+               {"consumers", consumers},
+               {"size", size},
+               {"memcpy_gbps", Rounded(mc, 3)},
+               {"store_gbps", Rounded(st, 3)},
+               {"load_gbps", Rounded(ld, 3)}});
   return rc;
 }
 

@@ -3,6 +3,7 @@
 #include <grpcpp/server_posix.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <systemd/sd-daemon.h>
 
 #include <condition_variable>
 #include <cstdio>
@@ -222,9 +223,13 @@ int main(int argc, char **argv) {
   std::string where;
   for (const Address &a : addresses) where += " " + a.ToString();
   LOG_INFO("serving%s", where.c_str());
+  // systemd (Type=notify) starts what depends on us, the mount, only now;
+  // without NOTIFY_SOCKET this does nothing.
+  sd_notify(0, "READY=1");
 
   int sig = 0;
   sigwait(&stop_signals, &sig);
+  sd_notify(0, "STOPPING=1");
   LOG_INFO("stopping on signal %d", sig);
   {
     std::lock_guard<std::mutex> lock(tick_mu);
