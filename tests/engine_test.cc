@@ -7,6 +7,7 @@
 #include "alloc/pool_device.h"
 #include "harness.h"
 #include "meta/meta_engine.h"
+#include "meta/metrics_server.h"
 
 namespace maru {
 namespace {
@@ -721,6 +722,39 @@ TEST_F(EngineTest, PublishLinksAndSealsOnlyTheSessionsOwnAllocation) {
   engine_->Publish(root_, publish, &published);  // twice
   EXPECT_EQ(published.error(), ESTALE);
   EXPECT_TRUE(Fsck().empty());
+}
+
+TEST_F(EngineTest, InstanceNamesLabelSessionsWithBoundedCardinality) {
+  auto open = [&](const std::string &instance) {
+    rpc::OpenSessionRequest req;
+    req.set_instance(instance);
+    rpc::OpenSessionReply rep;
+    engine_->OpenSession(root_, req, &rep);
+    return rep.error();
+  };
+  EXPECT_EQ(open(std::string(65, 'x')), ENAMETOOLONG);
+  EXPECT_EQ(open("two\nlines"), EINVAL);
+  ASSERT_EQ(open("vllm-0"), 0);
+  ASSERT_EQ(open("vllm-0"), 0);
+  ASSERT_EQ(open("say \"hi\" \\"), 0);
+  ASSERT_EQ(open("say \"hi\" \\"), 0);
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(open("many-" + std::to_string(i)), 0);
+  rpc::StatsReply st;
+  engine_->Snapshot(&st);
+  const std::string text = RenderPrometheus(st);
+  EXPECT_NE(text.find("maru_sessions{client_instance=\"vllm-0\"} 2\n"), std::string::npos);
+  EXPECT_NE(text.find("maru_sessions{client_instance=\"\"} 1\n"), std::string::npos);  // ours
+  EXPECT_NE(text.find("maru_sessions{client_instance=\"(other)\"}"), std::string::npos);
+  size_t series = 0;
+  for (size_t at = text.find("\nmaru_sessions{"); at != std::string::npos;
+       at = text.find("\nmaru_sessions{", at + 1))
+    ++series;
+  EXPECT_LE(series, 33u);
+  uint64_t total = 0;
+  for (const auto &[name, n] : st.sessions_by_instance()) total += n;
+  EXPECT_EQ(total, st.sessions());
+  // Names the tools show, escaped in the label.
+  EXPECT_NE(text.find("client_instance=\"say \\\"hi\\\" \\\\\""), std::string::npos);
 }
 
 }  // namespace
