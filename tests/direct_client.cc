@@ -15,6 +15,9 @@
 //     alloc-and-die SIZE          maru_alloc (checking the pool's free bytes drop),
 //                                 write a little, then SIGKILL itself
 //     count N PATH...             maru_count_prefix must count N
+//     create-batch ERR PATH...    maru_create_batch: every path's result must be -ERR
+//     publish-errno PATH ERR      maru_alloc, then maru_publish must return -ERR; an
+//                                 allocation still held after an error is released
 //     pin-batch ERR PATH...       maru_pin_batch: every path's result must be -ERR
 //     unlink-batch ERR PATH...    maru_unlink_batch: every path's result must be -ERR
 //     fetch PATH SIZE             open and check the pattern through maru_chunk_data
@@ -287,6 +290,30 @@ int RunCommand(const std::vector<std::string> &cmd) {
       return Fail("the allocation took no space", 63);
     memset(maru_chunk_data(c), 1, 4096);
     kill(getpid(), SIGKILL);
+  }
+  if (op == "create-batch") {
+    std::vector<maru_create_req_t> reqs;
+    for (size_t i = 2; i < cmd.size(); ++i)
+      reqs.push_back({cmd[i].c_str(), 4096, nullptr, nullptr, 0});
+    int rc = maru_create_batch(M(), reqs.data(), reqs.size(), nullptr);
+    if (rc) return Fail(std::string("create-batch: ") + maru_strerror(rc), 67);
+    int result = 0;
+    for (auto &r : reqs) {
+      if (r.result != -static_cast<int>(num(1)))
+        result =
+            Fail(std::string("create-batch ") + r.path + " gave " + std::to_string(r.result), 68);
+      if (r.chunk) maru_release(r.chunk);
+    }
+    return result;
+  }
+  if (op == "publish-errno") {
+    int rc = maru_alloc(M(), 4096, nullptr, &c);
+    if (rc) return Fail(std::string("alloc: ") + maru_strerror(rc), 69);
+    rc = maru_publish(c, arg(1).c_str(), nullptr);
+    maru_release(c);
+    return rc == -static_cast<int>(num(2))
+               ? 0
+               : Fail("publish " + arg(1) + " gave " + std::to_string(rc), 70);
   }
   if (op == "count" || op == "pin-batch" || op == "unlink-batch") {
     std::vector<const char *> paths;
