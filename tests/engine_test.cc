@@ -699,6 +699,34 @@ TEST_F(EngineTest, AllocationIsHeldThroughAReloadUntilItsWriterIsGone) {
       5000));
 }
 
+TEST_F(EngineTest, AllocationIsPublishedAfterARestartByItsResumedSession) {
+  uint64_t writer = NewSession(alice_);
+  auto alloc = With<rpc::AllocRequest>(writer);
+  alloc.set_size(1 << 20);
+  rpc::ChunkReply got;
+  engine_->Alloc(alice_, alloc, &got);
+  ASSERT_EQ(got.error(), 0);
+  Reopen();
+  rpc::OpenSessionRequest resume;
+  resume.set_resume(writer);
+  rpc::OpenSessionReply resumed;
+  engine_->OpenSession(alice_, resume, &resumed);
+  ASSERT_TRUE(resumed.resumed());
+  auto publish = With<rpc::PublishRequest>(writer);
+  publish.set_gen(got.attr().gen());
+  publish.set_path("/after-restart");
+  publish.set_size(1 << 20);
+  rpc::ChunkReply published;
+  engine_->Publish(alice_, publish, &published);
+  ASSERT_EQ(published.error(), 0);
+  // The chunk holds the allocated extents, and survives the next reload.
+  ASSERT_EQ(published.extents_size(), got.extents_size());
+  EXPECT_EQ(published.extents(0).offset(), got.extents(0).offset());
+  Reopen();
+  EXPECT_EQ(Open("/after-restart", root_, session_).error(), 0);
+  EXPECT_TRUE(Fsck().empty());
+}
+
 TEST_F(EngineTest, PublishLinksAndSealsOnlyTheSessionsOwnAllocation) {
   auto alloc = With<rpc::AllocRequest>(session_);
   alloc.set_size(1 << 20);
