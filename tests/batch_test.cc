@@ -13,6 +13,7 @@
 
 #include "harness.h"
 #include "maru_direct.h"
+#include "maru_direct.hpp"
 #include "pattern.h"
 
 namespace {
@@ -373,6 +374,20 @@ TEST_F(BatchTest, AllocThenPublishFirstWriterWinsAndTheLoserFreesItsSpace) {
                                              " + publish-errno /own 0"),
             0);
   EXPECT_EQ(Free(), settled - 65536);  // the published one, a whole unit
+}
+
+TEST_F(BatchTest, CppWrapperAllocatesPublishesAndCounts) {
+  maru_direct::Client client;
+  maru_connect_opts_t opts{"cpp-client"};
+  ASSERT_EQ(client.Connect(server_.address().c_str(), &opts), 0);
+  maru_direct::Chunk c;
+  ASSERT_EQ(client.Alloc(kChunk, &c), 0);
+  FillPattern(c.data(), kChunk, "/cpp/a");
+  ASSERT_EQ(c.Publish("/cpp/a"), 0);
+  EXPECT_TRUE(CheckPattern(c.data(), kChunk, "/cpp/a"));
+  size_t count = 0;
+  ASSERT_EQ(client.CountPrefix({"/cpp/a", "/cpp/b"}, &count), 0);
+  EXPECT_EQ(count, 1u);
 }
 
 TEST_F(BatchTest, AllocationOfAKilledProcessIsFreedAfterTheSessionTimeout) {
