@@ -202,6 +202,7 @@ Json SessionJson(const rpc::SessionInfo &s) {
   Json j;
   j["id"] = id;
   j["client"] = s.client();
+  j["instance"] = s.instance();
   j["pid"] = s.pid();
   j["uid"] = s.uid();
   j["host"] = s.hostname();
@@ -217,7 +218,7 @@ Json SessionJson(const rpc::SessionInfo &s) {
 
 int Sessions(int argc, char **argv) {
   Command cmd("maructl sessions [--server ADDRESS] [--json]",
-              "Who is connected: client, pid, uid, host, since, leases, reservations.");
+              "Who is connected: client, instance, pid, uid, host, since, leases, reservations.");
   if (int rc = cmd.Parse(argc, argv, 2); rc >= 0) return rc;
   if (int rc = cmd.Connect()) return rc;
   rpc::StatsRequest req;
@@ -231,13 +232,14 @@ int Sessions(int argc, char **argv) {
     PrintJson(list);
     return 0;
   }
-  printf("%-16s %-16s %7s %6s %-12s %-19s %6s %6s\n", "SESSION", "CLIENT", "PID", "UID", "HOST",
-         "SINCE", "LEASES", "WRITES");
+  printf("%-16s %-16s %-16s %7s %6s %-12s %-19s %6s %6s\n", "SESSION", "CLIENT", "INSTANCE", "PID",
+         "UID", "HOST", "SINCE", "LEASES", "WRITES");
   for (const auto &s : rep.sessions()) {
     if (s.id() == self) continue;
-    printf("%016" PRIx64 " %-16s %7u %6u %-12s %-19s %6u %6u%s\n", s.id(), s.client().c_str(),
-           s.pid(), s.uid(), s.hostname().c_str(), Time(s.since_ns()).c_str(), s.leases(),
-           s.reservations(), s.orphaned() ? " (waiting to be resumed)" : "");
+    printf("%016" PRIx64 " %-16s %-16s %7u %6u %-12s %-19s %6u %6u%s\n", s.id(), s.client().c_str(),
+           s.instance().empty() ? "-" : s.instance().c_str(), s.pid(), s.uid(),
+           s.hostname().c_str(), Time(s.since_ns()).c_str(), s.leases(), s.reservations(),
+           s.orphaned() ? " (waiting to be resumed)" : "");
   }
   return 0;
 }
