@@ -7,6 +7,8 @@
 #include <set>
 
 #include "alloc/pool_device.h"
+#include "meta/engine_op.h"
+#include "meta/pool_identity.h"
 #include "util/log.h"
 #include "util/path.h"
 #include "util/units.h"
@@ -26,41 +28,7 @@ uint64_t RandomSessionId() {
   return id;
 }
 
-std::string UuidBytes(const Uuid &u) {
-  return std::string(u.begin(), u.end());
-}
-
 }  // namespace
-
-// The changes of one operation: inodes touched are written once at commit.
-class MetaEngine::Txn {
- public:
-  explicit Txn(MetaEngine *engine) : engine_(engine) {}
-  void Dirty(const Inode *inode) { dirty_.insert(inode->ino); }
-  void Deleted(uint64_t ino) {
-    dirty_.erase(ino);
-    batch.DeleteInode(ino);
-  }
-  Status Commit() {
-    for (uint64_t ino : dirty_)
-      if (const Inode *inode = engine_->tree_.Find(ino)) batch.PutInode(ToRecord(*inode));
-    dirty_.clear();
-    if (batch.empty()) return Status::Ok();
-    Status s = engine_->db_->Write(batch);
-    if (!s.ok()) {
-      // Memory already holds the change; carrying on would let the two
-      // disagree. Stop, and let the restart load what was written.
-      LOG_ERROR("metadata write failed, stopping: %s", s.ToString().c_str());
-      std::_Exit(EXIT_FAILURE);
-    }
-    return s;
-  }
-  MetaDb::Batch batch;
-
- private:
-  MetaEngine *engine_;
-  std::set<uint64_t> dirty_;
-};
 
 MetaEngine::MetaEngine(const EngineOptions &options) : options_(options) {}
 MetaEngine::~MetaEngine() = default;
@@ -71,220 +39,13 @@ Result<std::unique_ptr<MetaEngine>> MetaEngine::Open(const EngineOptions &option
       options.low_watermark <= 0)
     return Status::Error(EINVAL, "watermarks must satisfy 0 < low <= high <= 1");
   std::unique_ptr<MetaEngine> engine(new MetaEngine(options));
-  Result<std::unique_ptr<EvictionPolicy>> policy = MakeEvictionPolicy(options.eviction);
-  if (!policy.ok()) return policy.status();
-  engine->eviction_ = std::move(*policy);
+  Result<std::unique_ptr<Evictor>> evictor =
+      Evictor::Make(options.eviction, {options.high_watermark, options.low_watermark},
+                    &engine->tree_, &engine->space_);
+  if (!evictor.ok()) return evictor.status();
+  engine->evictor_ = std::move(*evictor);
   MARU_RETURN_IF_ERROR(engine->Load());
   return engine;
-}
-
-// --- Start: pool identity, inodes, space --------------------------------------
-
-Status MetaEngine::CheckPoolIdentity(MetaDb::Contents *contents, MetaDb::Batch *batch) {
-  std::vector<std::pair<std::string, Superblock>> found;
-  for (const std::string &path : options_.pool_paths) {
-    Result<Superblock> sb = ReadSuperblock(path);
-    if (!sb.ok()) return sb.status();
-    for (const auto &[other, osb] : found)
-      if (osb.device_uuid == sb->device_uuid)
-        return Status::Error(EINVAL, path + " and " + other + " are the same device");
-    // One unit for the pool: clients size and align every chunk by it.
-    if (!found.empty() && found[0].second.unit != sb->unit)
-      return Status::Error(EINVAL, path + " has allocation unit " + std::to_string(sb->unit) +
-                                       " but " + found[0].first + " has " +
-                                       std::to_string(found[0].second.unit) +
-                                       "; format the pool's devices with one unit");
-    found.emplace_back(path, *sb);
-  }
-
-  schema::PoolIdentity identity;
-  if (contents->identity) identity = *contents->identity;
-  std::map<uint32_t, std::string> reset;  // device index -> what to say about it
-  std::vector<bool> placed(found.size(), false);
-  for (schema::DeviceIdentity &rec : *identity.mutable_devices()) {
-    size_t match = found.size();
-    for (size_t i = 0; i < found.size(); ++i) {
-      if (UuidBytes(found[i].second.device_uuid) == rec.device_uuid()) match = i;
-    }
-    for (size_t i = 0; match == found.size() && i < found.size(); ++i)
-      if (!placed[i] && found[i].first == rec.path()) match = i;
-    if (match == found.size())
-      return Status::Error(ENODEV, "pool device " + rec.path() + " (index " +
-                                       std::to_string(rec.index()) +
-                                       ") holds chunks in this database but was not given; pass "
-                                       "--pool " +
-                                       rec.path());
-    const Superblock &sb = found[match].second;
-    placed[match] = true;
-    if (UuidBytes(sb.device_uuid) != rec.device_uuid() || sb.epoch != rec.epoch()) {
-      char what[512];
-      snprintf(what, sizeof(what), "pool device %s was reset (epoch %016lx -> %016lx)",
-               found[match].first.c_str(), rec.epoch(), sb.epoch);
-      reset[rec.index()] = what;
-    }
-    rec.set_device_uuid(UuidBytes(sb.device_uuid));
-    rec.set_epoch(sb.epoch);
-    rec.set_path(found[match].first);
-    space_.AddDevice(rec.index(), found[match].first, sb);
-  }
-  uint32_t next_index = 0;
-  for (const auto &rec : identity.devices()) next_index = std::max(next_index, rec.index() + 1);
-  for (size_t i = 0; i < found.size(); ++i) {
-    if (placed[i]) continue;
-    schema::DeviceIdentity *rec = identity.add_devices();
-    rec->set_index(next_index++);
-    rec->set_device_uuid(UuidBytes(found[i].second.device_uuid));
-    rec->set_epoch(found[i].second.epoch);
-    rec->set_path(found[i].first);
-    space_.AddDevice(rec->index(), found[i].first, found[i].second);
-  }
-  if (identity.pool_uuid().empty()) identity.set_pool_uuid(UuidBytes(found[0].second.pool_uuid));
-  pool_uuid_ = identity.pool_uuid();
-  batch->PutIdentity(identity);
-
-  if (reset.empty()) return Status::Ok();
-  auto on_reset = [&](const google::protobuf::RepeatedPtrField<schema::Extent> &extents) {
-    for (const auto &e : extents)
-      if (reset.count(e.device())) return true;
-    return false;
-  };
-  std::map<uint32_t, size_t> dropped;
-  std::vector<schema::Inode> kept;
-  for (schema::Inode &r : contents->inodes) {
-    if (on_reset(r.current().extents()) || on_reset(r.pending().extents())) {
-      batch->DeleteInode(r.ino());
-      const auto &any =
-          r.current().extents_size() ? r.current().extents(0) : r.pending().extents(0);
-      ++dropped[any.device()];
-    } else {
-      kept.push_back(std::move(r));
-    }
-  }
-  contents->inodes = std::move(kept);
-  std::vector<schema::Retired> retired;
-  for (schema::Retired &r : contents->retired) {
-    if (on_reset(r.extents()))
-      batch->DeleteRetired(r.gen());
-    else
-      retired.push_back(std::move(r));
-  }
-  contents->retired = std::move(retired);
-  for (const auto &[index, what] : reset)
-    LOG_WARN("%s: dropped the metadata of its %zu chunks; directories are kept", what.c_str(),
-             dropped[index]);
-  return Status::Ok();
-}
-
-void MetaEngine::RestoreInodes(MetaDb::Contents &contents, MetaDb::Batch *batch) {
-  const int64_t now = RealtimeNs();
-  uint64_t max_ino = kRootIno, max_gen = 0;
-  for (const schema::Inode &r : contents.inodes) {
-    auto inode = std::make_unique<Inode>(FromRecord(r));
-    max_ino = std::max(max_ino, inode->ino);
-    if (inode->current) max_gen = std::max(max_gen, inode->current->gen);
-    if (inode->pending) max_gen = std::max(max_gen, inode->pending->gen);
-    tree_.Adopt(std::move(inode));
-  }
-  for (const schema::Retired &r : contents.retired) max_gen = std::max(max_gen, r.gen());
-  if (!tree_.root()) {
-    auto root = std::make_unique<Inode>();
-    root->ino = kRootIno;
-    root->mode = S_IFDIR | options_.root_mode;
-    root->atime_ns = root->mtime_ns = root->ctime_ns = now;
-    batch->PutInode(ToRecord(*root));
-    tree_.Adopt(std::move(root));
-  }
-  next_ino_ = std::max(max_ino + 1, contents.counters.ino_limit());
-  next_gen_ = std::max(max_gen + 1, contents.counters.gen_limit());
-  ino_limit_ = gen_limit_ = 0;  // the first allocation writes new limits
-
-  std::vector<Inode *> orphans = tree_.LinkAll();
-  if (!orphans.empty()) {
-    Inode *root = tree_.root();
-    Inode *lost = tree_.Child(*root, "lost+found");
-    if (!lost || !lost->is_dir()) {
-      auto dir = std::make_unique<Inode>();
-      dir->ino = next_ino_++;
-      dir->mode = S_IFDIR | 0700;
-      dir->atime_ns = dir->mtime_ns = dir->ctime_ns = now;
-      lost = tree_.Adopt(std::move(dir));
-      tree_.Link(root, lost, "lost+found");
-      batch->PutInode(ToRecord(*lost));
-    }
-    for (Inode *inode : orphans) {
-      std::string name = "#" + std::to_string(inode->ino);
-      tree_.Link(lost, inode, name);
-      batch->PutInode(ToRecord(*inode));
-    }
-    LOG_WARN("%zu inodes had no directory; moved them to /lost+found", orphans.size());
-  }
-
-  tree_.ForEach([&](const Inode &cinode) {
-    Inode &inode = const_cast<Inode &>(cinode);
-    for (std::optional<Version> *v : {&inode.current, &inode.pending}) {
-      if (!*v) continue;
-      Status s = space_.MarkUsed((*v)->extents);
-      if (!s.ok())
-        LOG_ERROR("%s (generation %lu): %s; run maructl fsck", tree_.PathOf(inode).c_str(),
-                  (*v)->gen, s.ToString().c_str());
-    }
-    if (inode.parent_chunk) extensions_[inode.parent_chunk].insert(inode.ino);
-    if (inode.current) eviction_->OnInsert(inode.ino, inode.parent_chunk);
-    if (inode.pinned) ++pins_;
-    if (inode.pending) {
-      Session *s = OrphanedSession(inode.pending->writer_session, inode.pending->writer_uid);
-      s->reservations.insert(inode.ino);
-      space_.Ref(inode.pending->gen);
-      reserved_bytes_ += TotalLength(inode.pending->extents);
-    }
-  });
-  for (const schema::Retired &r : contents.retired) {
-    ExtentList extents = FromRecordExtents(r.extents());
-    Status s = space_.MarkUsed(extents);
-    if (!s.ok()) LOG_ERROR("retired generation %lu: %s", r.gen(), s.ToString().c_str());
-    space_.RestoreRetired(r.gen(), extents);
-    if (r.writer_session()) {
-      OrphanedSession(r.writer_session(), r.writer_uid())->orphan_gens.insert(r.gen());
-      space_.Ref(r.gen());
-    }
-  }
-}
-
-// A session known only from what the database says it was writing; it
-// waits for its client to come back (resume) until it times out.
-Session *MetaEngine::OrphanedSession(uint64_t id, uint32_t uid) {
-  if (Session *s = sessions_.Find(id)) return s;
-  Session *s = sessions_.Create(id);
-  s->orphaned = true;
-  s->uid = uid;
-  s->client = "(from before restart)";
-  s->since_ns = RealtimeNs();
-  s->last_seen_ns = MonotonicNs();
-  return s;
-}
-
-Status MetaEngine::Load() {
-  Result<std::unique_ptr<MetaDb>> db = MetaDb::Open(options_.db_dir, options_.sync_writes);
-  if (!db.ok()) return db.status();
-  db_ = std::move(*db);
-  Result<MetaDb::Contents> contents = db_->Load();
-  if (!contents.ok()) return contents.status();
-  started_ns_ = MonotonicNs();
-  Txn txn(this);
-  MARU_RETURN_IF_ERROR(CheckPoolIdentity(&*contents, &txn.batch));
-  RestoreInodes(*contents, &txn.batch);
-  int64_t grace_ms = options_.grace_ms >= 0 ? options_.grace_ms : options_.session_timeout_ms;
-  if (!contents->inodes.empty() || !contents->retired.empty())
-    space_.SetGraceUntil(started_ns_ + grace_ms * 1000000);
-  // Reserve counters now so that numbers are never handed out twice.
-  NextIno(txn);
-  NextGen(txn);
-  MARU_RETURN_IF_ERROR(txn.Commit());
-  LOG_INFO("metadata loaded: %zu inodes, %s of %s free, %zu unfinished writes, %zu retired",
-           tree_.size(), FormatSize(space_.free_bytes()).c_str(),
-           FormatSize(space_.capacity()).c_str(), static_cast<size_t>(sessions_.size()),
-           space_.retired().size());
-  return Status::Ok();
 }
 
 uint64_t MetaEngine::NextIno(Txn &txn) {
@@ -413,31 +174,14 @@ void MetaEngine::UnrefGen(Txn &txn, uint64_t gen) {
   space_.Unref(gen, &txn.batch);
 }
 
-void MetaEngine::SetParentChunk(Inode *inode, uint64_t parent) {
-  if (inode->parent_chunk == parent) return;
-  if (inode->parent_chunk) {
-    auto it = extensions_.find(inode->parent_chunk);
-    if (it != extensions_.end()) {
-      it->second.erase(inode->ino);
-      if (it->second.empty()) extensions_.erase(it);
-    }
-  }
-  if (parent) extensions_[parent].insert(inode->ino);
-  // A re-insert keeps what the policy knows about the chunk's extensions.
-  if (inode->current) eviction_->OnInsert(inode->ino, parent);
-  inode->parent_chunk = parent;
-}
-
 // Takes a file's content out of reach: the sealed version is retired, and a
 // reservation still being written becomes an orphan its writer can only
 // abort.
 void MetaEngine::RemoveFile(Txn &txn, Inode *inode) {
   tree_.Unlink(inode);
-  SetParentChunk(inode, 0);
-  extensions_.erase(inode->ino);  // what extends it keeps a dangling parent
+  evictor_->Removed(*inode);
   if (inode->pinned) --pins_;
   if (inode->current) {
-    eviction_->OnRemove(inode->ino);
     space_.Retire(inode->current->gen, inode->current->extents, &txn.batch);
   }
   if (inode->pending) {
@@ -498,123 +242,17 @@ void MetaEngine::ExpireSession(Txn &txn, uint64_t id) {
   sessions_.Remove(id);
 }
 
-uint64_t MetaEngine::Used() const {
-  return space_.capacity() - space_.free_bytes();
+Evictor::Scope MetaEngine::EvictionScope(Txn &txn) {
+  return Evictor::Scope{[this, &txn](Inode *inode) { RemoveFile(txn, inode); }, &txn.batch};
 }
 
-uint64_t MetaEngine::ReclaimableUse(Txn &txn) {
-  // Retired versions nobody reads are freed first; those still read stay
-  // whatever is evicted, so they do not count.
-  space_.Tick(MonotonicNs(), &txn.batch);
-  return Used() - std::min(Used(), space_.retired_bytes());
-}
-
-void MetaEngine::EvictToLowWatermark(Txn &txn) {
-  // During the grace after a restart evicted space is not freed, so
-  // evicting would only empty the cache.
-  if (space_.in_grace(MonotonicNs())) return;
-  const double capacity = static_cast<double>(space_.capacity());
-  const uint64_t use = ReclaimableUse(txn);
-  if (static_cast<double>(use) <= options_.high_watermark * capacity) return;
-  const uint64_t target = static_cast<uint64_t>(options_.low_watermark * capacity);
-  if (use > target) EvictBytes(txn, use - target, "watermark");
-}
-
-bool MetaEngine::Evictable(const Inode &inode, int64_t now_ns) const {
-  if (!inode.current || inode.pending || inode.ino == protected_ino_) return false;
-  if (inode.pinned && (inode.pin_expiry_ns == 0 || inode.pin_expiry_ns > now_ns)) return false;
-  return space_.refs(inode.current->gen) == 0;
-}
-
-uint64_t MetaEngine::EvictChunk(Txn &txn, Inode *inode, const char *reason) {
-  uint64_t bytes = TotalLength(inode->current->extents);
-  std::vector<uint64_t> descendants;
-  if (eviction_->EvictsDescendants()) {
-    // Chunks extending this one are useless without it.
-    const int64_t now = RealtimeNs();
-    std::vector<uint64_t> frontier{inode->ino};
-    std::unordered_set<uint64_t> seen{inode->ino};  // chains set by hand may loop
-    while (!frontier.empty()) {
-      uint64_t at = frontier.back();
-      frontier.pop_back();
-      auto it = extensions_.find(at);
-      if (it == extensions_.end()) continue;
-      for (uint64_t child : it->second) {
-        if (!seen.insert(child).second) continue;
-        frontier.push_back(child);
-        if (const Inode *other = tree_.Find(child); other && Evictable(*other, now))
-          descendants.push_back(child);
-      }
-    }
-  }
-  RemoveFile(txn, inode);
-  ++evictions_;
-  evicted_bytes_ += bytes;
-  ++evictions_by_reason_[reason];
-  for (uint64_t ino : descendants) {
-    Inode *d = tree_.Find(ino);
-    if (!d || !d->current) continue;
-    bytes += TotalLength(d->current->extents);
-    evicted_bytes_ += TotalLength(d->current->extents);
-    ++evictions_;
-    ++evictions_by_reason_["prefix_gone"];
-    RemoveFile(txn, d);
-  }
-  return bytes;
-}
-
-uint64_t MetaEngine::EvictBytes(Txn &txn, uint64_t bytes, const char *reason) {
-  uint64_t evicted = 0;
-  const int64_t now = RealtimeNs();
-  while (evicted < bytes) {
-    uint64_t victim = eviction_->Victim([&](uint64_t ino) {
-      const Inode *inode = tree_.Find(ino);
-      return inode && Evictable(*inode, now);
-    });
-    if (!victim) break;
-    evicted += EvictChunk(txn, tree_.Find(victim), reason);
-  }
-  return evicted;
-}
-
-Result<ExtentList> MetaEngine::AllocateWithEviction(Txn &txn, uint64_t bytes) {
+Result<ExtentList> MetaEngine::AllocateWithEviction(Txn &txn, uint64_t bytes, uint64_t spared) {
   Result<ExtentList> extents = space_.Allocate(bytes);
-  if (!extents.ok() && extents.status().errnum() == ENOSPC) {
-    const int64_t mono = MonotonicNs();
-    // Space waiting for readers that are gone is free for the taking first.
-    if (space_.Tick(mono, &txn.batch) > 0) extents = space_.Allocate(bytes);
-  }
-  if (!extents.ok() && extents.status().errnum() == ENOSPC) {
-    const int64_t mono = MonotonicNs();
-    if (space_.in_grace(mono))
-      return Status::Error(ENOSPC,
-                           "pool full, and space freed before the restart is still held "
-                           "for returning readers");
-    // Choose victims until they cover the shortfall; if they cannot, evict
-    // nothing: a request that cannot fit must not empty the cache.
-    const uint64_t unit = space_.unit();
-    const uint64_t need = (bytes + unit - 1) / unit * unit;
-    const uint64_t shortfall = need - std::min(need, space_.free_bytes());
-    const int64_t now = RealtimeNs();
-    std::unordered_set<uint64_t> chosen;
-    uint64_t covered = 0;
-    while (covered < shortfall) {
-      uint64_t victim = eviction_->Victim([&](uint64_t ino) {
-        const Inode *inode = tree_.Find(ino);
-        return !chosen.count(ino) && inode && Evictable(*inode, now);
-      });
-      if (!victim) {
-        LOG_DEBUG(
-            "no room for %lu bytes: %lu free, %lu retired, %lu reserved, %zu chosen covering %lu",
-            bytes, space_.free_bytes(), space_.retired_bytes(), reserved_bytes_, chosen.size(),
-            covered);
-        return Status::Error(ENOSPC, "pool full of pinned, open or unsealed chunks");
-      }
-      chosen.insert(victim);
-      covered += TotalLength(tree_.Find(victim)->current->extents);
-    }
-    for (uint64_t ino : chosen)
-      if (Inode *inode = tree_.Find(ino); inode && inode->current) EvictChunk(txn, inode, "full");
+  auto full = [&] { return !extents.ok() && extents.status().errnum() == ENOSPC; };
+  // Space waiting for readers that are gone is free for the taking first.
+  if (full() && space_.Tick(MonotonicNs(), &txn.batch) > 0) extents = space_.Allocate(bytes);
+  if (full()) {
+    MARU_RETURN_IF_ERROR(evictor_->MakeRoom(EvictionScope(txn), bytes, spared));
     extents = space_.Allocate(bytes);
   }
   if (extents.ok() && extents->size() > options_.max_fragments) {
@@ -696,21 +334,6 @@ void MetaEngine::CloseSession(const Caller &, const rpc::HeartbeatRequest &req,
   Txn txn(this);
   ExpireSession(txn, req.header().session());
   rep->set_error(txn.Commit().errnum());
-}
-
-// Runs `op` under the lock for a live session, commits what it changed, and
-// reports the first error.
-template <typename Req, typename Rep, typename Op>
-void MetaEngine::RunOp(const Req &req, Rep *rep, Op &&op) {
-  std::lock_guard<std::mutex> lock(mu_);
-  Session *session = LiveSession(req.header().session());
-  if (!session) return rep->set_error(ENOTCONN);
-  Txn txn(this);
-  ReleaseLeases(txn, session, req.header().release());
-  Status status = op(txn, session);
-  Status committed = txn.Commit();
-  if (status.ok()) status = committed;
-  rep->set_error(status.errnum());
 }
 
 // --- Namespace ----------------------------------------------------------------
@@ -890,7 +513,7 @@ void MetaEngine::SetAttr(const Caller &c, const rpc::SetAttrRequest &req, rpc::A
     if ((req.set_uid() || req.set_gid()) && !inode->is_dir()) inode->mode &= ~(S_ISUID | S_ISGID);
     if (req.set_atime()) inode->atime_ns = req.atime_ns() == -1 ? now : req.atime_ns();
     if (req.set_mtime()) inode->mtime_ns = req.mtime_ns() == -1 ? now : req.mtime_ns();
-    SetParentChunk(inode, parent_chunk);
+    evictor_->SetParent(inode, parent_chunk);
     inode->ctime_ns = now;
     txn.Dirty(inode);
     FillAttr(*inode, rep->mutable_attr());
@@ -957,9 +580,7 @@ void MetaEngine::Create(const Caller &c, const rpc::CreateRequest &req, rpc::Chu
     ExtentList extents;
     if (req.size() > 0) {
       // The file being rewritten must not be evicted to make room for itself.
-      protected_ino_ = inode ? inode->ino : 0;
-      Result<ExtentList> got = AllocateWithEviction(txn, req.size());
-      protected_ino_ = 0;
+      Result<ExtentList> got = AllocateWithEviction(txn, req.size(), inode ? inode->ino : 0);
       if (!got.ok()) return got.status();
       extents = std::move(*got);
     }
@@ -978,7 +599,7 @@ void MetaEngine::Create(const Caller &c, const rpc::CreateRequest &req, rpc::Chu
       tree_.Link(pn->dir, inode, pn->name);
       TouchDir(txn, pn->dir);
     }
-    if (parent_chunk) SetParentChunk(inode, parent_chunk);
+    if (parent_chunk) evictor_->SetParent(inode, parent_chunk);
     Version v;
     v.gen = NextGen(txn);
     v.size = req.size();
@@ -1006,7 +627,7 @@ void MetaEngine::Extend(const Caller &, const rpc::ExtendRequest &req, rpc::Chun
     if (v.writer_session != session->id) return Status::Error(EPERM);
     uint64_t have = TotalLength(v.extents);
     if (req.size() > have) {
-      Result<ExtentList> more = AllocateWithEviction(txn, req.size() - have);
+      Result<ExtentList> more = AllocateWithEviction(txn, req.size() - have, 0);
       if (!more.ok()) return more.status();
       if (v.extents.size() + more->size() > options_.max_fragments) {
         space_.FreeNow(*more);
@@ -1066,7 +687,7 @@ void MetaEngine::Seal(const Caller &, const rpc::SealRequest &req, rpc::ChunkRep
     if (inode->current) space_.Retire(inode->current->gen, inode->current->extents, &txn.batch);
     inode->current = std::move(v);
     inode->mtime_ns = inode->ctime_ns = RealtimeNs();
-    eviction_->OnInsert(inode->ino, inode->parent_chunk);
+    evictor_->Sealed(*inode);
     bytes_stored_ += req.size();
     uint64_t lease = 0;
     if (req.keep_lease()) {
@@ -1077,7 +698,7 @@ void MetaEngine::Seal(const Caller &, const rpc::SealRequest &req, rpc::ChunkRep
     }
     txn.Dirty(inode);
     FillChunk(*inode, *inode->current, lease, rep, true);
-    EvictToLowWatermark(txn);
+    evictor_->EvictToLowWatermark(EvictionScope(txn));
     return Status::Ok();
   });
 }
@@ -1107,7 +728,7 @@ Status MetaEngine::OpenForRead(const Caller &c, Session *s, Inode *inode, rpc::C
   space_.Ref(gen);
   ++inode->hits;
   inode->atime_ns = RealtimeNs();
-  eviction_->OnAccess(inode->ino);
+  evictor_->Read(*inode);
   bytes_loaded_ += inode->current->size;
   FillChunk(*inode, *inode->current, lease, rep, true);
   return Status::Ok();
@@ -1180,183 +801,6 @@ void MetaEngine::Pin(const Caller &c, const rpc::PinRequest &req, rpc::AttrReply
     inode->ctime_ns = RealtimeNs();
     txn.Dirty(inode);
     FillAttr(*inode, rep->mutable_attr());
-    return Status::Ok();
-  });
-}
-
-void MetaEngine::ListSessions(const Caller &c, const rpc::StatsRequest &req,
-                              rpc::SessionsReply *rep) {
-  RunOp(req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
-    const int64_t mono = MonotonicNs(), real = RealtimeNs();
-    sessions_.ForEach([&](const Session &s) {
-      rpc::SessionInfo *info = rep->add_sessions();
-      // A session id lets its owner resume it: shown to the owner and root.
-      info->set_id(c.is_root() || c.uid == s.uid ? s.id : 0);
-      info->set_client(s.client);
-      info->set_hostname(s.hostname);
-      info->set_pid(s.pid);
-      info->set_uid(s.uid);
-      info->set_since_ns(s.since_ns);
-      info->set_last_seen_ns(real - (mono - s.last_seen_ns));
-      info->set_leases(static_cast<uint32_t>(s.leases.size()));
-      info->set_reservations(static_cast<uint32_t>(s.reservations.size()));
-      info->set_orphaned(s.orphaned);
-    });
-    return Status::Ok();
-  });
-}
-
-void MetaEngine::Stats(const Caller &, const rpc::StatsRequest &req, rpc::StatsReply *rep) {
-  RunOp(req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
-    FillStats(rep);
-    return Status::Ok();
-  });
-}
-
-void MetaEngine::Snapshot(rpc::StatsReply *rep) {
-  std::lock_guard<std::mutex> lock(mu_);
-  FillStats(rep);
-}
-
-void MetaEngine::FillStats(rpc::StatsReply *rep) {
-  op_stats_.Fill(rep);
-  rep->set_lookups(lookups_);
-  rep->set_lookup_hits(lookup_hits_);
-  rep->set_evictions(evictions_);
-  rep->set_evicted_bytes(evicted_bytes_);
-  for (const auto &[reason, n] : evictions_by_reason_)
-    (*rep->mutable_evictions_by_reason())[reason] = n;
-  rep->set_bytes_stored(bytes_stored_);
-  rep->set_bytes_loaded(bytes_loaded_);
-  rep->set_sessions(sessions_.size());
-  rep->set_leases(leases_.size());
-  rep->set_pins(pins_);
-  rep->set_uptime_ns(MonotonicNs() - started_ns_);
-  uint64_t chunks = 0;
-  std::map<std::string, std::pair<uint64_t, uint64_t>> top;  // name -> bytes, chunks
-  tree_.ForEach([&](const Inode &inode) {
-    if (!inode.current) return;
-    ++chunks;
-    const Inode *at = &inode;
-    while (at && at->parent != kRootIno) at = tree_.Find(at->parent);
-    if (!at) return;
-    auto &u = top[at->name];
-    u.first += TotalLength(inode.current->extents);
-    u.second += 1;
-  });
-  rep->set_chunks(chunks);
-  for (const auto &[name, usage] : top) {
-    rpc::DirUsage *d = rep->add_top_dirs();
-    d->set_name(name);
-    d->set_bytes(usage.first);
-    d->set_chunks(usage.second);
-  }
-  for (const SpaceManager::Device &d : space_.devices()) FillDevice(d, rep->add_devices());
-}
-
-void MetaEngine::ListChunks(const Caller &c, const rpc::ListChunksRequest &req,
-                            rpc::ListChunksReply *rep) {
-  RunOp(req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
-    rpc::Ref ref;
-    ref.set_path(req.path().empty() ? "/" : req.path());
-    Result<Inode *> top = tree_.Resolve(ref, c);
-    if (!top.ok()) return top.status();
-    // Depth-first in name order, so `after` (a full path) resumes a listing.
-    uint32_t max = req.max() ? std::min(req.max(), kReaddirMax) : kReaddirDefault;
-    std::vector<std::pair<const Inode *, std::string>> stack{{*top, tree_.PathOf(**top)}};
-    bool more = false;
-    while (!stack.empty()) {
-      auto [inode, path] = stack.back();
-      stack.pop_back();
-      if (inode->is_dir()) {
-        if (!MayAccess(*inode, c, kMayRead | kMayExec)) continue;
-        for (auto it = inode->children.rbegin(); it != inode->children.rend(); ++it)
-          if (const Inode *child = tree_.Find(it->second))
-            stack.emplace_back(child, (path == "/" ? "" : path) + "/" + it->first);
-        continue;
-      }
-      if (!req.after().empty() && path <= req.after()) continue;
-      if (max == 0) {
-        more = true;
-        break;
-      }
-      --max;
-      rpc::ChunkInfo *info = rep->add_chunks();
-      info->set_path(path);
-      FillAttr(*inode, info->mutable_attr());
-      if (inode->current) ToWireExtents(inode->current->extents, info->mutable_extents());
-      if (const Inode *parent = inode->parent_chunk ? tree_.Find(inode->parent_chunk) : nullptr)
-        info->set_parent_path(tree_.PathOf(*parent));
-    }
-    rep->set_eof(!more);
-    return Status::Ok();
-  });
-}
-
-void MetaEngine::Evict(const Caller &c, const rpc::EvictRequest &req, rpc::EvictReply *rep) {
-  RunOp(req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
-    if (!c.is_root()) return Status::Error(EPERM, "eviction is for root");
-    const uint64_t before = evictions_;
-    uint64_t bytes = 0;
-    if (!req.path().empty()) {
-      rpc::Ref ref;
-      ref.set_path(req.path());
-      Result<Inode *> inode = tree_.Resolve(ref, c);
-      if (!inode.ok()) return inode.status();
-      if (!(*inode)->is_file()) return Status::Error(EISDIR);
-      if (!Evictable(**inode, RealtimeNs()))
-        return Status::Error(EBUSY, "pinned, open or being written");
-      bytes += EvictChunk(txn, *inode, "admin");
-    }
-    if (req.older_than_ms() > 0) {
-      const int64_t now = RealtimeNs();
-      const int64_t cutoff = now - MsToNs(req.older_than_ms());
-      std::vector<uint64_t> victims;
-      tree_.ForEach([&](const Inode &inode) {
-        if (Evictable(inode, now) && std::max(inode.atime_ns, inode.mtime_ns) < cutoff)
-          victims.push_back(inode.ino);
-      });
-      for (uint64_t ino : victims)
-        if (Inode *inode = tree_.Find(ino); inode && Evictable(*inode, now))
-          bytes += EvictChunk(txn, inode, "admin");
-    }
-    if (req.bytes() > 0) bytes += EvictBytes(txn, req.bytes(), "admin");
-    rep->set_chunks(evictions_ - before);
-    rep->set_bytes(bytes);
-    return Status::Ok();
-  });
-}
-
-void MetaEngine::Fsck(const Caller &c, const rpc::StatsRequest &req, rpc::FsckReply *rep) {
-  RunOp(req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
-    if (!c.is_root()) return Status::Error(EPERM, "fsck is for root");
-    // Rebuild the free map from scratch and compare it with the live one.
-    SpaceManager check;
-    for (const SpaceManager::Device &d : space_.devices())
-      check.AddDevice(d.index, d.path, d.superblock);
-    uint64_t chunks = 0, extents = 0;
-    tree_.ForEach([&](const Inode &inode) {
-      for (const std::optional<Version> *v : {&inode.current, &inode.pending}) {
-        if (!*v) continue;
-        if (v == &inode.current) ++chunks;
-        extents += (*v)->extents.size();
-        if (TotalLength((*v)->extents) < (*v)->size)
-          rep->add_problems(tree_.PathOf(inode) + ": extents shorter than its size");
-        Status s = check.MarkUsed((*v)->extents);
-        if (!s.ok()) rep->add_problems(tree_.PathOf(inode) + ": " + s.message());
-      }
-      if (!inode.is_dir() && !tree_.Find(inode.parent))
-        rep->add_problems(tree_.PathOf(inode) + ": no parent directory");
-    });
-    for (const auto &[gen, ext] : space_.retired()) {
-      Status s = check.MarkUsed(ext);
-      if (!s.ok())
-        rep->add_problems("retired generation " + std::to_string(gen) + ": " + s.message());
-    }
-    if (check.FreeMaps() != space_.FreeMaps())
-      rep->add_problems("free space map differs from the extent maps (leak or double use)");
-    rep->set_chunks(chunks);
-    rep->set_extents(extents);
     return Status::Ok();
   });
 }
@@ -1436,7 +880,7 @@ void MetaEngine::Tick() {
       txn.Dirty(&inode);
     }
   });
-  EvictToLowWatermark(txn);
+  evictor_->EvictToLowWatermark(EvictionScope(txn));
   txn.Commit();
 }
 

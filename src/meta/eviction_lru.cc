@@ -1,33 +1,33 @@
-#include "meta/lru_policy.h"
+#include "meta/eviction_lru.h"
 
 namespace maru {
 
-void LruPolicy::OnInsert(uint64_t ino, uint64_t /*parent*/) {
+void LruEviction::OnInsert(uint64_t ino) {
   if (where_.count(ino)) return OnAccess(ino);
   order_.push_front(ino);
   where_[ino] = order_.begin();
 }
 
-void LruPolicy::OnAccess(uint64_t ino) {
+void LruEviction::OnAccess(uint64_t ino) {
   auto it = where_.find(ino);
   if (it == where_.end()) return;
   order_.splice(order_.begin(), order_, it->second);
 }
 
-void LruPolicy::OnRemove(uint64_t ino) {
+void LruEviction::OnRemove(uint64_t ino) {
   auto it = where_.find(ino);
   if (it == where_.end()) return;
   order_.erase(it->second);
   where_.erase(it);
 }
 
-uint64_t LruPolicy::Oldest(const std::function<bool(uint64_t)> &accept) const {
+uint64_t LruEviction::Oldest(const std::function<bool(uint64_t)> &accept) const {
   for (auto it = order_.rbegin(); it != order_.rend(); ++it)
     if (accept(*it)) return *it;
   return 0;
 }
 
-uint64_t LruPolicy::Victim(const std::function<bool(uint64_t)> &evictable) {
+uint64_t LruEviction::Victim(const std::function<bool(uint64_t)> &evictable) {
   return Oldest(evictable);
 }
 

@@ -1,13 +1,16 @@
 // Least recently used first: every read moves a chunk to the front.
 #pragma once
 
+#include <list>
+#include <unordered_map>
+
 #include "meta/eviction_policy.h"
 
 namespace maru {
 
-class LruPolicy : public EvictionPolicy {
+class LruEviction : public EvictionPolicy {
  public:
-  void OnInsert(uint64_t ino, uint64_t parent) override;
+  void OnInsert(uint64_t ino) override;
   void OnAccess(uint64_t ino) override;
   void OnRemove(uint64_t ino) override;
   uint64_t Victim(const std::function<bool(uint64_t)> &evictable) override;
