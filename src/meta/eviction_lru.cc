@@ -21,14 +21,10 @@ void LruEviction::OnRemove(uint64_t ino) {
   where_.erase(it);
 }
 
-uint64_t LruEviction::Oldest(const std::function<bool(uint64_t)> &accept) const {
+bool LruEviction::InOrder(const std::function<bool(uint64_t)> &visit) const {
   for (auto it = order_.rbegin(); it != order_.rend(); ++it)
-    if (accept(*it)) return *it;
-  return 0;
-}
-
-uint64_t LruEviction::Victim(const std::function<bool(uint64_t)> &evictable) {
-  return Oldest(evictable);
+    if (!visit(*it)) return false;
+  return true;
 }
 
 }  // namespace maru

@@ -13,13 +13,10 @@ class LruEviction : public EvictionPolicy {
   void OnInsert(uint64_t ino) override;
   void OnAccess(uint64_t ino) override;
   void OnRemove(uint64_t ino) override;
-  uint64_t Victim(const std::function<bool(uint64_t)> &evictable) override;
+  // Least recently used first.
+  bool InOrder(const std::function<bool(uint64_t)> &visit) const override;
   bool EvictsDescendants() const override { return false; }
   const char *name() const override { return "lru"; }
-
- protected:
-  // From least to most recently used, first that `accept` takes.
-  uint64_t Oldest(const std::function<bool(uint64_t)> &accept) const;
 
  private:
   std::list<uint64_t> order_;  // front: most recent

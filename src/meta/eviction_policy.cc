@@ -5,6 +5,16 @@
 
 namespace maru {
 
+uint64_t EvictionPolicy::Victim(const std::function<bool(uint64_t)> &evictable) const {
+  uint64_t victim = 0;
+  InOrder([&](uint64_t ino) {
+    if (!evictable(ino)) return true;
+    victim = ino;
+    return false;
+  });
+  return victim;
+}
+
 Result<std::unique_ptr<EvictionPolicy>> MakeEvictionPolicy(const std::string &name,
                                                            const ChunkChains &chains) {
   if (name == "lru") return std::unique_ptr<EvictionPolicy>(new LruEviction());

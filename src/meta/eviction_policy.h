@@ -24,8 +24,14 @@ class EvictionPolicy {
   virtual void OnInsert(uint64_t ino) = 0;
   virtual void OnAccess(uint64_t ino) = 0;
   virtual void OnRemove(uint64_t ino) = 0;
+  // Offers chunks to `visit` in eviction order until it returns false;
+  // false if it did. A chunk may be offered twice. Choosing several
+  // victims in one walk gives what repeated Victim calls, each leaving out
+  // those chosen before, would give while nothing changes: a walk costs
+  // O(chunks passed), where repeated calls cost O(victims x chunks).
+  virtual bool InOrder(const std::function<bool(uint64_t)> &visit) const = 0;
   // The next chunk to evict among those `evictable` accepts; 0 if none.
-  virtual uint64_t Victim(const std::function<bool(uint64_t)> &evictable) = 0;
+  uint64_t Victim(const std::function<bool(uint64_t)> &evictable) const;
   // Whether evicting a chunk also evicts the chunks that extend it.
   virtual bool EvictsDescendants() const = 0;
   virtual const char *name() const = 0;

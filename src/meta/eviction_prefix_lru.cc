@@ -47,10 +47,10 @@ void PrefixLruEviction::OnRemove(uint64_t ino) {
   CountExtension(chains_.Parent(ino), -1);
 }
 
-uint64_t PrefixLruEviction::Victim(const std::function<bool(uint64_t)> &evictable) {
+bool PrefixLruEviction::InOrder(const std::function<bool(uint64_t)> &visit) const {
   for (const auto &[use, ino] : tails_)
-    if (evictable(ino)) return ino;
-  return Oldest(evictable);
+    if (!visit(ino)) return false;
+  return LruEviction::InOrder(visit);
 }
 
 }  // namespace maru

@@ -17,35 +17,36 @@
 
 #include "meta/eviction_lru.h"
 
-    namespace maru {
+namespace maru {
 
-  class PrefixLruEviction : public LruEviction {
-   public:
-    explicit PrefixLruEviction(const ChunkChains &chains) : chains_(chains) {}
-    void OnInsert(uint64_t ino) override;
-    void OnAccess(uint64_t ino) override;
-    void OnRemove(uint64_t ino) override;
-    uint64_t Victim(const std::function<bool(uint64_t)> &evictable) override;
-    bool EvictsDescendants() const override { return true; }
-    const char *name() const override { return "prefix"; }
+class PrefixLruEviction : public LruEviction {
+ public:
+  explicit PrefixLruEviction(const ChunkChains &chains) : chains_(chains) {}
+  void OnInsert(uint64_t ino) override;
+  void OnAccess(uint64_t ino) override;
+  void OnRemove(uint64_t ino) override;
+  // Tails by last use, then every chunk least recently used first.
+  bool InOrder(const std::function<bool(uint64_t)> &visit) const override;
+  bool EvictsDescendants() const override { return true; }
+  const char *name() const override { return "prefix"; }
 
-   private:
-    struct State {
-      uint32_t extensions = 0;  // sealed chunks extending this one
-      uint64_t last_use = 0;    // a sequence number
-    };
-    void AddTail(uint64_t ino, const State &s) { tails_.insert({s.last_use, ino}); }
-    void DropTail(uint64_t ino, const State &s) { tails_.erase({s.last_use, ino}); }
-    // How many of the chunks extending `ino` this policy knows (are sealed).
-    uint32_t KnownExtensions(uint64_t ino) const;
-    // A known extension of `parent` came (+1) or went (-1).
-    void CountExtension(uint64_t parent, int delta);
-
-    const ChunkChains &chains_;
-    uint64_t clock_ = 0;
-    std::unordered_map<uint64_t, State> state_;
-    // The tails (chunks nothing extends) by (last use, ino), oldest first.
-    std::set<std::pair<uint64_t, uint64_t>> tails_;
+ private:
+  struct State {
+    uint32_t extensions = 0;  // sealed chunks extending this one
+    uint64_t last_use = 0;    // a sequence number
   };
+  void AddTail(uint64_t ino, const State &s) { tails_.insert({s.last_use, ino}); }
+  void DropTail(uint64_t ino, const State &s) { tails_.erase({s.last_use, ino}); }
+  // How many of the chunks extending `ino` this policy knows (are sealed).
+  uint32_t KnownExtensions(uint64_t ino) const;
+  // A known extension of `parent` came (+1) or went (-1).
+  void CountExtension(uint64_t parent, int delta);
+
+  const ChunkChains &chains_;
+  uint64_t clock_ = 0;
+  std::unordered_map<uint64_t, State> state_;
+  // The tails (chunks nothing extends) by (last use, ino), oldest first.
+  std::set<std::pair<uint64_t, uint64_t>> tails_;
+};
 
 }  // namespace maru

@@ -57,10 +57,8 @@ bool Evictor::Evictable(const Inode &inode, int64_t now_ns, uint64_t spared) con
   return space_.refs(inode.current->gen) == 0;
 }
 
-uint64_t Evictor::NextVictim(int64_t now_ns, uint64_t spared,
-                             const std::unordered_set<uint64_t> *chosen) {
+uint64_t Evictor::NextVictim(int64_t now_ns, uint64_t spared) const {
   return policy_->Victim([&](uint64_t ino) {
-    if (chosen && chosen->count(ino)) return false;
     const Inode *inode = tree_.Find(ino);
     return inode && Evictable(*inode, now_ns, spared);
   });
@@ -111,15 +109,17 @@ Result<std::unordered_set<uint64_t>> Evictor::ChooseVictims(uint64_t shortfall, 
   const int64_t now = RealtimeNs();
   std::unordered_set<uint64_t> chosen;
   uint64_t covered = 0;
-  while (covered < shortfall) {
-    uint64_t victim = NextVictim(now, spared, &chosen);
-    if (!victim) {
-      LOG_DEBUG("no room: %lu free, %lu retired, %zu chosen covering %lu of %lu",
-                space_.free_bytes(), space_.retired_bytes(), chosen.size(), covered, shortfall);
-      return Status::Error(ENOSPC, "pool full of pinned, open or unsealed chunks");
-    }
-    chosen.insert(victim);
-    covered += TotalLength(tree_.Find(victim)->current->extents);
+  if (shortfall > 0)
+    policy_->InOrder([&](uint64_t ino) {
+      const Inode *inode = tree_.Find(ino);
+      if (!inode || !Evictable(*inode, now, spared) || !chosen.insert(ino).second) return true;
+      covered += TotalLength(inode->current->extents);
+      return covered < shortfall;
+    });
+  if (covered < shortfall) {
+    LOG_DEBUG("no room: %lu free, %lu retired, %zu chosen covering %lu of %lu", space_.free_bytes(),
+              space_.retired_bytes(), chosen.size(), covered, shortfall);
+    return Status::Error(ENOSPC, "pool full of pinned, open or unsealed chunks");
   }
   return chosen;
 }

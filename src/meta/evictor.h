@@ -75,10 +75,10 @@ class Evictor {
  private:
   Evictor(Watermarks watermarks, NamespaceTree *tree, SpaceManager *space);
 
-  // The policy's next victim that may go and is not in `chosen`; 0 if none.
-  uint64_t NextVictim(int64_t now_ns, uint64_t spared,
-                      const std::unordered_set<uint64_t> *chosen = nullptr);
-  // Victims covering `shortfall` bytes; ENOSPC if they cannot.
+  // The policy's next victim that may go; 0 if none.
+  uint64_t NextVictim(int64_t now_ns, uint64_t spared) const;
+  // Victims covering `shortfall` bytes, chosen in one walk of the policy's
+  // order; ENOSPC if they cannot.
   Result<std::unordered_set<uint64_t>> ChooseVictims(uint64_t shortfall, uint64_t spared);
   // The chunks extending `ino`, directly or not, that may go now.
   std::vector<uint64_t> EvictableDescendants(uint64_t ino, uint64_t spared) const;
