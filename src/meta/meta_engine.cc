@@ -20,6 +20,25 @@ constexpr uint64_t kCounterStep = 1 << 16;
 constexpr uint32_t kReaddirDefault = 1024;
 constexpr uint32_t kReaddirMax = 16384;
 
+// Cuts `extents` to their first `keep` bytes; returns what was cut off.
+ExtentList TrimTo(ExtentList *extents, uint64_t keep) {
+  uint64_t offset = 0;
+  ExtentList kept, trimmed;
+  for (const Extent &e : *extents) {
+    if (offset >= keep)
+      trimmed.push_back(e);
+    else if (offset + e.length > keep) {
+      kept.push_back(Extent{e.device, e.offset, keep - offset});
+      trimmed.push_back(Extent{e.device, e.offset + keep - offset, e.length - (keep - offset)});
+    } else {
+      kept.push_back(e);
+    }
+    offset += e.length;
+  }
+  *extents = std::move(kept);
+  return trimmed;
+}
+
 uint64_t RandomSessionId() {
   uint64_t id = 0;
   while (id == 0) {
@@ -289,22 +308,7 @@ void MetaEngine::OpenSession(const Caller &c, const rpc::OpenSessionRequest &req
   s->pid = req.pid() ? req.pid() : c.pid;
   s->uid = c.uid;
   s->last_seen_ns = MonotonicNs();
-  // Leases held across a restart: renew those whose version still exists.
-  for (const rpc::HeldLease &held : req.held()) {
-    // A version still current, or retired but kept (readers may hold it;
-    // its file may be gone), can be leased again by a reader allowed to.
-    const Inode *inode = tree_.Find(held.ino());
-    bool live = (inode && inode->current && inode->current->gen == held.gen()) ||
-                space_.retired().count(held.gen());
-    if (!live || (inode && !MayAccess(*inode, c, kMayRead))) continue;
-    uint64_t lease = leases_.Grant(id, held.ino(), held.gen());
-    s->leases.insert(lease);
-    space_.Ref(held.gen());
-    rpc::HeldLease *r = rep->add_renewed();
-    r->set_lease(held.lease());
-    r->set_ino(lease);
-    r->set_gen(held.gen());
-  }
+  RenewHeldLeases(c, req, s, rep);
   txn.Commit();
   rep->set_session(id);
   rep->set_heartbeat_ms(options_.heartbeat_ms);
@@ -312,6 +316,26 @@ void MetaEngine::OpenSession(const Caller &c, const rpc::OpenSessionRequest &req
   rep->set_pool_uuid(pool_uuid_);
   rep->set_fast_lane(options_.fast_lane);
   for (const SpaceManager::Device &d : space_.devices()) FillDevice(d, rep->add_devices());
+}
+
+// Leases held across a restart: renews those whose version still exists.
+void MetaEngine::RenewHeldLeases(const Caller &c, const rpc::OpenSessionRequest &req, Session *s,
+                                 rpc::OpenSessionReply *rep) {
+  for (const rpc::HeldLease &held : req.held()) {
+    // A version still current, or retired but kept (readers may hold it;
+    // its file may be gone), can be leased again by a reader allowed to.
+    const Inode *inode = tree_.Find(held.ino());
+    bool live = (inode && inode->current && inode->current->gen == held.gen()) ||
+                space_.retired().count(held.gen());
+    if (!live || (inode && !MayAccess(*inode, c, kMayRead))) continue;
+    uint64_t lease = leases_.Grant(s->id, held.ino(), held.gen());
+    s->leases.insert(lease);
+    space_.Ref(held.gen());
+    rpc::HeldLease *r = rep->add_renewed();
+    r->set_lease(held.lease());
+    r->set_ino(lease);
+    r->set_gen(held.gen());
+  }
 }
 
 void MetaEngine::Heartbeat(const Caller &, const rpc::HeartbeatRequest &req,
@@ -473,36 +497,44 @@ void MetaEngine::Readdir(const Caller &c, const rpc::ReaddirRequest &req, rpc::R
   });
 }
 
+// Whether `c` may change what `req` asks of `inode` (its parent chunk aside).
+Status MetaEngine::MaySetAttr(const Caller &c, const rpc::SetAttrRequest &req, const Inode &inode) {
+  const bool owner = IsOwnerOrRoot(inode, c);
+  if ((req.set_mode() || (req.set_atime() && req.atime_ns() != -1) ||
+       (req.set_mtime() && req.mtime_ns() != -1)) &&
+      !owner)
+    return Status::Error(EPERM);
+  if (((req.set_atime() && req.atime_ns() == -1) || (req.set_mtime() && req.mtime_ns() == -1)) &&
+      !owner && !MayAccess(inode, c, kMayWrite))
+    return Status::Error(EACCES);
+  if (req.set_uid() && req.uid() != inode.uid && !c.is_root()) return Status::Error(EPERM);
+  if (req.set_gid() && req.gid() != inode.gid && !(c.is_root() || (owner && c.InGroup(req.gid()))))
+    return Status::Error(EPERM);
+  return Status::Ok();
+}
+
+// The parent chunk `req` sets on `inode` (0: none), or what it had.
+Result<uint64_t> MetaEngine::NewParentChunk(const Caller &c, const rpc::SetAttrRequest &req,
+                                            const Inode &inode) {
+  if (!req.set_parent()) return inode.parent_chunk;
+  if (!IsOwnerOrRoot(inode, c) && !MayAccess(inode, c, kMayWrite)) return Status::Error(EACCES);
+  if (req.parent_path().empty()) return uint64_t{0};
+  rpc::Ref ref;
+  ref.set_path(req.parent_path());
+  Result<Inode *> parent = tree_.Resolve(ref, c);
+  if (!parent.ok()) return parent.status();
+  if (!(*parent)->is_file() || *parent == &inode) return Status::Error(EINVAL);
+  return (*parent)->ino;
+}
+
 void MetaEngine::SetAttr(const Caller &c, const rpc::SetAttrRequest &req, rpc::AttrReply *rep) {
-  RunOp(req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
+  RunOp(req, rep, [&](Txn &txn, Session *) -> Status {
     Result<Inode *> found = tree_.Resolve(req.ref(), c);
     if (!found.ok()) return found.status();
     Inode *inode = *found;
-    const bool owner = IsOwnerOrRoot(*inode, c);
-    if ((req.set_mode() || (req.set_atime() && req.atime_ns() != -1) ||
-         (req.set_mtime() && req.mtime_ns() != -1)) &&
-        !owner)
-      return Status::Error(EPERM);
-    if (((req.set_atime() && req.atime_ns() == -1) || (req.set_mtime() && req.mtime_ns() == -1)) &&
-        !owner && !MayAccess(*inode, c, kMayWrite))
-      return Status::Error(EACCES);
-    if (req.set_uid() && req.uid() != inode->uid && !c.is_root()) return Status::Error(EPERM);
-    if (req.set_gid() && req.gid() != inode->gid &&
-        !(c.is_root() || (owner && c.InGroup(req.gid()))))
-      return Status::Error(EPERM);
-    uint64_t parent_chunk = inode->parent_chunk;
-    if (req.set_parent()) {
-      if (!owner && !MayAccess(*inode, c, kMayWrite)) return Status::Error(EACCES);
-      parent_chunk = 0;
-      if (!req.parent_path().empty()) {
-        rpc::Ref ref;
-        ref.set_path(req.parent_path());
-        Result<Inode *> parent = tree_.Resolve(ref, c);
-        if (!parent.ok()) return parent.status();
-        if (!(*parent)->is_file() || *parent == inode) return Status::Error(EINVAL);
-        parent_chunk = (*parent)->ino;
-      }
-    }
+    MARU_RETURN_IF_ERROR(MaySetAttr(c, req, *inode));
+    Result<uint64_t> parent_chunk = NewParentChunk(c, req, *inode);
+    if (!parent_chunk.ok()) return parent_chunk.status();
     const int64_t now = RealtimeNs();
     if (req.set_mode()) {
       inode->mode = (inode->mode & S_IFMT) | (req.mode() & 07777);
@@ -513,7 +545,7 @@ void MetaEngine::SetAttr(const Caller &c, const rpc::SetAttrRequest &req, rpc::A
     if ((req.set_uid() || req.set_gid()) && !inode->is_dir()) inode->mode &= ~(S_ISUID | S_ISGID);
     if (req.set_atime()) inode->atime_ns = req.atime_ns() == -1 ? now : req.atime_ns();
     if (req.set_mtime()) inode->mtime_ns = req.mtime_ns() == -1 ? now : req.mtime_ns();
-    evictor_->SetParent(inode, parent_chunk);
+    evictor_->SetParent(inode, *parent_chunk);
     inode->ctime_ns = now;
     txn.Dirty(inode);
     FillAttr(*inode, rep->mutable_attr());
@@ -536,26 +568,82 @@ void MetaEngine::Statfs(const Caller &, const rpc::StatfsRequest &req, rpc::Stat
 
 // --- Chunks -------------------------------------------------------------------
 
+// Where a create puts its chunk: a path, or (FUSE O_TRUNC) an existing
+// file named by its inode, which only a truncating create may name.
+Result<NamespaceTree::ParentAndName> MetaEngine::CreateTarget(Txn &txn, const Caller &c,
+                                                              const rpc::CreateRequest &req) {
+  if (!req.ref().path().empty() || !req.ref().name().empty()) {
+    Result<NamespaceTree::ParentAndName> pn =
+        tree_.ResolveParent(req.ref(), c, req.parents() ? DirMaker(txn, c) : nullptr);
+    if (!pn.ok()) return pn.status().errnum() == EEXIST ? Status::Error(EISDIR) : pn.status();
+    if (!MayAccess(*pn->dir, c, kMayWrite | kMayExec)) return Status::Error(EACCES);
+    return pn;
+  }
+  Inode *inode = tree_.Find(req.ref().ino());
+  if (!inode) return Status::Error(ESTALE);
+  if (!req.truncate()) return Status::Error(EEXIST);
+  Inode *dir = tree_.Find(inode->parent);
+  if (!dir) return Status::Error(ESTALE);
+  return NamespaceTree::ParentAndName{dir, inode->name};
+}
+
+// Whether a create may replace what `inode` holds with a new version.
+Status MetaEngine::MayRewrite(const Caller &c, const rpc::CreateRequest &req, const Inode &inode) {
+  if (inode.is_dir()) return Status::Error(req.truncate() ? EISDIR : EEXIST);
+  if (!req.truncate()) return Status::Error(EEXIST);
+  if (inode.pending) return Status::Error(EBUSY);
+  if (!MayAccess(inode, c, kMayWrite)) return Status::Error(EACCES);
+  return Status::Ok();
+}
+
+// The chunk a create names as the one it extends; 0 for none.
+Result<uint64_t> MetaEngine::ParentChunk(const Caller &c, const std::string &path) {
+  if (path.empty()) return uint64_t{0};
+  rpc::Ref ref;
+  ref.set_path(path);
+  Result<Inode *> parent = tree_.Resolve(ref, c);
+  if (!parent.ok()) return parent.status();
+  if (!(*parent)->is_file()) return Status::Error(EINVAL, "a parent chunk must be a file");
+  return (*parent)->ino;
+}
+
+Inode *MetaEngine::NewFile(Txn &txn, const Caller &c, const NamespaceTree::ParentAndName &pn,
+                           uint32_t mode, int64_t now) {
+  auto fresh = std::make_unique<Inode>();
+  fresh->ino = NextIno(txn);
+  fresh->mode = S_IFREG | (mode & 07777);
+  fresh->uid = c.uid;
+  fresh->gid = (pn.dir->mode & S_ISGID) ? pn.dir->gid : c.gid;
+  fresh->atime_ns = fresh->mtime_ns = fresh->ctime_ns = now;
+  Inode *inode = tree_.Adopt(std::move(fresh));
+  tree_.Link(pn.dir, inode, pn.name);
+  TouchDir(txn, pn.dir);
+  return inode;
+}
+
+// Makes `extents` the reservation `session` writes into `inode`.
+void MetaEngine::Reserve(Txn &txn, Session *session, const rpc::CreateRequest &req, Inode *inode,
+                         ExtentList extents, int64_t now) {
+  Version v;
+  v.gen = NextGen(txn);
+  v.size = req.size();
+  v.extents = std::move(extents);
+  v.writer_session = session->id;
+  v.writer_uid = session->uid;
+  v.request_id = req.request_id();
+  v.created_ns = now;
+  space_.Ref(v.gen);
+  reserved_bytes_ += TotalLength(v.extents);
+  session->reservations.insert(inode->ino);
+  inode->pending = std::move(v);
+  txn.Dirty(inode);
+}
+
 void MetaEngine::Create(const Caller &c, const rpc::CreateRequest &req, rpc::ChunkReply *rep) {
-  RunOp(req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
-    const bool by_inode = req.ref().path().empty() && req.ref().name().empty();
-    NamespaceTree::ParentAndName pn_by_inode;
-    Result<NamespaceTree::ParentAndName> pn = pn_by_inode;
-    Inode *inode = nullptr;
-    if (by_inode) {
-      // A new version of an existing file, named by its inode (FUSE O_TRUNC).
-      inode = tree_.Find(req.ref().ino());
-      if (!inode) return Status::Error(ESTALE);
-      if (!req.truncate()) return Status::Error(EEXIST);
-      Inode *dir = tree_.Find(inode->parent);
-      if (!dir) return Status::Error(ESTALE);
-      pn = NamespaceTree::ParentAndName{dir, inode->name};
-    } else {
-      pn = tree_.ResolveParent(req.ref(), c, req.parents() ? DirMaker(txn, c) : nullptr);
-      if (!pn.ok()) return pn.status().errnum() == EEXIST ? Status::Error(EISDIR) : pn.status();
-      if (!MayAccess(*pn->dir, c, kMayWrite | kMayExec)) return Status::Error(EACCES);
-      inode = tree_.Child(*pn->dir, pn->name);
-    }
+  RunOp(req, rep, [&](Txn &txn, Session *session) -> Status {
+    Result<NamespaceTree::ParentAndName> pn = CreateTarget(txn, c, req);
+    if (!pn.ok()) return pn.status();
+    Inode *inode = tree_.Child(*pn->dir, pn->name);
     if (inode) {
       const std::optional<Version> &p = inode->pending;
       if (p && p->writer_session == session->id && req.request_id() &&
@@ -563,20 +651,10 @@ void MetaEngine::Create(const Caller &c, const rpc::CreateRequest &req, rpc::Chu
         FillChunk(*inode, *p, p->gen, rep);  // a retry of a create that went through
         return Status::Ok();
       }
-      if (inode->is_dir()) return Status::Error(req.truncate() ? EISDIR : EEXIST);
-      if (!req.truncate()) return Status::Error(EEXIST);
-      if (p) return Status::Error(EBUSY);
-      if (!MayAccess(*inode, c, kMayWrite)) return Status::Error(EACCES);
+      MARU_RETURN_IF_ERROR(MayRewrite(c, req, *inode));
     }
-    uint64_t parent_chunk = 0;
-    if (!req.parent_chunk().empty()) {
-      rpc::Ref ref;
-      ref.set_path(req.parent_chunk());
-      Result<Inode *> parent = tree_.Resolve(ref, c);
-      if (!parent.ok()) return parent.status();
-      if (!(*parent)->is_file()) return Status::Error(EINVAL, "a parent chunk must be a file");
-      parent_chunk = (*parent)->ino;
-    }
+    Result<uint64_t> parent_chunk = ParentChunk(c, req.parent_chunk());
+    if (!parent_chunk.ok()) return parent_chunk.status();
     ExtentList extents;
     if (req.size() > 0) {
       // The file being rewritten must not be evicted to make room for itself.
@@ -588,31 +666,9 @@ void MetaEngine::Create(const Caller &c, const rpc::CreateRequest &req, rpc::Chu
     // the directory itself; re-check the name in case it was evicted.
     inode = tree_.Child(*pn->dir, pn->name);
     const int64_t now = RealtimeNs();
-    if (!inode) {
-      auto fresh = std::make_unique<Inode>();
-      fresh->ino = NextIno(txn);
-      fresh->mode = S_IFREG | (req.mode() & 07777);
-      fresh->uid = c.uid;
-      fresh->gid = (pn->dir->mode & S_ISGID) ? pn->dir->gid : c.gid;
-      fresh->atime_ns = fresh->mtime_ns = fresh->ctime_ns = now;
-      inode = tree_.Adopt(std::move(fresh));
-      tree_.Link(pn->dir, inode, pn->name);
-      TouchDir(txn, pn->dir);
-    }
-    if (parent_chunk) evictor_->SetParent(inode, parent_chunk);
-    Version v;
-    v.gen = NextGen(txn);
-    v.size = req.size();
-    v.extents = std::move(extents);
-    v.writer_session = session->id;
-    v.writer_uid = session->uid;
-    v.request_id = req.request_id();
-    v.created_ns = now;
-    space_.Ref(v.gen);
-    reserved_bytes_ += TotalLength(v.extents);
-    session->reservations.insert(inode->ino);
-    inode->pending = std::move(v);
-    txn.Dirty(inode);
+    if (!inode) inode = NewFile(txn, c, *pn, req.mode(), now);
+    if (*parent_chunk) evictor_->SetParent(inode, *parent_chunk);
+    Reserve(txn, session, req, inode, std::move(extents), now);
     FillChunk(*inode, *inode->pending, inode->pending->gen, rep);
     return Status::Ok();
   });
@@ -663,22 +719,8 @@ void MetaEngine::Seal(const Caller &, const rpc::SealRequest &req, rpc::ChunkRep
     session->reservations.erase(inode->ino);
     reserved_bytes_ -= TotalLength(v.extents);
     // Give back whole units past the end: nobody else ever saw them.
-    const uint64_t keep = (req.size() + space_.unit() - 1) / space_.unit() * space_.unit();
-    uint64_t offset = 0;
-    ExtentList kept, trimmed;
-    for (const Extent &e : v.extents) {
-      if (offset >= keep)
-        trimmed.push_back(e);
-      else if (offset + e.length > keep) {
-        kept.push_back(Extent{e.device, e.offset, keep - offset});
-        trimmed.push_back(Extent{e.device, e.offset + keep - offset, e.length - (keep - offset)});
-      } else {
-        kept.push_back(e);
-      }
-      offset += e.length;
-    }
-    space_.FreeNow(trimmed);
-    v.extents = std::move(kept);
+    space_.FreeNow(
+        TrimTo(&v.extents, (req.size() + space_.unit() - 1) / space_.unit() * space_.unit()));
     v.size = req.size();
     v.checksum_type = req.checksum_type();
     v.checksum = req.checksum();

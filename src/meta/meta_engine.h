@@ -129,6 +129,8 @@ class MetaEngine {
   template <typename Req, typename Rep, typename Op>
   void RunOp(const Req &req, Rep *rep, Op &&op);
   Session *LiveSession(uint64_t id);
+  void RenewHeldLeases(const Caller &c, const rpc::OpenSessionRequest &req, Session *s,
+                       rpc::OpenSessionReply *rep);
   uint64_t NextIno(Txn &txn);
   uint64_t NextGen(Txn &txn);
   void FillAttr(const Inode &inode, rpc::Attr *attr) const;
@@ -142,6 +144,18 @@ class MetaEngine {
                                 const Caller &c);
   NamespaceTree::MakeDir DirMaker(Txn &txn, const Caller &c);
   void TouchDir(Txn &txn, Inode *dir);
+  Status MaySetAttr(const Caller &c, const rpc::SetAttrRequest &req, const Inode &inode);
+  Result<uint64_t> NewParentChunk(const Caller &c, const rpc::SetAttrRequest &req,
+                                  const Inode &inode);
+  // Create's steps.
+  Result<NamespaceTree::ParentAndName> CreateTarget(Txn &txn, const Caller &c,
+                                                    const rpc::CreateRequest &req);
+  Status MayRewrite(const Caller &c, const rpc::CreateRequest &req, const Inode &inode);
+  Result<uint64_t> ParentChunk(const Caller &c, const std::string &path);
+  Inode *NewFile(Txn &txn, const Caller &c, const NamespaceTree::ParentAndName &pn, uint32_t mode,
+                 int64_t now);
+  void Reserve(Txn &txn, Session *session, const rpc::CreateRequest &req, Inode *inode,
+               ExtentList extents, int64_t now);
   Status OpenForRead(const Caller &c, Session *s, Inode *inode, rpc::ChunkReply *rep);
   // Space for `bytes`, evicting if the pool is full; `spared` (0: none) is
   // the chunk being rewritten, which must not be evicted to make room.
