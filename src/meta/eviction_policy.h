@@ -32,6 +32,12 @@ class EvictionPolicy {
   virtual bool InOrder(const std::function<bool(uint64_t)> &visit) const = 0;
   // The next chunk to evict among those `evictable` accepts; 0 if none.
   uint64_t Victim(const std::function<bool(uint64_t)> &evictable) const;
+  // Leaves `ino` out of InOrder until UnparkAll. For a chunk one eviction
+  // found it may not take: whether a chunk may go does not change while an
+  // eviction runs, so the rest of it need not walk past that chunk again,
+  // and each victim costs O(log n) however many chunks are held.
+  virtual void Park(uint64_t ino) = 0;
+  virtual void UnparkAll() = 0;
   // Whether evicting a chunk also evicts the chunks that extend it.
   virtual bool EvictsDescendants() const = 0;
   virtual const char *name() const = 0;

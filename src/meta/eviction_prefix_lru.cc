@@ -53,4 +53,21 @@ bool PrefixLruEviction::InOrder(const std::function<bool(uint64_t)> &visit) cons
   return LruEviction::InOrder(visit);
 }
 
+void PrefixLruEviction::Park(uint64_t ino) {
+  LruEviction::Park(ino);
+  auto it = state_.find(ino);
+  if (it == state_.end() || it->second.extensions) return;
+  if (tails_.erase({it->second.last_use, ino})) parked_tails_.push_back({it->second.last_use, ino});
+}
+
+void PrefixLruEviction::UnparkAll() {
+  LruEviction::UnparkAll();
+  // Only what is still a tail, and unused since.
+  for (const auto &[use, ino] : parked_tails_)
+    if (auto it = state_.find(ino);
+        it != state_.end() && it->second.extensions == 0 && it->second.last_use == use)
+      tails_.insert({use, ino});
+  parked_tails_.clear();
+}
+
 }  // namespace maru

@@ -27,6 +27,8 @@ class PrefixLruEviction : public LruEviction {
   void OnRemove(uint64_t ino) override;
   // Tails by last use, then every chunk least recently used first.
   bool InOrder(const std::function<bool(uint64_t)> &visit) const override;
+  void Park(uint64_t ino) override;
+  void UnparkAll() override;
   bool EvictsDescendants() const override { return true; }
   const char *name() const override { return "prefix"; }
 
@@ -47,6 +49,7 @@ class PrefixLruEviction : public LruEviction {
   std::unordered_map<uint64_t, State> state_;
   // The tails (chunks nothing extends) by (last use, ino), oldest first.
   std::set<std::pair<uint64_t, uint64_t>> tails_;
+  std::vector<std::pair<uint64_t, uint64_t>> parked_tails_;  // taken out of tails_
 };
 
 }  // namespace maru

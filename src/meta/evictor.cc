@@ -57,11 +57,16 @@ bool Evictor::Evictable(const Inode &inode, int64_t now_ns, uint64_t spared) con
   return space_.refs(inode.current->gen) == 0;
 }
 
-uint64_t Evictor::NextVictim(int64_t now_ns, uint64_t spared) const {
-  return policy_->Victim([&](uint64_t ino) {
+uint64_t Evictor::NextVictim(int64_t now_ns) {
+  std::vector<uint64_t> passed;
+  uint64_t victim = policy_->Victim([&](uint64_t ino) {
     const Inode *inode = tree_.Find(ino);
-    return inode && Evictable(*inode, now_ns, spared);
+    if (inode && Evictable(*inode, now_ns, 0)) return true;
+    passed.push_back(ino);
+    return false;
   });
+  for (uint64_t ino : passed) policy_->Park(ino);
+  return victim;
 }
 
 std::vector<uint64_t> Evictor::EvictableDescendants(uint64_t ino, uint64_t spared) const {
@@ -98,10 +103,11 @@ uint64_t Evictor::EvictBytes(const Scope &scope, uint64_t bytes, const char *rea
   uint64_t evicted = 0;
   const int64_t now = RealtimeNs();
   while (evicted < bytes) {
-    uint64_t victim = NextVictim(now, 0);
+    uint64_t victim = NextVictim(now);
     if (!victim) break;
     evicted += EvictChunk(scope, tree_.Find(victim), reason, 0);
   }
+  policy_->UnparkAll();
   return evicted;
 }
 

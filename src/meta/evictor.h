@@ -75,8 +75,9 @@ class Evictor {
  private:
   Evictor(Watermarks watermarks, NamespaceTree *tree, SpaceManager *space);
 
-  // The policy's next victim that may go; 0 if none.
-  uint64_t NextVictim(int64_t now_ns, uint64_t spared) const;
+  // The policy's next victim that may go; 0 if none. Parks the chunks it
+  // passes, which may not go and will not while this eviction runs.
+  uint64_t NextVictim(int64_t now_ns);
   // Victims covering `shortfall` bytes, chosen in one walk of the policy's
   // order; ENOSPC if they cannot.
   Result<std::unordered_set<uint64_t>> ChooseVictims(uint64_t shortfall, uint64_t spared);
