@@ -81,9 +81,7 @@ void FastLaneServer::Accept(int fd) {
   // connection closed, so dropping idle ones costs it nothing.
   timeval idle{kIdleTimeoutSeconds, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &idle, sizeof(idle));
-  auto c = std::make_unique<Connection>();
-  c->fd = fd;
-  c->peer = *peer;
+  auto c = std::unique_ptr<Connection>(new Connection{fd, Peer::Unix(*peer), {}});
   Connection *raw = c.get();
   try {
     c->thread = std::thread([this, raw] { Serve(raw); });
@@ -100,8 +98,8 @@ namespace {
 // Parses a request, runs it on the engine as its caller, serializes the reply.
 template <typename Req, typename Rep>
 bool RunOne(MetaEngine *engine, void (MetaEngine::*op)(const Caller &, const Req &, Rep *),
-            const PeerCredentials &peer, const IdentityPolicy &policy, const std::string &in,
-            std::string *out, int *error) {
+            const Peer &peer, const IdentityPolicy &policy, const std::string &in, std::string *out,
+            int *error) {
   Req req;
   Rep rep;
   if (!req.ParseFromString(in)) return false;
@@ -113,7 +111,7 @@ bool RunOne(MetaEngine *engine, void (MetaEngine::*op)(const Caller &, const Req
 
 }  // namespace
 
-bool FastLaneServer::Dispatch(const PeerCredentials &peer, uint8_t op, const std::string &in,
+bool FastLaneServer::Dispatch(const Peer &peer, uint8_t op, const std::string &in,
                               std::string *out) {
   const int64_t start = MonotonicNs();
   int error = 0;

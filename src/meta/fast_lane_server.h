@@ -1,6 +1,6 @@
 // The server side of the fast lane (src/proto/fast_lane.h): a Unix socket
 // beside the gRPC one, a thread per connection, the same engine calls and
-// the same identity rules (SO_PEERCRED) as MetaService.
+// the same identity rules (meta/identity.h) as MetaService.
 #pragma once
 
 #include <memory>
@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "meta/acceptor.h"
+#include "meta/identity.h"
 #include "meta/meta_engine.h"
-#include "meta/meta_service.h"
 
 namespace maru {
 
@@ -33,13 +33,13 @@ class FastLaneServer {
 
   struct Connection {
     int fd;
-    PeerCredentials peer;
+    Peer peer;
     std::thread thread;
   };
   void Accept(int fd);
   void Serve(Connection *conn);
   // Runs one request; false if it could not be parsed.
-  bool Dispatch(const PeerCredentials &peer, uint8_t op, const std::string &in, std::string *out);
+  bool Dispatch(const Peer &peer, uint8_t op, const std::string &in, std::string *out);
 
   std::string path_;
   MetaEngine *engine_;
