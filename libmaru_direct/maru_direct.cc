@@ -215,7 +215,7 @@ int maru_create_ex(maru_t *m, const char *path, uint64_t size, const maru_create
   req.set_request_id(m->next_request++);
   if (opts && opts->parent) req.set_parent_chunk(opts->parent);
   maru::rpc::ChunkReply rep;
-  int rc = m->client->CallFast(maru::fastlane::kCreate, &Stub::Create, req, &rep);
+  int rc = m->client->Create(req, &rep);
   if (rc < 0) return rc;
   rc = MakeChunk(m, rep, true, out);
   if (rc < 0) {
@@ -262,7 +262,7 @@ int maru_seal(maru_chunk_t *c) {
     req.set_checksum(maru::Checksum(kind, c->data, c->size));
   }
   maru::rpc::ChunkReply rep;
-  int rc = c->m->client->CallFast(maru::fastlane::kSeal, &Stub::Seal, req, &rep);
+  int rc = c->m->client->Seal(req, &rep);
   if (rc < 0) return rc;
   c->writing = false;
   c->recorded_type = req.checksum_type();
@@ -278,7 +278,7 @@ int maru_open(maru_t *m, const char *path, maru_chunk_t **out) {
   maru::rpc::RefRequest req;
   req.mutable_ref()->set_path(path);
   maru::rpc::ChunkReply rep;
-  int rc = m->client->CallFast(maru::fastlane::kOpen, &Stub::Open, req, &rep);
+  int rc = m->client->Open(req, &rep);
   if (rc < 0) return rc;
   rc = MakeChunk(m, rep, false, out);
   if (rc < 0) {
@@ -305,7 +305,7 @@ int maru_lookup_prefix(maru_t *m, const char *const *paths, size_t n, maru_chunk
     req.add_paths(paths[i]);
   }
   if (n == 0) return 0;
-  int rc = m->client->CallFast(maru::fastlane::kLookupPrefix, &Stub::LookupPrefix, req, &rep);
+  int rc = m->client->LookupPrefix(req, &rep);
   if (rc < 0) return rc;
   size_t i = 0;
   for (; i < static_cast<size_t>(rep.hits_size()); ++i) {
@@ -386,7 +386,7 @@ int maru_release(maru_chunk_t *c) {
     req.set_ino(c->ino);
     req.set_gen(c->gen);
     maru::rpc::ErrorReply rep;
-    rc = c->m->client->CallFast(maru::fastlane::kAbort, &Stub::Abort, req, &rep);
+    rc = c->m->client->Abort(req, &rep);
     if (rc == -ESTALE) rc = 0;  // already gone with an expired session
   } else {
     ReleaseRead(c);
