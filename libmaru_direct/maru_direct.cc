@@ -22,6 +22,7 @@
 #include "util/checksum.h"
 #include "util/path.h"
 
+#include "c_conversions.h"
 #include "maru_direct_internal.h"
 
 using maru::MetaClient;
@@ -257,8 +258,8 @@ int maru_seal(maru_chunk_t *c) {
   req.set_size(c->size);
   req.set_keep_lease(true);
   if (c->checksum != MARU_CHECKSUM_NONE) {
-    auto kind = static_cast<maru::ChecksumKind>(c->checksum);
-    req.set_checksum_type(static_cast<maru::rpc::ChecksumType>(c->checksum));
+    maru::ChecksumKind kind = maru::ChecksumFromC(c->checksum);
+    req.set_checksum_type(maru::ToWire(kind));
     req.set_checksum(maru::Checksum(kind, c->data, c->size));
   }
   maru::rpc::ChunkReply rep;
@@ -374,7 +375,7 @@ int maru_verify(maru_chunk_t *c) {
   if (c->recorded_type == maru::rpc::CHECKSUM_NONE) return 0;
   if (c->remote && !c->data)
     if (int rc = Fetch(c); rc < 0) return rc;
-  auto kind = static_cast<maru::ChecksumKind>(c->recorded_type);
+  maru::ChecksumKind kind = maru::FromWire(c->recorded_type);
   return maru::Checksum(kind, c->data, c->size) == c->recorded ? 0 : -EBADMSG;
 }
 

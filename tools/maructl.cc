@@ -118,7 +118,7 @@ void AttrJson(JsonWriter &j, const rpc::Attr &a) {
   j.Field("leases", a.leases());
   j.Field("pinned", a.pinned());
   j.Field("pin_expiry_ns", a.pin_expiry_ns());
-  j.Field("checksum_type", ChecksumName(static_cast<ChecksumKind>(a.checksum_type())));
+  j.Field("checksum_type", ChecksumName(FromWire(a.checksum_type())));
   j.Field("checksum", a.checksum());
 }
 
@@ -347,8 +347,8 @@ int Stat(int argc, char **argv) {
          a.pinned() ? "yes" : "no",
          a.pin_expiry_ns() ? (" until " + Time(a.pin_expiry_ns())).c_str() : "");
   if (a.checksum_type())
-    printf("  checksum: %s %016" PRIx64 "\n",
-           ChecksumName(static_cast<ChecksumKind>(a.checksum_type())), a.checksum());
+    printf("  checksum: %s %016" PRIx64 "\n", ChecksumName(FromWire(a.checksum_type())),
+           a.checksum());
   if (info && !info->parent_path().empty()) printf("  parent: %s\n", info->parent_path().c_str());
   if (info)
     for (const auto &e : info->extents())
@@ -410,7 +410,7 @@ std::string VerifyChunk(const PoolMap &pool, const rpc::ChunkInfo &c) {
   std::unique_ptr<ChunkView> view;
   Result<uint8_t *> data = pool.Address(FromWire(c.extents()), &view);
   if (!data.ok()) return c.path() + ": " + data.status().message();
-  uint64_t sum = Checksum(static_cast<ChecksumKind>(a.checksum_type()), *data, a.size());
+  uint64_t sum = Checksum(FromWire(a.checksum_type()), *data, a.size());
   if (sum == a.checksum()) return "";
   char buf[512];
   snprintf(buf, sizeof(buf),

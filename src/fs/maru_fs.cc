@@ -415,7 +415,7 @@ int MaruFs::SealFile(OpenFile *f) {
     f->map.ForEachPiece(0, f->size, [&](uint32_t dev, uint64_t at, uint64_t n, uint64_t) {
       sum.Update(pool_->device(dev)->base() + at, n);
     });
-    r.set_checksum_type(static_cast<rpc::ChecksumType>(options_.checksum));
+    r.set_checksum_type(ToWire(options_.checksum));
     r.set_checksum(sum.Digest());
   }
   rpc::ChunkReply rep;
@@ -748,8 +748,8 @@ void MaruFs::GetXattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t s
     value = std::to_string(a.hits());
   } else if (n == "checksum") {
     if (a.checksum_type() == rpc::CHECKSUM_NONE) return (void)fuse_reply_err(req, ENODATA);
-    snprintf(buf, sizeof(buf), "%s:%016" PRIx64,
-             ChecksumName(static_cast<ChecksumKind>(a.checksum_type())), a.checksum());
+    snprintf(buf, sizeof(buf), "%s:%016" PRIx64, ChecksumName(FromWire(a.checksum_type())),
+             a.checksum());
     value = buf;
   } else if (n == "parent") {
     if (rep.parent_path().empty()) return (void)fuse_reply_err(req, ENODATA);
