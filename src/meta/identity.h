@@ -17,8 +17,11 @@
 //   3. The header's assertion replaces the peer's identity (uid, gid,
 //      groups, pid) only for a peer allowed to make it.
 //
-// A new kind of transport identity (an authenticated TCP caller, by TLS or
-// token) is a new Peer::Kind and a case in Authenticate().
+// Changing a rule is a change here: unauthenticated TCP callers become
+// nobody by default when IdentityPolicy's default does; an authenticated
+// TCP caller (TLS, a token) is a new Peer::Kind made by
+// PeerRegistry::Identify (from the call's auth context) and a case in
+// Authenticate().
 #pragma once
 
 #include <sys/types.h>

@@ -662,10 +662,7 @@ void MetaEngine::OpenSession(const Caller &c, const rpc::OpenSessionRequest &req
     uint64_t lease = leases_.Grant(id, held.ino(), held.gen());
     s->leases.insert(lease);
     space_.Ref(held.gen());
-    rpc::HeldLease *r = rep->add_renewed();
-    r->set_lease(held.lease());
-    r->set_ino(lease);
-    r->set_gen(held.gen());
+    ToWire(RenewedLease{held.lease(), lease, held.gen()}, rep->add_renewed());
   }
   txn.Commit();
   rep->set_session(id);

@@ -1,6 +1,7 @@
 // Conversions between the wire forms of src/proto/maru.proto and the forms
 // the code works with. One place per pair:
-//   wire <-> memory (alloc's ExtentList, util's ChecksumKind): here;
+//   wire <-> memory (alloc's ExtentList, util's ChecksumKind, renewed
+//     leases): here;
 //   memory and wire <-> disk (src/meta/schema.proto): src/meta/records.h,
 //     private to the server;
 //   C API (libmaru_direct/maru_direct.h) <-> memory: libmaru_direct/c_conversions.h.
@@ -45,6 +46,25 @@ inline void ToWireExtents(const ExtentList &extents,
     x->set_offset(e.offset);
     x->set_length(e.length);
   }
+}
+
+// A lease renewed when a session is resumed. On the wire it is a HeldLease
+// that names the old lease in `lease` and carries the new id in `ino`
+// (OpenSessionReply.renewed); both ends read and write it only here.
+struct RenewedLease {
+  uint64_t old_lease = 0;
+  uint64_t new_lease = 0;
+  uint64_t gen = 0;
+};
+
+inline void ToWire(const RenewedLease &r, rpc::HeldLease *out) {
+  out->set_lease(r.old_lease);
+  out->set_ino(r.new_lease);
+  out->set_gen(r.gen);
+}
+
+inline RenewedLease RenewedFromWire(const rpc::HeldLease &held) {
+  return RenewedLease{held.lease(), held.ino(), held.gen()};
 }
 
 }  // namespace maru
