@@ -23,6 +23,7 @@
 #include "util/checksum.h"
 #include "util/path.h"
 
+#include "c_conversions.h"
 #include "maru_direct_internal.h"
 
 using maru::MetaClient;
@@ -154,8 +155,8 @@ int PrepareSeal(maru_chunk_t *c, maru::rpc::SealRequest *req) {
   req->set_size(c->size);
   req->set_keep_lease(true);
   if (c->checksum != MARU_CHECKSUM_NONE) {
-    auto kind = static_cast<maru::ChecksumKind>(c->checksum);
-    req->set_checksum_type(static_cast<maru::rpc::ChecksumType>(c->checksum));
+    maru::ChecksumKind kind = maru::ChecksumFromC(c->checksum);
+    req->set_checksum_type(maru::ToWire(kind));
     req->set_checksum(maru::Checksum(kind, c->data, c->size));
   }
   return 0;
@@ -295,7 +296,7 @@ int maru_create_ex(maru_t *m, const char *path, uint64_t size, const maru_create
   if (int rc = BuildCreate(m, path, size, opts ? opts->parent : nullptr, opts, &req); rc < 0)
     return rc;
   maru::rpc::ChunkReply rep;
-  int rc = m->client->CallFast(maru::fastlane::kCreate, &Stub::Create, req, &rep);
+  int rc = m->client->Create(req, &rep);
   if (rc < 0) return rc;
   return Writable(m, rep, size, opts, out);
 }
@@ -316,7 +317,7 @@ int maru_seal(maru_chunk_t *c) {
   maru::rpc::SealRequest req;
   if (int rc = PrepareSeal(c, &req); rc < 0) return rc;
   maru::rpc::ChunkReply rep;
-  int rc = c->m->client->CallFast(maru::fastlane::kSeal, &Stub::Seal, req, &rep);
+  int rc = c->m->client->Seal(req, &rep);
   if (rc < 0) return rc;
   Sealed(c, req.checksum_type(), req.checksum(), rep);
   return 0;
@@ -329,7 +330,7 @@ int maru_open(maru_t *m, const char *path, maru_chunk_t **out) {
   maru::rpc::RefRequest req;
   req.mutable_ref()->set_path(path);
   maru::rpc::ChunkReply rep;
-  int rc = m->client->CallFast(maru::fastlane::kOpen, &Stub::Open, req, &rep);
+  int rc = m->client->Open(req, &rep);
   if (rc < 0) return rc;
   rc = MakeChunk(m, rep, false, out);
   if (rc < 0) {
@@ -356,7 +357,7 @@ int maru_lookup_prefix(maru_t *m, const char *const *paths, size_t n, maru_chunk
     req.add_paths(paths[i]);
   }
   if (n == 0) return 0;
-  int rc = m->client->CallFast(maru::fastlane::kLookupPrefix, &Stub::LookupPrefix, req, &rep);
+  int rc = m->client->LookupPrefix(req, &rep);
   if (rc < 0) return rc;
   size_t i = 0;
   for (; i < static_cast<size_t>(rep.hits_size()); ++i) {
@@ -425,7 +426,7 @@ int maru_verify(maru_chunk_t *c) {
   if (c->recorded_type == maru::rpc::CHECKSUM_NONE) return 0;
   if (c->remote && !c->data)
     if (int rc = Fetch(c); rc < 0) return rc;
-  auto kind = static_cast<maru::ChecksumKind>(c->recorded_type);
+  maru::ChecksumKind kind = maru::FromWire(c->recorded_type);
   return maru::Checksum(kind, c->data, c->size) == c->recorded ? 0 : -EBADMSG;
 }
 
@@ -437,7 +438,7 @@ int maru_release(maru_chunk_t *c) {
     req.set_ino(c->ino);
     req.set_gen(c->gen);
     maru::rpc::ErrorReply rep;
-    rc = c->m->client->CallFast(maru::fastlane::kAbort, &Stub::Abort, req, &rep);
+    rc = c->m->client->Abort(req, &rep);
     if (rc == -ESTALE) rc = 0;  // already gone with an expired session
   } else {
     ReleaseRead(c);
@@ -579,7 +580,7 @@ int maru_create_batch(maru_t *m, maru_create_req_t *reqs, size_t n,
       sent.push_back(i);
   }
   if (sent.empty()) return 0;
-  int rc = m->client->CallFast(maru::fastlane::kCreateBatch, &Stub::CreateBatch, req, &rep);
+  int rc = m->client->CreateBatch(req, &rep);
   if (rc < 0) return rc;
   if (rep.chunks_size() != static_cast<int>(sent.size())) return -EPROTO;
   for (size_t j = 0; j < sent.size(); ++j) {
@@ -613,7 +614,7 @@ int maru_seal_batch(maru_chunk_t *const *chunks, size_t n, int *results) {
       req.mutable_seals()->RemoveLast();
   }
   if (sent.empty()) return 0;
-  int rc = m->client->CallFast(maru::fastlane::kSealBatch, &Stub::SealBatch, req, &rep);
+  int rc = m->client->SealBatch(req, &rep);
   if (rc < 0) return rc;
   if (rep.chunks_size() != static_cast<int>(sent.size())) return -EPROTO;
   for (size_t j = 0; j < sent.size(); ++j) {
@@ -633,7 +634,7 @@ int maru_alloc(maru_t *m, uint64_t size, const maru_create_opts_t *opts, maru_ch
   req.set_size(size);
   req.set_contiguous(opts && (opts->flags & MARU_CREATE_CONTIGUOUS));
   rpc::ChunkReply rep;
-  int rc = m->client->CallFast(maru::fastlane::kAlloc, &Stub::Alloc, req, &rep);
+  int rc = m->client->Alloc(req, &rep);
   if (rc < 0) return rc;
   if (int err = Writable(m, rep, size, opts, out); err < 0) return err;
   (*out)->allocated = true;
@@ -657,7 +658,7 @@ int maru_publish(maru_chunk_t *c, const char *path, const char *parent) {
   req.set_checksum_type(seal.checksum_type());
   req.set_checksum(seal.checksum());
   rpc::ChunkReply rep;
-  int rc = c->m->client->CallFast(maru::fastlane::kPublish, &Stub::Publish, req, &rep);
+  int rc = c->m->client->Publish(req, &rep);
   if (rc == -EEXIST || rc == -ESTALE) {
     // The server freed the space (or lost it): nothing is held any more.
     c->writing = false;
@@ -682,7 +683,7 @@ int maru_count_prefix(maru_t *m, const char *const *paths, size_t n, size_t *cou
   }
   if (n == 0) return 0;
   rpc::CountPrefixReply rep;
-  int rc = m->client->CallFast(maru::fastlane::kCountPrefix, &Stub::CountPrefix, req, &rep);
+  int rc = m->client->CountPrefix(req, &rep);
   if (rc < 0) return rc;
   *count = std::min<size_t>(rep.count(), n);
   return 0;

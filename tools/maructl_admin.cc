@@ -6,6 +6,7 @@
 
 #include "alloc/pool_device.h"
 #include "client/pool_map.h"
+#include "conversions.h"
 #include "json_output.h"
 #include "maructl.h"
 #include "util/checksum.h"
@@ -78,7 +79,7 @@ std::string VerifyChunk(const PoolMap &pool, const rpc::ChunkInfo &c) {
   std::unique_ptr<ChunkView> view;
   Result<uint8_t *> data = pool.Address(FromWire(c.extents()), &view);
   if (!data.ok()) return c.path() + ": " + data.status().message();
-  uint64_t sum = Checksum(static_cast<ChecksumKind>(a.checksum_type()), *data, a.size());
+  uint64_t sum = Checksum(FromWire(a.checksum_type()), *data, a.size());
   if (sum == a.checksum()) return "";
   char buf[512];
   snprintf(buf, sizeof(buf),

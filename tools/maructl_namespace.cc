@@ -5,6 +5,7 @@
 #include <cinttypes>
 #include <cstdio>
 
+#include "conversions.h"
 #include "json_output.h"
 #include "maructl.h"
 #include "util/checksum.h"
@@ -51,7 +52,7 @@ void AttrJson(Json &j, const rpc::Attr &a) {
   j["leases"] = a.leases();
   j["pinned"] = a.pinned();
   j["pin_expiry_ns"] = a.pin_expiry_ns();
-  j["checksum_type"] = ChecksumName(static_cast<ChecksumKind>(a.checksum_type()));
+  j["checksum_type"] = ChecksumName(FromWire(a.checksum_type()));
   j["checksum"] = a.checksum();
 }
 
@@ -129,8 +130,8 @@ void PrintStat(const std::string &path, const rpc::Attr &a, const rpc::ChunkInfo
          a.pinned() ? "yes" : "no",
          a.pin_expiry_ns() ? (" until " + Time(a.pin_expiry_ns())).c_str() : "");
   if (a.checksum_type())
-    printf("  checksum: %s %016" PRIx64 "\n",
-           ChecksumName(static_cast<ChecksumKind>(a.checksum_type())), a.checksum());
+    printf("  checksum: %s %016" PRIx64 "\n", ChecksumName(FromWire(a.checksum_type())),
+           a.checksum());
   if (info && !info->parent_path().empty()) printf("  parent: %s\n", info->parent_path().c_str());
   if (info)
     for (const auto &e : info->extents())

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "fast_lane.h"
+#include "proto/conversions.h"
 #include "util/address.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -126,7 +127,10 @@ int MetaClient::OpenSession(bool resume) {
     // Leases were renewed under new ids; ones not renewed are gone, and
     // their readers find out when they next check (never silently reuse).
     std::unordered_map<uint64_t, uint64_t> renewed;
-    for (const rpc::HeldLease &r : rep.renewed()) renewed[r.lease()] = r.ino();
+    for (const rpc::HeldLease &r : rep.renewed()) {
+      RenewedLease lease = RenewedFromWire(r);
+      renewed[lease.old_lease] = lease.new_lease;
+    }
     std::lock_guard<std::mutex> lock(lease_mu_);
     for (auto &[handle, t] : tracked_) {
       if (t.lease == 0) continue;

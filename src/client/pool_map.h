@@ -11,6 +11,7 @@
 #include "alloc/extent.h"
 #include "alloc/pool_device.h"
 #include "maru.pb.h"
+#include "proto/conversions.h"  // FromWire(extents): what Address() takes
 #include "util/status.h"
 
 namespace maru {
@@ -55,7 +56,5 @@ class PoolMap {
   std::vector<std::unique_ptr<PoolDevice>> devices_;  // by device index
   bool writable_ = true;
 };
-
-ExtentList FromWire(const google::protobuf::RepeatedPtrField<rpc::Extent> &extents);
 
 }  // namespace maru

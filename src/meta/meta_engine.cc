@@ -343,10 +343,7 @@ void MetaEngine::RenewHeldLeases(const Caller &c, const rpc::OpenSessionRequest 
     uint64_t lease = leases_.Grant(s->id, held.ino(), held.gen());
     s->leases.insert(lease);
     space_.Ref(held.gen());
-    rpc::HeldLease *r = rep->add_renewed();
-    r->set_lease(held.lease());
-    r->set_ino(lease);
-    r->set_gen(held.gen());
+    ToWire(RenewedLease{held.lease(), lease, held.gen()}, rep->add_renewed());
   }
 }
 

@@ -35,8 +35,10 @@
 #include "meta/meta_db.h"
 #include "meta/namespace_tree.h"
 #include "meta/op_stats.h"
+#include "meta/records.h"
 #include "meta/session_table.h"
 #include "meta/space_manager.h"
+#include "proto/conversions.h"
 
 namespace maru {
 

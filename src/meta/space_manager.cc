@@ -1,6 +1,6 @@
 #include "meta/space_manager.h"
 
-#include "meta/inode.h"
+#include "meta/records.h"
 #include "util/clock.h"
 #include "util/log.h"
 
@@ -87,14 +87,7 @@ uint64_t SpaceManager::Retire(uint64_t gen, const ExtentList &extents, MetaDb::B
   }
   retired_[gen] = extents;
   retired_bytes_ += TotalLength(extents);
-  schema::Retired record;
-  record.set_gen(gen);
-  ToRecordExtents(extents, record.mutable_extents());
-  if (writing) {
-    record.set_writer_session(writing->writer_session);
-    record.set_writer_uid(writing->writer_uid);
-  }
-  batch->PutRetired(record);
+  batch->PutRetired(ToRetiredRecord(gen, extents, writing));
   return 0;
 }
 
