@@ -280,7 +280,7 @@ TEST_F(FastLaneFrameTest, WellFormedRequestsAreAnsweredOnOneConnection) {
 }
 
 TEST_F(FastLaneFrameTest, UnknownOperationCodesGetBadFrameAndAClose) {
-  for (uint8_t op : {fastlane::kReplyOk, uint8_t{7}, uint8_t{200}, fastlane::kBadFrame}) {
+  for (uint8_t op : {fastlane::kReplyOk, fastlane::kOpLimit, uint8_t{200}, fastlane::kBadFrame}) {
     SCOPED_TRACE(static_cast<int>(op));
     Connect();
     ASSERT_TRUE(WriteFrame(fd_, op, "").ok());
