@@ -57,7 +57,7 @@ $bin/src/fs/maru-fuse "$sock" "$work/mnt"
 ls -l "$work/mnt/llama-3.1-8b" | head -4
 getfattr -d -m user.maru "$work/mnt/llama-3.1-8b/chat-alpha@0001" 2>/dev/null | sed 's/^/  /' || true
 
-trace=${MARU_TRACE:-../shared/traces/mooncake_conversation_trace.jsonl}
+trace=${MARU_TRACE:-bench/traces/mooncake_conversation_trace.jsonl}
 if [ -r "$trace" ]; then
   echo
   echo "== a production trace (Mooncake conversation): four inference instances share KV"
