@@ -80,8 +80,15 @@ class Instance:
         return blocks
 
     def _store_new(self, keys: List[str], hits: int, cache) -> int:
+        """Stores blocks hits.. of the prompt, each chunk extending the one before."""
         lay = self.layout
+        if hits >= len(keys):
+            return 0
+        chunk_keys = lay.chunk_keys(keys)
+        per = lay.chunks_per_block
         items = []
         for b in range(hits, len(keys)):
-            items.extend(zip(lay.chunk_keys([keys[b]]), lay.pack(cache, b)))
-        return self.store.put_many(items) // lay.chunks_per_block if items else 0
+            for j, tensor in enumerate(lay.pack(cache, b)):
+                at = b * per + j
+                items.append((chunk_keys[at], tensor, chunk_keys[at - 1] if at else None))
+        return self.store.put_many(items) // per

@@ -2,7 +2,9 @@
 
 An engine asks three things of a KV store:
   count_prefix(keys) -> int   how many leading keys are stored (no lease)
-  put(key, tensor)   -> bool  store a chunk once (first writer wins)
+  put(key, tensor, parent) -> bool
+                              store a chunk once (first writer wins); parent
+                              is the key it extends (eviction takes tails first)
   get_prefix(keys, dtype, shape) -> [View]
                               map the leading stored chunks as tensors; each
                               View holds its chunk (lease) until closed
@@ -41,7 +43,7 @@ class KVStore:
     def count_prefix(self, keys: Sequence[str]) -> int:
         raise NotImplementedError
 
-    def put(self, key: str, tensor: torch.Tensor) -> bool:
+    def put(self, key: str, tensor: torch.Tensor, parent: Optional[str] = None) -> bool:
         """Stores `tensor` under `key`; False if the key exists or there is no room."""
         raise NotImplementedError
 
@@ -49,8 +51,8 @@ class KVStore:
         raise NotImplementedError
 
     def put_many(self, items: Sequence) -> int:
-        """Stores (key, tensor) pairs; returns how many were stored."""
-        return sum(1 for key, t in items if self.put(key, t))
+        """Stores (key, tensor, parent) triples; returns how many were stored."""
+        return sum(1 for key, t, parent in items if self.put(key, t, parent))
 
     def get_prefix(self, keys: Sequence[str], dtype: torch.dtype, shape) -> List[View]:
         """Views of the longest stored prefix of `keys` (it may be shorter than
@@ -79,7 +81,7 @@ class MemoryKVStore(KVStore):
             n += 1
         return n
 
-    def put(self, key: str, tensor: torch.Tensor) -> bool:
+    def put(self, key: str, tensor: torch.Tensor, parent: Optional[str] = None) -> bool:
         if key in self.chunks:
             return False
         self.chunks[key] = tensor.detach().clone().contiguous()
