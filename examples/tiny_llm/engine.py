@@ -40,14 +40,15 @@ class Instance:
         return chain_keys(self.model.cfg.tag(), prompt, self.layout.block_tokens)
 
     def serve(self, prompt: Sequence[int], n_decode: int, store: bool = True,
-              keep_views: bool = False) -> Result:
-        """Runs one request. keep_views returns the mapped prefix tensors too
-        (for checking where they lie; they are only valid inside serve)."""
+              reuse: bool = True, keep_views: bool = False) -> Result:
+        """Runs one request. store: store the prompt's new blocks; reuse: look
+        for stored blocks (False: recompute everything); keep_views: return
+        the mapped prefix tensors too (layer 0's K), to check where they lie."""
         with contextlib.ExitStack() as leases:
             t0 = time.perf_counter()
             cache = self.model.new_cache(len(prompt) + n_decode)
             keys = self.block_keys(prompt)
-            hits = self._attach_prefix(keys, len(prompt), cache, leases)
+            hits = self._attach_prefix(keys, len(prompt), cache, leases) if reuse else 0
             logits = self.model.forward(prompt[len(cache):], cache)
             first = int(torch.argmax(logits))
             ttft = time.perf_counter() - t0

@@ -1,7 +1,8 @@
 """One inference instance as a process: reads JSON requests on stdin, one per
 line, and answers each with one JSON line on stdout.
 
-  {"op": "serve", "prompt": [...], "decode": N, "store": true, "save": PATH}
+  {"op": "serve", "prompt": [...], "decode": N, "store": true, "reuse": true,
+   "save": PATH}
       -> {"tokens", "hit_blocks", "stored_blocks", "ttft_s"}; with "save",
          the prefill and decode logits are written to PATH (torch.save)
   {"op": "stall", "prompt": [...], "blocks": K}
@@ -9,8 +10,10 @@ line, and answers each with one JSON line on stdout.
       its chunk, writes half of it) and answers {"stalled": PATH} without
       sealing: a writer caught mid-store, for tests that SIGKILL it here
 
-Usage: instance.py --server URL [--dir /tiny_llm] [--block 16] [--layout block]
-                   [--name NAME]     (--server memory: a private in-memory store)
+Usage: instance.py --server URL [--dir /tiny_llm] [--block 32] [--layout block]
+                   [--name NAME]
+  --server: a maru-server (unix:///...), "redis:PORT", "memory" (a private
+  in-memory store) or "none" (always recompute)
 """
 from __future__ import annotations
 
@@ -30,12 +33,16 @@ def open_store(server: str, directory: str, name: str):
         return MemoryKVStore()
     if server == "none":
         return None
+    if server.startswith("redis:"):
+        from redis_store import RedisKVStore
+        return RedisKVStore(int(server.split(":", 1)[1]))
     from maru_store import MaruKVStore
     return MaruKVStore(server, directory, instance=name)
 
 
 def serve(inst: Instance, req: dict) -> dict:
-    r = inst.serve(req["prompt"], req.get("decode", 0), store=req.get("store", True))
+    r = inst.serve(req["prompt"], req.get("decode", 0), store=req.get("store", True),
+                   reuse=req.get("reuse", True))
     if req.get("save"):
         torch.save({"prefill": r.prefill_logits, "decode": r.decode_logits}, req["save"])
     return {"tokens": r.tokens, "hit_blocks": r.hit_blocks,
@@ -67,7 +74,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--server", required=True)
     ap.add_argument("--dir", default="/tiny_llm")
-    ap.add_argument("--block", type=int, default=16)
+    ap.add_argument("--block", type=int, default=32)
     ap.add_argument("--layout", default="block")
     ap.add_argument("--name", default="tiny-llm")
     args = ap.parse_args()

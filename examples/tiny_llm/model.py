@@ -56,6 +56,17 @@ def matmul_t(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch._C._nn.mkldnn_linear(a.to_mkldnn(), b.to_mkldnn()).to_dense()
 
 
+def bmm_t(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ b.transpose(1, 2) for [heads, m, k] x [heads, n, k]. Small products
+    go to torch's bmm; large ones, head by head, to oneDNN, whose conversions
+    cost more than they save on small ones. The choice depends on the shapes
+    only, so every process computing the same thing computes it the same way."""
+    heads, m, k = a.shape
+    if m * b.shape[1] * k < (1 << 18):
+        return a @ b.transpose(1, 2)
+    return torch.stack([matmul_t(a[h], b[h]) for h in range(heads)])
+
+
 class KVCache:
     """The KV of one sequence: borrowed prefix segments, then an own buffer.
 
@@ -119,25 +130,18 @@ class Block(torch.nn.Module):
         cache.own_k[layer][:, at:at + t] = k
         cache.own_v[layer][:, at:at + t] = v
         segs = cache.segments(layer, t)
+        scores = torch.cat([bmm_t(q, sk) for sk, _ in segs], dim=2)
+        scores = scores * (1.0 / math.sqrt(cfg.head_dim))
         past = len(cache)  # positions before the new tokens
         causal = torch.ones(t, t, dtype=torch.bool).triu(1)
-        heads = [self.head_attend(q[h], [(sk[h], sv[h]) for sk, sv in segs], past, causal)
-                 for h in range(cfg.n_heads)]
-        out = torch.stack(heads)
-        return self.out(out.permute(1, 0, 2).reshape(t, cfg.d_model))
-
-    def head_attend(self, q: torch.Tensor, segs, past: int, causal: torch.Tensor) -> torch.Tensor:
-        """One head: q [t, head_dim] over (k, v) segments [s, head_dim] each."""
-        scores = torch.cat([matmul_t(q, sk) for sk, _ in segs], dim=1)
-        scores = scores * (1.0 / math.sqrt(self.cfg.head_dim))
-        scores[:, past:].masked_fill_(causal, float("-inf"))
-        probs = torch.softmax(scores, dim=1)
+        scores[:, :, past:].masked_fill_(causal, float("-inf"))
+        probs = torch.softmax(scores, dim=2)
         out, off = None, 0
-        for _, sv in segs:  # weighted sum segment by segment: the segments are never concatenated
-            part = matmul_t(probs[:, off:off + sv.shape[0]], sv.t())
+        for _, sv in segs:  # weighted sum segment by segment: they are never concatenated
+            part = bmm_t(probs[:, :, off:off + sv.shape[1]], sv.transpose(1, 2))
             out = part if out is None else out + part
-            off += sv.shape[0]
-        return out
+            off += sv.shape[1]
+        return self.out(out.permute(1, 0, 2).reshape(t, cfg.d_model))
 
 
 class TinyLM(torch.nn.Module):

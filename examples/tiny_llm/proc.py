@@ -13,7 +13,7 @@ HERE = Path(__file__).resolve().parent
 
 
 class InstanceProcess:
-    def __init__(self, server: str, directory: str = "/tiny_llm", block: int = 16,
+    def __init__(self, server: str, directory: str = "/tiny_llm", block: int = 32,
                  layout: str = "block", name: str = "tiny-llm"):
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
