@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from blocks import Layout
 from engine import Instance
 from kvstore import MemoryKVStore
 from maru_node import REPO, MaruNode
@@ -50,34 +51,41 @@ def store_from_writer(server: str, p, block: int, directory: str) -> int:
 def measure(model, stores, p, block: int, reps: int):
     """TTFT samples per path; the paths take turns so that load spreads evenly."""
     insts = {name: Instance(model, store, block) for name, store in stores.items()}
-    samples = {name: [] for name in insts}
+    ttft = {name: [] for name in insts}
+    fetch = {name: [] for name in insts}
     first, hits = {}, {}
     for _ in range(reps):
         for name, inst in insts.items():
             r = inst.serve(p, 1, store=False)
-            samples[name].append(r.ttft_s)
+            ttft[name].append(r.ttft_s)
+            fetch[name].append(r.fetch_s)
             first.setdefault(name, r.tokens[0])
             hits[name] = r.hit_blocks
     if len(set(first.values())) != 1:
         raise SystemExit(f"first tokens differ between paths: {first}")
-    return {k: statistics.median(v) for k, v in samples.items()}, hits
+    med = lambda d: {k: statistics.median(v) for k, v in d.items()}  # noqa: E731
+    return med(ttft), med(fetch), hits
 
 
 def table(rows, block: int, reps: int) -> str:
     ms = lambda s: f"{s * 1e3:.1f}"  # noqa: E731
-    lines = ["| prompt tokens | blocks reused | miss (recompute) ms | Maru hit ms | "
-             "Redis hit ms | local-memory hit ms | miss / Maru | Redis / Maru |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for n, hits, t in rows:
-        lines.append(f"| {n} | {hits} | {ms(t['miss'])} | {ms(t['maru'])} | {ms(t['redis'])} | "
-                     f"{ms(t['local'])} | {t['miss'] / t['maru']:.1f}× | "
-                     f"{t['redis'] / t['maru']:.2f}× |")
+    lines = ["| prompt tokens | blocks reused (MiB) | TTFT miss (recompute) | TTFT Maru hit | "
+             "TTFT Redis hit | TTFT local-memory hit | miss / Maru | Redis / Maru | "
+             "KV fetch Maru | KV fetch Redis | Redis / Maru fetch |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for n, hits, mib, t, f in rows:
+        lines.append(f"| {n} | {hits} ({mib:.2f}) | {ms(t['miss'])} ms | {ms(t['maru'])} ms | "
+                     f"{ms(t['redis'])} ms | {ms(t['local'])} ms | {t['miss'] / t['maru']:.1f}× | "
+                     f"{t['redis'] / t['maru']:.2f}× | {f['maru'] * 1e3:.2f} ms | "
+                     f"{f['redis'] * 1e3:.2f} ms | {f['redis'] / f['maru']:.1f}× |")
     cfg = Config()
     head = (f"Made by `examples/tiny_llm/bench_ttft.py` on "
             f"{datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC: TTFT p50 of {reps} runs per "
             f"path, the tiny model ({cfg.n_layers} layers, d_model {cfg.d_model}, "
             f"{cfg.n_heads} heads, fp32, {block}-token blocks, one CPU thread). A hit "
-            f"computes only the prompt's last block.")
+            f"computes only the prompt's last block. KV fetch: the part of TTFT spent "
+            f"finding the stored blocks and making them tensors (Maru: count, lookup, map "
+            f"in place; Redis: EXISTS, then MGET copies them over loopback).")
     return head + "\n\n" + "\n".join(lines) + "\n"
 
 
@@ -113,8 +121,9 @@ def main() -> None:
                 local = MemoryKVStore()
                 Instance(model, local, args.block).serve(p, 0)
                 stores = {"miss": None, "maru": maru_store, "redis": redis_store, "local": local}
-                t, hits = measure(model, stores, p, args.block, args.reps)
-                rows.append((n, hits["maru"], t))
+                t, f, hits = measure(model, stores, p, args.block, args.reps)
+                mib = hits["maru"] * Layout(model.cfg, args.block).chunk_bytes / (1 << 20)
+                rows.append((n, hits["maru"], mib, t, f))
                 print(f"{n:5d} tokens: " + "  ".join(f"{k} {v * 1e3:8.1f} ms" for k, v in t.items()),
                       file=sys.stderr, flush=True)
         finally:

@@ -27,6 +27,7 @@ class Result:
     hit_blocks: int               # leading blocks reused from the store
     stored_blocks: int            # blocks this request stored
     ttft_s: float                 # request start to first token chosen
+    fetch_s: float                # of which finding and mapping stored KV
     prefix_views: List[torch.Tensor] = field(default_factory=list)
 
 
@@ -49,6 +50,7 @@ class Instance:
             cache = self.model.new_cache(len(prompt) + n_decode)
             keys = self.block_keys(prompt)
             hits = self._attach_prefix(keys, len(prompt), cache, leases) if reuse else 0
+            fetched = time.perf_counter()
             logits = self.model.forward(prompt[len(cache):], cache)
             first = int(torch.argmax(logits))
             ttft = time.perf_counter() - t0
@@ -56,7 +58,7 @@ class Instance:
             tokens, decode = self.model.greedy(logits, cache, n_decode)
             assert not tokens or tokens[0] == first
             views = [kv[0] for kv in cache.prefix[0]] if keep_views else []
-            return Result(tokens, logits, decode, hits, stored, ttft, views)
+            return Result(tokens, logits, decode, hits, stored, ttft, fetched - t0, views)
 
     def _attach_prefix(self, keys: List[str], prompt_len: int, cache, leases) -> int:
         """Maps the stored leading blocks into `cache`; returns how many."""

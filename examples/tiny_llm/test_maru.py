@@ -166,7 +166,7 @@ def test_full_pool_evicts_and_b_recomputes(model):
         store = MaruKVStore(small.url, "/full", instance="test-b")
         try:
             hits = []
-            for p in prompts:
+            for p in reversed(prompts):  # the newest first: they are still there
                 b = Instance(model, store, BLOCK).serve(p, N_DECODE)
                 full = Instance(model, None, BLOCK).serve(p, N_DECODE)
                 assert b.tokens == full.tokens
