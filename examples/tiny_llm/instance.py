@@ -81,6 +81,9 @@ def main() -> None:
     deterministic()
     store = open_store(args.server, args.dir, args.name)
     inst = Instance(TinyLM(Config()), store, args.block, args.layout)
+    # Warm up (oneDNN builds its kernels at first use), so that the first
+    # request's time to first token is not the process's start-up time.
+    Instance(inst.model, None, args.block).serve(list(range(2 * args.block + 1)), 2)
     ops = {"serve": serve, "stall": stall}
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
