@@ -70,7 +70,7 @@ def main() -> int:
     ap.add_argument("--instances", type=int, default=3)
     ap.add_argument("--conversations", type=int, default=2)
     ap.add_argument("--turns", type=int, default=3)
-    ap.add_argument("--system", type=int, default=512, help="system prompt tokens")
+    ap.add_argument("--system", type=int, default=1024, help="system prompt tokens")
     ap.add_argument("--user", type=int, default=40, help="tokens of each user message")
     ap.add_argument("--decode", type=int, default=16, help="tokens generated per turn")
     ap.add_argument("--block", type=int, default=32)
