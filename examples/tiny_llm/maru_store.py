@@ -5,10 +5,6 @@ once into pool memory (create, copy, seal: first writer wins) and then read
 by every process in place: get_prefix() returns tensors whose storage is the
 chunk in the shared mapping. Batches go to the server in one round trip
 each: count_prefix, create_batch, seal_batch, lookup_prefix.
-
-Until libmaru_direct implements the batched calls (branch capi), the maru
-package raises NotImplementedError for them; this store then makes the same
-requests one by one (count_prefix: a lookup_prefix whose leases it drops).
 """
 from __future__ import annotations
 
@@ -24,26 +20,14 @@ class MaruKVStore(KVStore):
                  instance: Optional[str] = None):
         import maru  # the package is built by meson (PYTHONPATH=build/python)
 
-        try:
-            self.client = maru.Client(server, instance=instance)
-        except NotImplementedError:  # naming an instance needs maru_connect_ex
-            self.client = maru.Client(server)
+        self.client = maru.Client(server, instance=instance)
         self.dir = "/" + directory.strip("/")
 
     def path(self, key: str) -> str:
         return f"{self.dir}/{key}"
 
     def count_prefix(self, keys: Sequence[str]) -> int:
-        if not keys:
-            return 0
-        paths = [self.path(k) for k in keys]
-        try:
-            return self.client.count_prefix(paths)
-        except NotImplementedError:
-            chunks = self.client.lookup_prefix(paths)
-            for chunk in chunks:
-                chunk.release()
-            return len(chunks)
+        return self.client.count_prefix([self.path(k) for k in keys]) if keys else 0
 
     def put(self, key: str, tensor: torch.Tensor, parent: Optional[str] = None) -> bool:
         return self.put_many([(key, tensor, parent)]) == 1
@@ -54,46 +38,20 @@ class MaruKVStore(KVStore):
         finds no room is skipped; its block is simply not stored twice."""
         if not items:
             return 0
+        made = self.client.create_batch(
+            [self.path(k) for k, _, _ in items],
+            [t.numel() * t.element_size() for _, t, _ in items],
+            parents=[self.path(p) if p else None for _, _, p in items])
         filled = []
-        for chunk, (_, tensor, _) in zip(self._create(items), items):
+        for chunk, (_, tensor, _) in zip(made, items):
             if isinstance(chunk, OSError):
                 continue
             chunk.torch(tensor.dtype, tensor.shape).copy_(tensor)
             filled.append(chunk)
-        errors = self._seal(filled)
+        errors = self.client.seal_batch(filled) if filled else []
         for chunk in filled:
             chunk.release()
         return sum(1 for e in errors if e is None)
-
-    def _create(self, items: Sequence) -> list:
-        paths = [self.path(k) for k, _, _ in items]
-        sizes = [t.numel() * t.element_size() for _, t, _ in items]
-        parents = [self.path(p) if p else None for _, _, p in items]
-        try:
-            return self.client.create_batch(paths, sizes, parents=parents)
-        except NotImplementedError:
-            made = []
-            for path, size, parent in zip(paths, sizes, parents):
-                try:
-                    made.append(self.client.create(path, size, parent=parent))
-                except OSError as e:
-                    made.append(e)
-            return made
-
-    def _seal(self, chunks: list) -> list:
-        if not chunks:
-            return []
-        try:
-            return self.client.seal_batch(chunks)
-        except NotImplementedError:
-            errors = []
-            for chunk in chunks:
-                try:
-                    chunk.seal()
-                    errors.append(None)
-                except OSError as e:
-                    errors.append(e)
-            return errors
 
     def get(self, key: str, dtype: torch.dtype, shape) -> Optional[View]:
         views = self.get_prefix([key], dtype, shape)
