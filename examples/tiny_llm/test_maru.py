@@ -19,7 +19,7 @@ maru = pytest.importorskip("maru")
 from blocks import Layout  # noqa: E402
 from engine import Instance  # noqa: E402
 from kvstore import MemoryKVStore  # noqa: E402
-from maru_node import MaruNode  # noqa: E402
+from maru_node import MaruNode, wait_for  # noqa: E402
 from maru_store import MaruKVStore  # noqa: E402
 from model import Config, TinyLM, deterministic  # noqa: E402
 from proc import InstanceProcess  # noqa: E402
@@ -180,21 +180,32 @@ def test_full_pool_evicts_and_b_recomputes(model):
             store.close()
 
 
-def test_writer_killed_mid_store(model, node, ns, store):
+def test_writer_killed_mid_store(model):
     p = prompt(5, 6 * BLOCK + 2)
-    a = InstanceProcess(node.url, ns, BLOCK, name="test-a")
-    try:
-        stalled = a.request(op="stall", prompt=p, blocks=3)
-        assert stalled["stored_blocks"] == 3
-    finally:
-        a.kill()
-        a.close()
+    # A short session timeout: the dead writer's reservation goes soon.
+    with MaruNode(pool_size=64 << 20, extra=["--session-timeout-ms", "1500",
+                                             "--heartbeat-ms", "300"]) as node:
+        a = InstanceProcess(node.url, "/killed", BLOCK, name="test-a")
+        try:
+            stalled = a.request(op="stall", prompt=p, blocks=3)
+            assert stalled["stored_blocks"] == 3
+        finally:
+            a.kill()
+            a.close()
+        store = MaruKVStore(node.url, "/killed", instance="test-b")
+        try:
+            check_after_kill(model, store, p, stalled["stalled"])
+        finally:
+            store.close()
+
+
+def check_after_kill(model, store, p, stalled_path):
     inst = Instance(model, store, BLOCK)
     keys = inst.block_keys(p)
     # The three sealed blocks are visible; the half-written one never is.
     assert store.count_prefix(keys) == 3
     with pytest.raises(OSError):
-        store.client.open(stalled["stalled"])
+        store.client.open(stalled_path)
     b = inst.serve(p, N_DECODE)
     assert b.hit_blocks == 3
     full = Instance(model, None, BLOCK).serve(p, N_DECODE)
@@ -202,3 +213,14 @@ def test_writer_killed_mid_store(model, node, ns, store):
     torch.testing.assert_close(b.decode_logits, full.decode_logits, **TOL)
     twin = memory_twin(model, [p], p, keep=3)
     assert twin.hit_blocks == 3 and torch.equal(b.decode_logits, twin.decode_logits)
+
+    # Once the dead writer's session expires, its reservation is dropped and
+    # another instance stores the block; then more of the prompt is reused.
+    mem = MemoryKVStore()
+    Instance(model, mem, BLOCK).serve(p, 0)
+    lay = inst.layout
+    block3 = mem.get(keys[3], lay.dtype, lay.shape).tensor
+    assert wait_for(lambda: store.put(keys[3], block3, keys[2]) or store.count_prefix(keys) > 3)
+    again = Instance(model, store, BLOCK).serve(p, N_DECODE)
+    assert again.hit_blocks > 3 and again.tokens == full.tokens
+    torch.testing.assert_close(again.decode_logits, full.decode_logits, **TOL)
