@@ -13,6 +13,7 @@
 
 #include "harness.h"
 #include "maru_direct.h"
+#include "maru_direct.hpp"
 #include "pattern.h"
 
 namespace {
@@ -102,6 +103,11 @@ TEST_F(BatchTest, CreateAndSealBatchesMatchOneByOne) {
   ASSERT_EQ(maru_seal_batch(seal.data(), seal.size(), results.data()), 0);
   EXPECT_EQ(results, (std::vector<int>{0, -EINVAL, 0, -EEXIST, 0}));
   maru_release(c);
+  // Another uid creates nothing in root's directory, batched or not.
+  const std::string eacces = std::to_string(EACCES);
+  EXPECT_EQ(RunClient(server_.address(), "uid 65534 + create-errno /b/theirs 4096 " + eacces +
+                                             " + create-batch " + eacces + " /b/theirs /b/more"),
+            0);
   // Sealed handles read, as after maru_seal; others open them the usual way.
   for (maru_chunk_t *h : made) {
     EXPECT_EQ(maru_seal(h), -EINVAL);  // no longer writable
@@ -357,9 +363,31 @@ TEST_F(BatchTest, AllocThenPublishFirstWriterWinsAndTheLoserFreesItsSpace) {
   ASSERT_EQ(maru_publish(c, "/race/child", "/race/key"), 0);
   EXPECT_EQ(maru_verify(c), 0);
   maru_release(c);
-  EXPECT_EQ(
-      RunClient(server_.address(), "uid 65534 + open-errno /race/child " + std::to_string(EACCES)),
-      0);
+  // Another uid publishes only where it may create; refused, it keeps its
+  // allocation (released by the client), and the space comes back.
+  ASSERT_EQ(Store("/taken"), 0);  // in the root, where everyone may create
+  const uint64_t settled = Free();
+  const std::string eacces = std::to_string(EACCES);
+  EXPECT_EQ(RunClient(server_.address(), "uid 65534 + open-errno /race/child " + eacces +
+                                             " + publish-errno /race/theirs " + eacces +
+                                             " + publish-errno /taken " + std::to_string(EEXIST) +
+                                             " + publish-errno /own 0"),
+            0);
+  EXPECT_EQ(Free(), settled - 65536);  // the published one, a whole unit
+}
+
+TEST_F(BatchTest, CppWrapperAllocatesPublishesAndCounts) {
+  maru_direct::Client client;
+  maru_connect_opts_t opts{"cpp-client"};
+  ASSERT_EQ(client.Connect(server_.address().c_str(), &opts), 0);
+  maru_direct::Chunk c;
+  ASSERT_EQ(client.Alloc(kChunk, &c), 0);
+  FillPattern(c.data(), kChunk, "/cpp/a");
+  ASSERT_EQ(c.Publish("/cpp/a"), 0);
+  EXPECT_TRUE(CheckPattern(c.data(), kChunk, "/cpp/a"));
+  size_t count = 0;
+  ASSERT_EQ(client.CountPrefix({"/cpp/a", "/cpp/b"}, &count), 0);
+  EXPECT_EQ(count, 1u);
 }
 
 TEST_F(BatchTest, AllocationOfAKilledProcessIsFreedAfterTheSessionTimeout) {

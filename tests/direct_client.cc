@@ -15,6 +15,12 @@
 //     alloc-and-die SIZE          maru_alloc (checking the pool's free bytes drop),
 //                                 write a little, then SIGKILL itself
 //     count N PATH...             maru_count_prefix must count N
+//     create-batch ERR PATH...    maru_create_batch: every path's result must be -ERR
+//     store-batch SIZE PATH...    maru_create_batch, fill with each PATH's pattern,
+//                                 maru_seal_batch: all must succeed
+//     publish PATH SIZE           maru_alloc, fill with PATH's pattern, maru_publish
+//     publish-errno PATH ERR      maru_alloc, then maru_publish must return -ERR; an
+//                                 allocation still held after an error is released
 //     pin-batch ERR PATH...       maru_pin_batch: every path's result must be -ERR
 //     unlink-batch ERR PATH...    maru_unlink_batch: every path's result must be -ERR
 //     fetch PATH SIZE             open and check the pattern through maru_chunk_data
@@ -287,6 +293,59 @@ int RunCommand(const std::vector<std::string> &cmd) {
       return Fail("the allocation took no space", 63);
     memset(maru_chunk_data(c), 1, 4096);
     kill(getpid(), SIGKILL);
+  }
+  if (op == "create-batch") {
+    std::vector<maru_create_req_t> reqs;
+    for (size_t i = 2; i < cmd.size(); ++i)
+      reqs.push_back({cmd[i].c_str(), 4096, nullptr, nullptr, 0});
+    int rc = maru_create_batch(M(), reqs.data(), reqs.size(), nullptr);
+    if (rc) return Fail(std::string("create-batch: ") + maru_strerror(rc), 67);
+    int result = 0;
+    for (auto &r : reqs) {
+      if (r.result != -static_cast<int>(num(1)))
+        result =
+            Fail(std::string("create-batch ") + r.path + " gave " + std::to_string(r.result), 68);
+      if (r.chunk) maru_release(r.chunk);
+    }
+    return result;
+  }
+  if (op == "store-batch") {
+    std::vector<maru_create_req_t> reqs;
+    for (size_t i = 2; i < cmd.size(); ++i)
+      reqs.push_back({cmd[i].c_str(), num(1), nullptr, nullptr, 0});
+    int rc = maru_create_batch(M(), reqs.data(), reqs.size(), nullptr);
+    if (rc) return Fail(std::string("create-batch: ") + maru_strerror(rc), 71);
+    std::vector<maru_chunk_t *> chunks;
+    for (auto &r : reqs) {
+      if (r.result)
+        return Fail(std::string("create ") + r.path + ": " + maru_strerror(r.result), 72);
+      maru_test::FillPattern(maru_chunk_data(r.chunk), num(1), r.path);
+      chunks.push_back(r.chunk);
+    }
+    std::vector<int> results(chunks.size());
+    rc = maru_seal_batch(chunks.data(), chunks.size(), results.data());
+    for (maru_chunk_t *h : chunks) maru_release(h);
+    if (rc) return Fail(std::string("seal-batch: ") + maru_strerror(rc), 73);
+    for (int r : results)
+      if (r) return Fail(std::string("seal: ") + maru_strerror(r), 74);
+    return 0;
+  }
+  if (op == "publish") {
+    int rc = maru_alloc(M(), num(2), nullptr, &c);
+    if (rc) return Fail(std::string("alloc: ") + maru_strerror(rc), 75);
+    maru_test::FillPattern(maru_chunk_data(c), num(2), arg(1));
+    rc = maru_publish(c, arg(1).c_str(), nullptr);
+    maru_release(c);
+    return rc ? Fail("publish " + arg(1) + ": " + maru_strerror(rc), 76) : 0;
+  }
+  if (op == "publish-errno") {
+    int rc = maru_alloc(M(), 4096, nullptr, &c);
+    if (rc) return Fail(std::string("alloc: ") + maru_strerror(rc), 69);
+    rc = maru_publish(c, arg(1).c_str(), nullptr);
+    maru_release(c);
+    return rc == -static_cast<int>(num(2))
+               ? 0
+               : Fail("publish " + arg(1) + " gave " + std::to_string(rc), 70);
   }
   if (op == "count" || op == "pin-batch" || op == "unlink-batch") {
     std::vector<const char *> paths;

@@ -7,6 +7,7 @@
 #include "alloc/pool_device.h"
 #include "harness.h"
 #include "meta/meta_engine.h"
+#include "meta/metrics_server.h"
 
 namespace maru {
 namespace {
@@ -698,6 +699,34 @@ TEST_F(EngineTest, AllocationIsHeldThroughAReloadUntilItsWriterIsGone) {
       5000));
 }
 
+TEST_F(EngineTest, AllocationIsPublishedAfterARestartByItsResumedSession) {
+  uint64_t writer = NewSession(alice_);
+  auto alloc = With<rpc::AllocRequest>(writer);
+  alloc.set_size(1 << 20);
+  rpc::ChunkReply got;
+  engine_->Alloc(alice_, alloc, &got);
+  ASSERT_EQ(got.error(), 0);
+  Reopen();
+  rpc::OpenSessionRequest resume;
+  resume.set_resume(writer);
+  rpc::OpenSessionReply resumed;
+  engine_->OpenSession(alice_, resume, &resumed);
+  ASSERT_TRUE(resumed.resumed());
+  auto publish = With<rpc::PublishRequest>(writer);
+  publish.set_gen(got.attr().gen());
+  publish.set_path("/after-restart");
+  publish.set_size(1 << 20);
+  rpc::ChunkReply published;
+  engine_->Publish(alice_, publish, &published);
+  ASSERT_EQ(published.error(), 0);
+  // The chunk holds the allocated extents, and survives the next reload.
+  ASSERT_EQ(published.extents_size(), got.extents_size());
+  EXPECT_EQ(published.extents(0).offset(), got.extents(0).offset());
+  Reopen();
+  EXPECT_EQ(Open("/after-restart", root_, session_).error(), 0);
+  EXPECT_TRUE(Fsck().empty());
+}
+
 TEST_F(EngineTest, PublishLinksAndSealsOnlyTheSessionsOwnAllocation) {
   auto alloc = With<rpc::AllocRequest>(session_);
   alloc.set_size(1 << 20);
@@ -721,6 +750,39 @@ TEST_F(EngineTest, PublishLinksAndSealsOnlyTheSessionsOwnAllocation) {
   engine_->Publish(root_, publish, &published);  // twice
   EXPECT_EQ(published.error(), ESTALE);
   EXPECT_TRUE(Fsck().empty());
+}
+
+TEST_F(EngineTest, InstanceNamesLabelSessionsWithBoundedCardinality) {
+  auto open = [&](const std::string &instance) {
+    rpc::OpenSessionRequest req;
+    req.set_instance(instance);
+    rpc::OpenSessionReply rep;
+    engine_->OpenSession(root_, req, &rep);
+    return rep.error();
+  };
+  EXPECT_EQ(open(std::string(65, 'x')), ENAMETOOLONG);
+  EXPECT_EQ(open("two\nlines"), EINVAL);
+  ASSERT_EQ(open("vllm-0"), 0);
+  ASSERT_EQ(open("vllm-0"), 0);
+  ASSERT_EQ(open("say \"hi\" \\"), 0);
+  ASSERT_EQ(open("say \"hi\" \\"), 0);
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(open("many-" + std::to_string(i)), 0);
+  rpc::StatsReply st;
+  engine_->Snapshot(&st);
+  const std::string text = RenderPrometheus(st);
+  EXPECT_NE(text.find("maru_sessions{client_instance=\"vllm-0\"} 2\n"), std::string::npos);
+  EXPECT_NE(text.find("maru_sessions{client_instance=\"\"} 1\n"), std::string::npos);  // ours
+  EXPECT_NE(text.find("maru_sessions{client_instance=\"(other)\"}"), std::string::npos);
+  size_t series = 0;
+  for (size_t at = text.find("\nmaru_sessions{"); at != std::string::npos;
+       at = text.find("\nmaru_sessions{", at + 1))
+    ++series;
+  EXPECT_LE(series, 33u);
+  uint64_t total = 0;
+  for (const auto &[name, n] : st.sessions_by_instance()) total += n;
+  EXPECT_EQ(total, st.sessions());
+  // Names the tools show, escaped in the label.
+  EXPECT_NE(text.find("client_instance=\"say \\\"hi\\\" \\\\\""), std::string::npos);
 }
 
 }  // namespace

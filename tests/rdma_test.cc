@@ -90,6 +90,18 @@ TEST_F(RemoteTest, StoreRemotelyReadLocallyAndTheOtherWay) {
   EXPECT_EQ(RunRemote("open-errno /local/none " + std::to_string(ENOENT)), 0);
 }
 
+TEST_F(RemoteTest, BatchedAndAllocatedStoresGoThroughTheAgent) {
+  // Staging buffers go to the pool at seal and at publish, checked by the
+  // agent against what the session holds (reservations and allocations).
+  ASSERT_EQ(RunRemote("store-batch 1048576 /rb/a /rb/b + publish /rb/c 2097152 + "
+                      "count 3 /rb/a /rb/b /rb/c /rb/none"),
+            0);
+  EXPECT_EQ(maru_test::RunClient(server_->address(), "load /rb/a 1048576 " + pool_.path() +
+                                                         " + load /rb/b 1048576 " + pool_.path() +
+                                                         " + load /rb/c 2097152 " + pool_.path()),
+            0);
+}
+
 TEST_F(RemoteTest, AgentKilledMidTransferFailsCleanlyAndComesBack) {
   ASSERT_EQ(maru_test::RunClient(server_->address(), "store /big 67108864"), 0);
   maru_test::TempDir dir;

@@ -53,6 +53,7 @@ inline int ParseFlags(Flags &flags, int argc, char **argv) {
 
 int RunChunks(int argc, char **argv);
 int RunLookup(int argc, char **argv);
+int RunBatch(int argc, char **argv);
 int RunReplay(int argc, char **argv);
 int RunShare(int argc, char **argv);
 int RunFiles(int argc, char **argv);

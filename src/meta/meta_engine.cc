@@ -1619,6 +1619,8 @@ void MetaEngine::Publish(const Caller &c, const rpc::PublishRequest &req, rpc::C
   });
 }
 
+// Each path through Pin itself (a lock and a commit each): one round trip
+// is what the caller saves, and Pin's rules stay in one place.
 void MetaEngine::PinBatch(const Caller &c, const rpc::PinBatchRequest &req, rpc::ErrorsReply *rep) {
   if (req.paths_size() > kBatchMax) return rep->set_error(E2BIG);
   const std::vector<bool> repeated = RepeatedPaths(req.paths());
