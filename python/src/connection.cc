@@ -45,6 +45,17 @@ Connection::Connection(const std::optional<std::string> &target,
   if (rc < 0) ThrowErrno(rc, target ? &*target : nullptr);
 }
 
+Connection::~Connection() {
+  if (PyGILState_Check()) Close();
+}
+
+void Connection::Close() {
+  std::shared_ptr<Session> last = std::move(session_);
+  // Possibly the last reference: maru_disconnect() talks to the server.
+  py::gil_scoped_release nogil;
+  last.reset();
+}
+
 std::shared_ptr<Session> Connection::Live() const {
   if (!session_) throw py::value_error("maru: operation on a closed connection");
   session_->CheckFork();
