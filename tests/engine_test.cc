@@ -640,5 +640,88 @@ TEST_F(EngineTest, SurvivesRandomRequests) {
   EXPECT_TRUE(Fsck().empty());
 }
 
+// --- Batched and lease-free operations (issue #13) ---------------------------
+
+TEST_F(EngineTest, OversizedBatchesAreRefusedBeforeAnyWork) {
+  auto creates = With<rpc::CreateBatchRequest>(session_);
+  for (int i = 0; i <= MetaEngine::kBatchMax; ++i) {
+    rpc::CreateRequest *one = creates.add_creates();
+    one->mutable_ref()->set_path("/big/c" + std::to_string(i));
+    one->set_size(4096);
+    one->set_parents(true);
+  }
+  rpc::ChunkBatchReply created;
+  engine_->CreateBatch(root_, creates, &created);
+  EXPECT_EQ(created.error(), E2BIG);
+  EXPECT_EQ(created.chunks_size(), 0);
+  EXPECT_EQ(Open("/big/c0", root_, session_).error(), ENOENT);  // nothing was made
+  auto seals = With<rpc::SealBatchRequest>(session_);
+  for (int i = 0; i <= MetaEngine::kBatchMax; ++i) seals.add_seals();
+  rpc::ChunkBatchReply sealed;
+  engine_->SealBatch(root_, seals, &sealed);
+  EXPECT_EQ(sealed.error(), E2BIG);
+  auto paths = With<rpc::PathsRequest>(session_);
+  auto pins = With<rpc::PinBatchRequest>(session_);
+  auto lookups = With<rpc::LookupPrefixRequest>(session_);
+  for (int i = 0; i <= MetaEngine::kBatchMax; ++i) {
+    paths.add_paths("/x");
+    pins.add_paths("/x");
+    lookups.add_paths("/x");
+  }
+  rpc::ErrorsReply unlinked, pinned;
+  engine_->UnlinkBatch(root_, paths, &unlinked);
+  engine_->PinBatch(root_, pins, &pinned);
+  rpc::CountPrefixReply counted;
+  engine_->CountPrefix(root_, lookups, &counted);
+  EXPECT_EQ(unlinked.error(), E2BIG);
+  EXPECT_EQ(pinned.error(), E2BIG);
+  EXPECT_EQ(counted.error(), E2BIG);
+}
+
+TEST_F(EngineTest, AllocationIsHeldThroughAReloadUntilItsWriterIsGone) {
+  uint64_t writer = NewSession(alice_);
+  auto req = With<rpc::AllocRequest>(writer);
+  req.set_size(4 << 20);
+  rpc::ChunkReply got;
+  engine_->Alloc(alice_, req, &got);
+  ASSERT_EQ(got.error(), 0);
+  const uint64_t free_during = Statfs().free();
+  EXPECT_LE(free_during + (4 << 20), Statfs().total());
+  Reopen();
+  EXPECT_EQ(Statfs().free(), free_during);
+  EXPECT_TRUE(Fsck().empty());
+  ASSERT_TRUE(maru_test::WaitFor(
+      [&] {
+        engine_->Tick();
+        return Statfs().free() == Statfs().total();
+      },
+      5000));
+}
+
+TEST_F(EngineTest, PublishLinksAndSealsOnlyTheSessionsOwnAllocation) {
+  auto alloc = With<rpc::AllocRequest>(session_);
+  alloc.set_size(1 << 20);
+  rpc::ChunkReply got;
+  engine_->Alloc(root_, alloc, &got);
+  ASSERT_EQ(got.error(), 0);
+  // Another session cannot publish it.
+  uint64_t other = NewSession(root_);
+  auto publish = With<rpc::PublishRequest>(other);
+  publish.set_gen(got.attr().gen());
+  publish.set_path("/pub/a");
+  publish.set_size(1 << 20);
+  rpc::ChunkReply published;
+  engine_->Publish(root_, publish, &published);
+  EXPECT_EQ(published.error(), ESTALE);
+  publish.mutable_header()->set_session(session_);
+  engine_->Publish(root_, publish, &published);
+  ASSERT_EQ(published.error(), 0);
+  EXPECT_NE(published.lease(), 0u);
+  EXPECT_EQ(Open("/pub/a", root_, session_).error(), 0);
+  engine_->Publish(root_, publish, &published);  // twice
+  EXPECT_EQ(published.error(), ESTALE);
+  EXPECT_TRUE(Fsck().empty());
+}
+
 }  // namespace
 }  // namespace maru

@@ -523,7 +523,7 @@ int Fsck(int argc, char **argv) {
 
 int Sessions(int argc, char **argv) {
   Command cmd("maructl sessions [--server ADDRESS] [--json]",
-              "Who is connected: client, pid, uid, host, since, leases, reservations.");
+              "Who is connected: client, instance, pid, uid, host, since, leases, reservations.");
   if (int rc = cmd.Parse(argc, argv, 2); rc >= 0) return rc;
   if (int rc = cmd.Connect()) return rc;
   rpc::StatsRequest req;
@@ -540,6 +540,7 @@ int Sessions(int argc, char **argv) {
       snprintf(id, sizeof(id), "%016" PRIx64, s.id());
       j.Field("id", id);
       j.Field("client", s.client());
+      j.Field("instance", s.instance());
       j.Field("pid", s.pid());
       j.Field("uid", s.uid());
       j.Field("host", s.hostname());
@@ -554,13 +555,14 @@ int Sessions(int argc, char **argv) {
     puts(j.str().c_str());
     return 0;
   }
-  printf("%-16s %-16s %7s %6s %-12s %-19s %6s %6s\n", "SESSION", "CLIENT", "PID", "UID", "HOST",
-         "SINCE", "LEASES", "WRITES");
+  printf("%-16s %-16s %-16s %7s %6s %-12s %-19s %6s %6s\n", "SESSION", "CLIENT", "INSTANCE", "PID",
+         "UID", "HOST", "SINCE", "LEASES", "WRITES");
   for (const auto &s : rep.sessions()) {
     if (s.id() == self) continue;
-    printf("%016" PRIx64 " %-16s %7u %6u %-12s %-19s %6u %6u%s\n", s.id(), s.client().c_str(),
-           s.pid(), s.uid(), s.hostname().c_str(), Time(s.since_ns()).c_str(), s.leases(),
-           s.reservations(), s.orphaned() ? " (waiting to be resumed)" : "");
+    printf("%016" PRIx64 " %-16s %-16s %7u %6u %-12s %-19s %6u %6u%s\n", s.id(), s.client().c_str(),
+           s.instance().empty() ? "-" : s.instance().c_str(), s.pid(), s.uid(),
+           s.hostname().c_str(), Time(s.since_ns()).c_str(), s.leases(), s.reservations(),
+           s.orphaned() ? " (waiting to be resumed)" : "");
   }
   return 0;
 }

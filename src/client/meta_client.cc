@@ -106,6 +106,7 @@ rpc::OpenSessionReply MetaClient::session_info() const {
 int MetaClient::OpenSession(bool resume) {
   rpc::OpenSessionRequest req;
   req.set_client(options_.client_name);
+  req.set_instance(options_.instance);
   req.set_hostname(Hostname());
   req.set_pid(static_cast<uint32_t>(getpid()));
   if (resume) {

@@ -30,6 +30,7 @@ namespace maru {
 
 struct ClientOptions {
   std::string client_name = "maru-client";
+  std::string instance;               // this client's own name ("vllm-0"), shown by the tools
   int64_t connect_timeout_ms = 3000;  // to reach the server at connect time
   int64_t call_timeout_ms = 10000;    // one attempt of one call
   int64_t retry_window_ms = 30000;    // how long a call waits for a restarting server

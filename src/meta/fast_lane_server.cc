@@ -23,6 +23,11 @@ FastLaneServer::FastLaneServer(std::string path, MetaEngine *engine, IdentityPol
   slots_[fastlane::kCreate] = engine_->op_stats().Register("Create");
   slots_[fastlane::kSeal] = engine_->op_stats().Register("Seal");
   slots_[fastlane::kAbort] = engine_->op_stats().Register("Abort");
+  slots_[fastlane::kCreateBatch] = engine_->op_stats().Register("CreateBatch");
+  slots_[fastlane::kSealBatch] = engine_->op_stats().Register("SealBatch");
+  slots_[fastlane::kCountPrefix] = engine_->op_stats().Register("CountPrefix");
+  slots_[fastlane::kAlloc] = engine_->op_stats().Register("Alloc");
+  slots_[fastlane::kPublish] = engine_->op_stats().Register("Publish");
 }
 
 FastLaneServer::~FastLaneServer() {
@@ -136,6 +141,21 @@ bool FastLaneServer::Dispatch(const PeerCredentials &peer, uint8_t op, const std
       break;
     case fastlane::kAbort:
       parsed = RunOne(engine_, &MetaEngine::Abort, peer, policy_, in, out, &error);
+      break;
+    case fastlane::kCreateBatch:
+      parsed = RunOne(engine_, &MetaEngine::CreateBatch, peer, policy_, in, out, &error);
+      break;
+    case fastlane::kSealBatch:
+      parsed = RunOne(engine_, &MetaEngine::SealBatch, peer, policy_, in, out, &error);
+      break;
+    case fastlane::kCountPrefix:
+      parsed = RunOne(engine_, &MetaEngine::CountPrefix, peer, policy_, in, out, &error);
+      break;
+    case fastlane::kAlloc:
+      parsed = RunOne(engine_, &MetaEngine::Alloc, peer, policy_, in, out, &error);
+      break;
+    case fastlane::kPublish:
+      parsed = RunOne(engine_, &MetaEngine::Publish, peer, policy_, in, out, &error);
       break;
     default:
       return false;

@@ -44,7 +44,7 @@ class FastLaneServer {
   std::string path_;
   MetaEngine *engine_;
   IdentityPolicy policy_;
-  int slots_[8] = {};  // op -> OpStats slot
+  int slots_[16] = {};  // op -> OpStats slot
   std::unique_ptr<Acceptor> acceptor_;
   std::mutex mu_;
   std::vector<std::unique_ptr<Connection>> connections_;

@@ -17,6 +17,15 @@ namespace {
 constexpr uint64_t kCounterStep = 1 << 16;
 constexpr uint32_t kReaddirDefault = 1024;
 constexpr uint32_t kReaddirMax = 16384;
+constexpr size_t kMaxInstanceName = 64;
+
+// An instance name is shown by tools and in metric labels: printable only.
+int CheckInstanceName(const std::string &name) {
+  if (name.size() > kMaxInstanceName) return ENAMETOOLONG;
+  for (unsigned char ch : name)
+    if (ch < 0x20 || ch == 0x7f) return EINVAL;
+  return 0;
+}
 
 uint64_t RandomSessionId() {
   uint64_t id = 0;
@@ -630,6 +639,7 @@ void MetaEngine::OpenSession(const Caller &c, const rpc::OpenSessionRequest &req
                              rpc::OpenSessionReply *rep) {
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t id = req.resume();
+  if (int err = CheckInstanceName(req.instance())) return rep->set_error(err);
   Session *s = id ? sessions_.Find(id) : nullptr;
   // Only a session waiting for its client (orphaned by a restart) may be
   // taken back, and only by its uid. A live one is someone's: taking it
@@ -648,6 +658,7 @@ void MetaEngine::OpenSession(const Caller &c, const rpc::OpenSessionRequest &req
   s->orphaned = false;
   s->client = req.client();
   s->hostname = req.hostname();
+  s->instance = req.instance();
   s->pid = req.pid() ? req.pid() : c.pid;
   s->uid = c.uid;
   s->last_seen_ns = MonotonicNs();
@@ -914,7 +925,12 @@ void MetaEngine::Statfs(const Caller &, const rpc::StatfsRequest &req, rpc::Stat
 // --- Chunks -------------------------------------------------------------------
 
 void MetaEngine::Create(const Caller &c, const rpc::CreateRequest &req, rpc::ChunkReply *rep) {
-  RunOp(req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
+  RunOp(req, rep, CreateOp(c, req, rep));
+}
+
+MetaEngine::TxnOp MetaEngine::CreateOp(const Caller &c, const rpc::CreateRequest &req,
+                                       rpc::ChunkReply *rep) {
+  return [this, &c, &req, rep](Txn &txn, Session *session) -> Status {
     const bool by_inode = req.ref().path().empty() && req.ref().name().empty();
     NamespaceTree::ParentAndName pn_by_inode;
     Result<NamespaceTree::ParentAndName> pn = pn_by_inode;
@@ -961,6 +977,10 @@ void MetaEngine::Create(const Caller &c, const rpc::CreateRequest &req, rpc::Chu
       Result<ExtentList> got = AllocateWithEviction(txn, req.size());
       protected_ino_ = 0;
       if (!got.ok()) return got.status();
+      if (req.contiguous() && got->size() > 1) {
+        space_.FreeNow(*got);
+        return Status::Error(ENOSPC, "no free run holds it in one extent");
+      }
       extents = std::move(*got);
     }
     // Eviction may have taken the parent directory's other entries, never
@@ -994,7 +1014,7 @@ void MetaEngine::Create(const Caller &c, const rpc::CreateRequest &req, rpc::Chu
     txn.Dirty(inode);
     FillChunk(*inode, *inode->pending, inode->pending->gen, rep);
     return Status::Ok();
-  });
+  };
 }
 
 void MetaEngine::Extend(const Caller &, const rpc::ExtendRequest &req, rpc::ChunkReply *rep) {
@@ -1023,7 +1043,11 @@ void MetaEngine::Extend(const Caller &, const rpc::ExtendRequest &req, rpc::Chun
 }
 
 void MetaEngine::Seal(const Caller &, const rpc::SealRequest &req, rpc::ChunkReply *rep) {
-  RunOp(req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
+  RunOp(req, rep, SealOp(req, rep));
+}
+
+MetaEngine::TxnOp MetaEngine::SealOp(const rpc::SealRequest &req, rpc::ChunkReply *rep) {
+  return [this, &req, rep](Txn &txn, Session *session) -> Status {
     Inode *inode = tree_.Find(req.ino());
     if (!inode || !inode->pending || inode->pending->gen != req.gen()) {
       if (session->orphan_gens.erase(req.gen())) {
@@ -1079,7 +1103,7 @@ void MetaEngine::Seal(const Caller &, const rpc::SealRequest &req, rpc::ChunkRep
     FillChunk(*inode, *inode->current, lease, rep, true);
     EvictToLowWatermark(txn);
     return Status::Ok();
-  });
+  };
 }
 
 void MetaEngine::Abort(const Caller &, const rpc::HandleRequest &req, rpc::ErrorReply *rep) {
@@ -1201,6 +1225,7 @@ void MetaEngine::ListSessions(const Caller &c, const rpc::StatsRequest &req,
       info->set_leases(static_cast<uint32_t>(s.leases.size()));
       info->set_reservations(static_cast<uint32_t>(s.reservations.size()));
       info->set_orphaned(s.orphaned);
+      info->set_instance(s.instance);
     });
     return Status::Ok();
   });
@@ -1229,6 +1254,7 @@ void MetaEngine::FillStats(rpc::StatsReply *rep) {
   rep->set_bytes_stored(bytes_stored_);
   rep->set_bytes_loaded(bytes_loaded_);
   rep->set_sessions(sessions_.size());
+  FillSessionsByInstance(rep);
   rep->set_leases(leases_.size());
   rep->set_pins(pins_);
   rep->set_uptime_ns(MonotonicNs() - started_ns_);
@@ -1438,6 +1464,198 @@ void MetaEngine::Tick() {
   });
   EvictToLowWatermark(txn);
   txn.Commit();
+}
+
+// --- Batched and lease-free operations (issue #13) ---
+
+namespace {
+
+// Distinct instance names Stats reports; the rest are "(other)". Metrics
+// label by them, and a label must not take unbounded values.
+constexpr size_t kMaxInstanceLabels = 32;
+
+// True for each path that an earlier one of the batch already names.
+std::vector<bool> RepeatedPaths(const google::protobuf::RepeatedPtrField<std::string> &paths) {
+  std::unordered_set<std::string_view> seen;
+  std::vector<bool> repeated;
+  repeated.reserve(static_cast<size_t>(paths.size()));
+  for (const std::string &p : paths) repeated.push_back(!seen.insert(p).second);
+  return repeated;
+}
+
+}  // namespace
+
+void MetaEngine::FillSessionsByInstance(rpc::StatsReply *rep) const {
+  std::map<std::string, uint64_t> counts;
+  sessions_.ForEach([&](const Session &s) { ++counts[s.instance]; });
+  std::vector<std::pair<uint64_t, std::string>> ranked;
+  for (auto &[name, n] : counts) ranked.emplace_back(n, name);
+  std::sort(ranked.begin(), ranked.end(), [](const auto &a, const auto &b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  });
+  auto &out = *rep->mutable_sessions_by_instance();
+  for (size_t i = 0; i < ranked.size(); ++i)
+    out[i < kMaxInstanceLabels ? ranked[i].second : "(other)"] += ranked[i].first;
+}
+
+void MetaEngine::CreateBatch(const Caller &c, const rpc::CreateBatchRequest &req,
+                             rpc::ChunkBatchReply *rep) {
+  if (req.creates_size() > kBatchMax) return rep->set_error(E2BIG);
+  RunOp(req, rep, [&](Txn &txn, Session *session) -> Status {
+    std::unordered_set<std::string_view> seen;
+    for (const rpc::CreateRequest &one : req.creates()) {
+      rpc::ChunkReply *out = rep->add_chunks();
+      const bool repeated = !one.ref().path().empty() && !seen.insert(one.ref().path()).second;
+      Status s = repeated ? Status::Error(EEXIST) : CreateOp(c, one, out)(txn, session);
+      if (!s.ok()) out->Clear();
+      out->set_error(s.errnum());
+    }
+    return Status::Ok();
+  });
+}
+
+void MetaEngine::SealBatch(const Caller &, const rpc::SealBatchRequest &req,
+                           rpc::ChunkBatchReply *rep) {
+  if (req.seals_size() > kBatchMax) return rep->set_error(E2BIG);
+  RunOp(req, rep, [&](Txn &txn, Session *session) -> Status {
+    for (const rpc::SealRequest &one : req.seals()) {
+      rpc::ChunkReply *out = rep->add_chunks();
+      Status s = SealOp(one, out)(txn, session);
+      if (!s.ok()) out->Clear();
+      out->set_error(s.errnum());
+    }
+    return Status::Ok();
+  });
+}
+
+void MetaEngine::CountPrefix(const Caller &c, const rpc::LookupPrefixRequest &req,
+                             rpc::CountPrefixReply *rep) {
+  if (req.paths_size() > kBatchMax) return rep->set_error(E2BIG);
+  RunOp(req, rep, [&](Txn &, Session *) -> Status {
+    for (const std::string &path : req.paths()) {
+      rpc::Ref ref;
+      ref.set_path(path);
+      Result<Inode *> found = tree_.Resolve(ref, c);
+      // What OpenForRead would refuse, without taking its lease.
+      Status s = !found.ok()                        ? found.status()
+                 : (*found)->is_dir()               ? Status::Error(EISDIR)
+                 : !(*found)->is_file()             ? Status::Error(EINVAL)
+                 : !(*found)->current               ? Status::Error(EBUSY)
+                 : !MayAccess(**found, c, kMayRead) ? Status::Error(EACCES)
+                                                    : Status::Ok();
+      if (!s.ok()) {
+        rep->set_miss_error(s.errnum());
+        break;
+      }
+      rep->set_count(rep->count() + 1);
+    }
+    return Status::Ok();
+  });
+}
+
+void MetaEngine::Alloc(const Caller &, const rpc::AllocRequest &req, rpc::ChunkReply *rep) {
+  RunOp(req, rep, [&](Txn &txn, Session *session) -> Status {
+    if (req.size() == 0) return Status::Error(EINVAL, "an allocation needs a size");
+    Result<ExtentList> got = AllocateWithEviction(txn, req.size());
+    if (!got.ok()) return got.status();
+    if (req.contiguous() && got->size() > 1) {
+      space_.FreeNow(*got);
+      return Status::Error(ENOSPC, "no free run holds it in one extent");
+    }
+    Version v;
+    v.gen = NextGen(txn);
+    v.size = req.size();
+    v.writer_session = session->id;
+    v.writer_uid = session->uid;
+    // Held by the writer, recorded (with the writer) as retired: nothing
+    // reuses it until the writer publishes it, aborts it or goes away.
+    space_.Ref(v.gen);
+    space_.Retire(v.gen, *got, &txn.batch, &v);
+    session->orphan_gens.insert(v.gen);
+    rpc::Attr *a = rep->mutable_attr();
+    a->set_gen(v.gen);
+    a->set_size(v.size);
+    a->set_state(rpc::WRITING);
+    a->set_allocated(TotalLength(*got));
+    ToWireExtents(*got, rep->mutable_extents());
+    return Status::Ok();
+  });
+}
+
+void MetaEngine::Publish(const Caller &c, const rpc::PublishRequest &req, rpc::ChunkReply *rep) {
+  RunOp(req, rep, [&](Txn &txn, Session *session) -> Status {
+    auto held = space_.retired().find(req.gen());
+    if (!session->orphan_gens.count(req.gen()) || held == space_.retired().end())
+      return Status::Error(ESTALE, "no such allocation of this session");
+    if (req.size() > TotalLength(held->second))
+      return Status::Error(EINVAL, "size exceeds the allocation");
+    // A create of no bytes claims the name (first writer wins) ...
+    rpc::CreateRequest create;
+    create.mutable_ref()->set_path(req.path());
+    create.set_mode(req.mode());
+    create.set_parents(true);
+    create.set_parent_chunk(req.parent_chunk());
+    rpc::ChunkReply created;
+    Status s = CreateOp(c, create, &created)(txn, session);
+    if (s.errnum() == EEXIST) {
+      session->orphan_gens.erase(req.gen());
+      UnrefGen(txn, req.gen());  // the loser's space goes back now
+    }
+    if (!s.ok()) return s;
+    // ... the allocation becomes its reservation, and is sealed at once.
+    Inode *inode = tree_.Find(created.attr().ino());
+    inode->pending->extents = space_.TakeRetired(req.gen(), &txn.batch);
+    reserved_bytes_ += TotalLength(inode->pending->extents);
+    session->orphan_gens.erase(req.gen());
+    UnrefGen(txn, req.gen());  // no longer retired: drops the count only
+    rpc::SealRequest seal;
+    seal.set_ino(inode->ino);
+    seal.set_gen(inode->pending->gen);
+    seal.set_size(req.size());
+    seal.set_checksum_type(req.checksum_type());
+    seal.set_checksum(req.checksum());
+    seal.set_keep_lease(true);
+    return SealOp(seal, rep)(txn, session);
+  });
+}
+
+void MetaEngine::PinBatch(const Caller &c, const rpc::PinBatchRequest &req, rpc::ErrorsReply *rep) {
+  if (req.paths_size() > kBatchMax) return rep->set_error(E2BIG);
+  const std::vector<bool> repeated = RepeatedPaths(req.paths());
+  for (int i = 0; i < req.paths_size(); ++i) {
+    if (repeated[static_cast<size_t>(i)]) {
+      rep->add_errors(EEXIST);
+      continue;
+    }
+    rpc::PinRequest one;
+    *one.mutable_header() = req.header();
+    if (i > 0) one.mutable_header()->clear_release();  // released with the first
+    one.mutable_ref()->set_path(req.paths(i));
+    one.set_pin(req.pin());
+    one.set_ttl_ms(req.ttl_ms());
+    rpc::AttrReply out;
+    Pin(c, one, &out);
+    if (out.error() == ENOTCONN) {
+      rep->clear_errors();
+      return rep->set_error(ENOTCONN);
+    }
+    rep->add_errors(out.error());
+  }
+}
+
+void MetaEngine::UnlinkBatch(const Caller &c, const rpc::PathsRequest &req, rpc::ErrorsReply *rep) {
+  if (req.paths_size() > kBatchMax) return rep->set_error(E2BIG);
+  RunOp(req, rep, [&](Txn &txn, Session *) -> Status {
+    const std::vector<bool> repeated = RepeatedPaths(req.paths());
+    for (int i = 0; i < req.paths_size(); ++i) {
+      rpc::Ref ref;
+      ref.set_path(req.paths(i));
+      Status s = repeated[static_cast<size_t>(i)] ? Status::Error(EEXIST)
+                                                  : RemoveEntry(txn, c, ref, false);
+      rep->add_errors(s.errnum());
+    }
+    return Status::Ok();
+  });
 }
 
 }  // namespace maru

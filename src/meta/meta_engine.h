@@ -11,6 +11,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -94,6 +95,25 @@ class MetaEngine {
   OpStats &op_stats() { return op_stats_; }
   const EngineOptions &options() const { return options_; }
 
+  // --- Batched and lease-free operations (issue #13) ---
+  // A batch of more than kBatchMax requests fails whole with E2BIG, before
+  // any work; otherwise each request gets its own result. A path named twice
+  // in one batch gets EEXIST the second time.
+  static constexpr int kBatchMax = 4096;
+  void CreateBatch(const Caller &c, const rpc::CreateBatchRequest &req, rpc::ChunkBatchReply *rep);
+  void SealBatch(const Caller &c, const rpc::SealBatchRequest &req, rpc::ChunkBatchReply *rep);
+  // LookupPrefix's walk without leases: counts sealed, readable chunks.
+  void CountPrefix(const Caller &c, const rpc::LookupPrefixRequest &req,
+                   rpc::CountPrefixReply *rep);
+  // A reservation under no name: a retired-while-written version of its
+  // session (Session::orphan_gens), so that Abort, session expiry and a
+  // restart treat it as they treat any reservation whose file went away.
+  void Alloc(const Caller &c, const rpc::AllocRequest &req, rpc::ChunkReply *rep);
+  void Publish(const Caller &c, const rpc::PublishRequest &req, rpc::ChunkReply *rep);
+  void PinBatch(const Caller &c, const rpc::PinBatchRequest &req, rpc::ErrorsReply *rep);
+  void UnlinkBatch(const Caller &c, const rpc::PathsRequest &req, rpc::ErrorsReply *rep);
+  // --- end of issue #13 block ---
+
  private:
   class Txn;
   explicit MetaEngine(const EngineOptions &options);
@@ -168,6 +188,16 @@ class MetaEngine {
   std::map<uint32_t, AgentInfo> agents_;  // device index -> the agent serving it
   // Chunk chains: inode -> the inodes that name it as their parent chunk.
   std::unordered_map<uint64_t, std::unordered_set<uint64_t>> extensions_;
+
+  // --- Batched and lease-free operations (issue #13): private part ---
+  // The bodies of Create and Seal, for calls that run several of them (or
+  // one with more) under one lock and one commit.
+  using TxnOp = std::function<Status(Txn &, Session *)>;
+  TxnOp CreateOp(const Caller &c, const rpc::CreateRequest &req, rpc::ChunkReply *rep);
+  TxnOp SealOp(const rpc::SealRequest &req, rpc::ChunkReply *rep);
+  // Stats' count of sessions by instance name, with few distinct names.
+  void FillSessionsByInstance(rpc::StatsReply *rep) const;
+  // --- end of issue #13 block ---
 };
 
 }  // namespace maru

@@ -98,6 +98,16 @@ uint64_t SpaceManager::Retire(uint64_t gen, const ExtentList &extents, MetaDb::B
   return 0;
 }
 
+ExtentList SpaceManager::TakeRetired(uint64_t gen, MetaDb::Batch *batch) {
+  auto it = retired_.find(gen);
+  if (it == retired_.end()) return {};
+  ExtentList extents = std::move(it->second);
+  retired_bytes_ -= TotalLength(extents);
+  retired_.erase(it);
+  batch->DeleteRetired(gen);
+  return extents;
+}
+
 void SpaceManager::RestoreRetired(uint64_t gen, const ExtentList &extents) {
   retired_[gen] = extents;
   retired_bytes_ += TotalLength(extents);

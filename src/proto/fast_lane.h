@@ -1,5 +1,5 @@
 // The fast lane: the hot data-path calls (LookupPrefix, Open, Release,
-// Create, Seal, Abort) over
+// Create, Seal, Abort, their batched forms, CountPrefix, Alloc, Publish) over
 // a plain Unix socket next to the gRPC one, carrying the same protobuf
 // messages in a minimal frame. A gRPC unary call costs ~130-200 µs here, most
 // of it thread hand-offs inside gRPC; a Unix-socket round trip costs ~45 µs.
@@ -20,6 +20,11 @@ constexpr uint8_t kRelease = 3;
 constexpr uint8_t kCreate = 4;
 constexpr uint8_t kSeal = 5;
 constexpr uint8_t kAbort = 6;
+constexpr uint8_t kCreateBatch = 7;
+constexpr uint8_t kSealBatch = 8;
+constexpr uint8_t kCountPrefix = 9;
+constexpr uint8_t kAlloc = 10;
+constexpr uint8_t kPublish = 11;
 constexpr uint8_t kReplyOk = 0;
 constexpr uint8_t kBadFrame = 255;
 constexpr uint32_t kMaxPayload = 16u << 20;
