@@ -6,9 +6,7 @@ import numpy as np
 import pytest
 
 import maru
-from conftest import needs_capi, in_pool
-
-pytestmark = needs_capi
+from conftest import in_pool
 
 
 def test_connect_close_and_context(server, ns):
