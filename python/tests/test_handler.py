@@ -1,5 +1,6 @@
 """The original Maru API (MaruConfig, MaruHandler), method by method."""
 
+import socket
 import subprocess
 
 import numpy as np
@@ -152,3 +153,17 @@ def test_free_abandons_an_unstored_handle(handler):
     handler.free(h)
     del h
     assert handler.get_stats()["pool"]["free"] >= before + (1 << 20)
+
+
+def test_tcp_server_url(make_server, ns):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = make_server(extra=["--listen", f"tcp://127.0.0.1:{port}"])
+    config = maru.MaruConfig(server_url=f"tcp://127.0.0.1:{port}", namespace=ns)
+    with maru.MaruHandler(config) as h:
+        assert h.store(1, data=b"over tcp")
+        assert h.retrieve(1).view == b"over tcp"
+    with maru.Client(server.url) as c:  # the same namespace over unix://
+        with c.open(maru.key_to_path(1, ns)) as chunk:
+            assert chunk.memoryview() == b"over tcp"
