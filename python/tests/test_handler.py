@@ -65,6 +65,8 @@ def test_store_positional_handle_and_duplicates(handler):
     second.buf[:] = b"second"
     assert handler.store("k", second)  # first writer wins; still True
     assert handler.retrieve("k").view == b"first"
+    with pytest.raises(ValueError):
+        second.buf[0] = 1  # its space was given back
 
 
 def test_store_data_with_prefix(handler):
@@ -151,8 +153,9 @@ def test_free_abandons_an_unstored_handle(handler):
     h = handler.alloc(1 << 20)
     before = handler.get_stats()["pool"]["free"]
     handler.free(h)
-    del h
     assert handler.get_stats()["pool"]["free"] >= before + (1 << 20)
+    with pytest.raises(ValueError):
+        h.buf[0] = 1
 
 
 def test_tcp_server_url(make_server, ns):
