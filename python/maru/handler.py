@@ -75,8 +75,9 @@ class AllocHandle:
     :meth:`MaruHandler.store` it under a key.
 
     ``buf`` is a writable memoryview into the pool. Do not write into it
-    after ``store``: the chunk is then published and immutable (and if the
-    key already existed, its space was given back).
+    after ``store``: the chunk is then published and immutable. If the key
+    already existed, or after ``free``, ``buf`` is released (using it raises
+    ValueError): its space was given back.
     """
 
     __slots__ = ("_chunk", "buf")
@@ -94,6 +95,16 @@ class AllocHandle:
     def chunk(self) -> Chunk:
         """The underlying :class:`maru.Chunk`."""
         return self._chunk
+
+    def _drop(self) -> None:
+        # Release `buf` too, so that a write after free() raises instead of
+        # landing in space the pool hands out again; views made from it
+        # (a numpy array of it, say) keep the lease until they go.
+        try:
+            self.buf.release()
+        except BufferError:
+            pass
+        self._chunk.release()
 
 
 @dataclasses.dataclass
@@ -199,8 +210,12 @@ class MaruHandler:
 
     def free(self, handle: AllocHandle) -> None:
         """Gives back a handle from :meth:`alloc`: abandons it if not stored,
-        else drops its lease. Does not delete a stored key (use delete)."""
-        handle._chunk.release()
+        else drops its lease. Does not delete a stored key (use delete).
+
+        ``handle.buf`` is released with it (using it raises ValueError); the
+        space goes back once no other view made from it is left.
+        """
+        handle._drop()
 
     def store(self, key: Key, info: Union[AllocHandle, Data, None] = None,
               prefix: Optional[bytes] = None, *, data: Optional[Data] = None,
@@ -230,7 +245,7 @@ class MaruHandler:
         try:
             handle._chunk.publish(self._path(key))
         except FileExistsError:
-            handle._chunk.release()
+            handle._drop()  # the library freed its space
         return True
 
     def _put(self, key: Key, src: memoryview, prefix: Optional[bytes]) -> bool:

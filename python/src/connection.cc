@@ -2,7 +2,6 @@
 
 #include <pybind11/stl.h>
 
-#include "capi_pending.h"
 #include "errors.h"
 
 namespace py = pybind11;
@@ -36,13 +35,23 @@ using PathsCall = int (*)(maru_t *, const char *const *, size_t, int *);
 
 Connection::Connection(const std::optional<std::string> &target,
                        const std::optional<std::string> &instance) {
-  if (instance) MARU_REQUIRE(maru_connect_ex);
   int rc;
   {
     py::gil_scoped_release nogil;
     rc = Session::Connect(target, instance, &session_);
   }
   if (rc < 0) ThrowErrno(rc, target ? &*target : nullptr);
+}
+
+Connection::~Connection() {
+  if (PyGILState_Check()) Close();
+}
+
+void Connection::Close() {
+  std::shared_ptr<Session> last = std::move(session_);
+  // Possibly the last reference: maru_disconnect() talks to the server.
+  py::gil_scoped_release nogil;
+  last.reset();
 }
 
 std::shared_ptr<Session> Connection::Live() const {
@@ -71,7 +80,6 @@ std::unique_ptr<Lease> Connection::Create(const std::string &path, uint64_t size
 
 std::unique_ptr<Lease> Connection::Alloc(uint64_t size, uint32_t mode, int checksum,
                                          uint32_t flags) {
-  MARU_REQUIRE(maru_alloc);
   auto s = Live();
   maru_create_opts_t opts = CreateOpts(mode, checksum, flags);
   std::unique_ptr<Lease> lease;
@@ -120,7 +128,6 @@ std::vector<std::unique_ptr<Lease>> Connection::LookupPrefix(
 }
 
 size_t Connection::CountPrefix(const std::vector<std::string> &paths) {
-  MARU_REQUIRE(maru_count_prefix);
   auto s = Live();
   std::vector<const char *> cpaths = CStrings(paths);
   size_t count = 0;
@@ -137,7 +144,6 @@ py::list Connection::CreateBatch(const std::vector<std::string> &paths,
                                  const std::vector<uint64_t> &sizes,
                                  const std::vector<std::optional<std::string>> &parents,
                                  uint32_t mode, int checksum, uint32_t flags) {
-  MARU_REQUIRE(maru_create_batch);
   if (sizes.size() != paths.size() || (!parents.empty() && parents.size() != paths.size()))
     throw py::value_error("maru: create_batch needs one size (and parent) per path");
   auto s = Live();
@@ -198,7 +204,6 @@ void Connection::Unpin(const std::string &path) {
 }
 
 std::vector<int> Connection::PinBatch(const std::vector<std::string> &paths, uint64_t ttl_ms) {
-  MARU_REQUIRE(maru_pin_batch);
   auto s = Live();
   std::vector<const char *> cpaths = CStrings(paths);
   std::vector<int> results(paths.size(), 0);
@@ -225,13 +230,11 @@ static std::vector<int> PathsBatch(maru_t *m, PathsCall call,
 }
 
 std::vector<int> Connection::UnpinBatch(const std::vector<std::string> &paths) {
-  MARU_REQUIRE(maru_unpin_batch);
   auto s = Live();
   return PathsBatch(s->get(), &maru_unpin_batch, paths);
 }
 
 std::vector<int> Connection::UnlinkBatch(const std::vector<std::string> &paths) {
-  MARU_REQUIRE(maru_unlink_batch);
   auto s = Live();
   return PathsBatch(s->get(), &maru_unlink_batch, paths);
 }
@@ -254,7 +257,6 @@ py::dict Connection::PoolInfo() {
 }
 
 py::list Connection::PoolRegions() {
-  MARU_REQUIRE(maru_pool_regions);
   auto s = Live();
   std::vector<maru_region_t> regions;
   int rc;

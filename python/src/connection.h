@@ -21,7 +21,9 @@ class Connection {
  public:
   Connection(const std::optional<std::string> &target, const std::optional<std::string> &instance);
 
-  void Close() { session_.reset(); }
+  ~Connection();
+  // Drops this connection's reference to the session (see Session).
+  void Close();
   bool closed() const { return !session_; }
 
   std::unique_ptr<Lease> Create(const std::string &path, uint64_t size,

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "capi_pending.h"
 #include "errors.h"
 
 namespace py = pybind11;
@@ -63,7 +62,6 @@ void Lease::MarkSealed() {
 }
 
 void Lease::Publish(const std::string &path, const std::optional<std::string> &parent) {
-  MARU_REQUIRE(maru_publish);
   CheckUsable();
   int rc;
   {
@@ -182,7 +180,6 @@ extern "C" int LeaseGetBuffer(PyObject *obj, Py_buffer *view, int flags) {
 }  // namespace
 
 std::vector<int> SealBatch(const std::vector<Lease *> &leases) {
-  MARU_REQUIRE(maru_seal_batch);
   for (Lease *l : leases) {
     l->session()->CheckFork();
     if (l->session() != leases.front()->session())

@@ -2,7 +2,6 @@
 // Python package `maru` builds its API on this module and nothing else.
 #include <pybind11/pybind11.h>
 
-#include "capi_pending.h"
 #include "connection.h"
 #include "errors.h"
 #include "lease.h"
@@ -19,7 +18,6 @@ PYBIND11_MODULE(_maru, m) {
   m.attr("CHECKSUM_XXH3") = static_cast<int>(MARU_CHECKSUM_XXH3);
   m.attr("CHECKSUM_CRC32C") = static_cast<int>(MARU_CHECKSUM_CRC32C);
   m.attr("BATCH_MAX") = MARU_BATCH_MAX;
-  m.attr("PENDING_CALLS") = maru_py::PendingCalls();
   m.def(
       "strerror", [](int err) { return std::string(maru_strerror(err)); }, py::arg("err"),
       "maru_strerror(): a description of an errno.");

@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include "capi_pending.h"
 #include "errors.h"
 
 namespace maru_py {
@@ -12,8 +11,7 @@ int Session::Connect(const std::optional<std::string> &target,
   maru_connect_opts_t opts{};
   opts.instance = instance ? instance->c_str() : nullptr;
   maru_t *m = nullptr;
-  const char *t = target ? target->c_str() : nullptr;
-  int rc = &maru_connect_ex ? maru_connect_ex(t, &opts, &m) : maru_connect(t, &m);
+  int rc = maru_connect_ex(target ? target->c_str() : nullptr, &opts, &m);
   if (rc < 0) return rc;
   out->reset(new Session(m, getpid()));
   return 0;

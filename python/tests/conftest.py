@@ -160,7 +160,7 @@ def ns() -> str:
 
 @pytest.fixture
 def client(server: Server) -> Iterator[maru.Client]:
-    with maru.Client(server.url) as c:
+    with maru.Client(server.url, instance="pytest") as c:
         yield c
 
 
@@ -191,8 +191,3 @@ def in_pool(address: int, length: int, pool: str) -> bool:
             at = hi
     return at >= end
 
-
-# TEMPORARY, until branch capi is merged: tests of calls libmaru_direct does
-# not implement yet are skipped, by name (they raise NotImplementedError).
-needs_capi = pytest.mark.skipif(bool(maru._maru.PENDING_CALLS),
-                                reason="libmaru_direct lacks " + ", ".join(maru._maru.PENDING_CALLS))

@@ -5,9 +5,6 @@ import errno
 import pytest
 
 import maru
-from conftest import needs_capi
-
-pytestmark = needs_capi
 
 
 def _seed(client, ns, n):

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import maru
-from conftest import needs_capi, in_pool
+from conftest import in_pool
 
 
 def test_create_write_seal_open(client, ns):
@@ -99,7 +99,6 @@ def test_pool_info(client, ns):
     assert after.files > before.files
 
 
-@needs_capi
 def test_alloc_publish(server, client, ns):
     chunk = client.alloc(8192, contiguous=True)
     assert chunk.path is None and chunk.writable
@@ -117,7 +116,6 @@ def test_alloc_publish(server, client, ns):
         other.memoryview()  # its space was given back
 
 
-@needs_capi
 def test_pool_regions_hold_contiguous_chunks(server, client, ns):
     regions = client.pool_regions()
     assert regions and all(r.length > 0 for r in regions)
@@ -127,7 +125,6 @@ def test_pool_regions_hold_contiguous_chunks(server, client, ns):
         assert all(in_pool(r.base, r.length, server.pool) for r in regions)
 
 
-@needs_capi
 def test_count_prefix(client, ns):
     paths = [f"/{ns}/{i}" for i in range(5)]
     for p in paths[:3]:

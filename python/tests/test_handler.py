@@ -1,14 +1,13 @@
 """The original Maru API (MaruConfig, MaruHandler), method by method."""
 
+import socket
 import subprocess
 
 import numpy as np
 import pytest
 
 import maru
-from conftest import needs_capi, in_pool
-
-pytestmark = needs_capi
+from conftest import in_pool
 
 
 def test_connect_close_and_context(server, ns):
@@ -66,6 +65,8 @@ def test_store_positional_handle_and_duplicates(handler):
     second.buf[:] = b"second"
     assert handler.store("k", second)  # first writer wins; still True
     assert handler.retrieve("k").view == b"first"
+    with pytest.raises(ValueError):
+        second.buf[0] = 1  # its space was given back
 
 
 def test_store_data_with_prefix(handler):
@@ -152,5 +153,20 @@ def test_free_abandons_an_unstored_handle(handler):
     h = handler.alloc(1 << 20)
     before = handler.get_stats()["pool"]["free"]
     handler.free(h)
-    del h
     assert handler.get_stats()["pool"]["free"] >= before + (1 << 20)
+    with pytest.raises(ValueError):
+        h.buf[0] = 1
+
+
+def test_tcp_server_url(make_server, ns):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = make_server(extra=["--listen", f"tcp://127.0.0.1:{port}"])
+    config = maru.MaruConfig(server_url=f"tcp://127.0.0.1:{port}", namespace=ns)
+    with maru.MaruHandler(config) as h:
+        assert h.store(1, data=b"over tcp")
+        assert h.retrieve(1).view == b"over tcp"
+    with maru.Client(server.url) as c:  # the same namespace over unix://
+        with c.open(maru.key_to_path(1, ns)) as chunk:
+            assert chunk.memoryview() == b"over tcp"

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 import maru
-from conftest import needs_capi
 
 
 def test_tensor_outlives_release_unlink_and_reuse(make_server, ns):
@@ -56,7 +55,6 @@ def test_views_outlive_the_client(server, ns):
     del view, array
 
 
-@needs_capi
 def test_memoryinfo_view_holds_the_lease(handler):
     handler.store("k", data=b"value")
     info = handler.retrieve("k")
