@@ -349,7 +349,7 @@ int Suite::Run() {
 }  // namespace
 
 int RunSuite(int argc, char **argv) {
-  std::string trace = "../shared/traces/mooncake_conversation_trace.jsonl", out = "docs";
+  std::string trace = "bench/traces/mooncake_conversation_trace.jsonl", out = "docs";
   bool quick = false, tiny = false;
   Flags flags("maru-bench suite [--quick] [--out DIR] [--trace FILE]",
               "Starts a Maru node on a pool in /dev/shm (server, mount, agent) and a\n"
