@@ -18,6 +18,7 @@
 #include "meta/meta_engine.h"
 #include "meta/meta_service.h"
 #include "meta/metrics_server.h"
+#include "meta/tcp_credentials.h"
 #include "util/address.h"
 #include "util/flags.h"
 #include "util/log.h"
@@ -41,7 +42,8 @@ struct ServerFlags {
   int64_t grace_ms = -1;
   int64_t max_fragments = 64;
   double high_watermark = 0.95, low_watermark = 0.90;
-  bool sync = false, squash_tcp = false, no_fast_lane = false;
+  bool sync = false, squash_tcp = true, no_fast_lane = false;
+  TcpAuthConfig tcp;
 };
 
 int Fail(const std::string &message) {
@@ -81,7 +83,21 @@ int main(int argc, char **argv) {
                "permissions of the root directory when the database is new (octal)");
   flags.Bool("sync", &f.sync, "fsync every metadata write (survives power loss, slower)");
   flags.Bool("tcp-squash", &f.squash_tcp,
-             "treat every TCP caller as nobody instead of trusting the identity it asserts");
+             "accepted for compatibility: an unauthenticated TCP caller is always nobody");
+  flags.String("tls-cert", &f.tcp.tls_cert,
+               "PEM certificate of this server for TCP (mutual TLS, with --tls-key and "
+               "--tls-client-ca)");
+  flags.String("tls-key", &f.tcp.tls_key, "PEM private key of --tls-cert");
+  flags.String("tls-client-ca", &f.tcp.tls_client_ca,
+               "PEM CA that must have signed every TCP client's certificate");
+  flags.Strings("tls-identity", &f.tcp.tls_identities,
+                "CN=NAME=UID[:GID] or SAN=NAME=UID[:GID]: a client certificate acts as this "
+                "user (repeatable; unmapped certificates are nobody)");
+  flags.String("tls-identity-map", &f.tcp.tls_identity_map,
+               "file of --tls-identity lines ('#' comments)");
+  flags.String("token-file", &f.tcp.token_file,
+               "file of 'TOKEN UID[:GID]' lines (mode 0600 or 0400): a TCP caller sending "
+               "'authorization: Bearer TOKEN' acts as that user");
   flags.Bool("no-fast-lane", &f.no_fast_lane,
              "serve lookups, opens and releases over gRPC only (no SOCKET.fast)");
   flags.String("metrics-listen", &f.metrics_listen,
@@ -134,6 +150,13 @@ int main(int argc, char **argv) {
     addresses.push_back(*a);
   }
 
+  // Who TCP callers may prove to be: refuse to start on a bad token file
+  // rather than serve with fewer users than configured.
+  Result<IdentityPolicy> policy = LoadIdentityPolicy(f.tcp);
+  if (!policy.ok()) return Fail(policy.status().message());
+  Result<std::shared_ptr<grpc::ServerCredentials>> tcp_credentials = TcpServerCredentials(f.tcp);
+  if (!tcp_credentials.ok()) return Fail(tcp_credentials.status().message());
+
   // Signals are taken synchronously by the main thread.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
@@ -156,7 +179,7 @@ int main(int argc, char **argv) {
   if (!engine.ok()) return Fail(engine.status().message());
 
   PeerRegistry peers;
-  MetaService service(engine->get(), &peers, IdentityPolicy::WithTcpSquash(f.squash_tcp));
+  MetaService service(engine->get(), &peers, *policy);
   grpc::ServerBuilder builder;
   builder.RegisterService(&service);
   builder.SetMaxReceiveMessageSize(64 << 20);
@@ -172,13 +195,12 @@ int main(int argc, char **argv) {
       if (!fast_lane && !f.no_fast_lane) {
         fast_lane =
             std::make_unique<FastLaneServer>(addresses[i].path + fastlane::kSuffix, engine->get(),
-                                             IdentityPolicy::WithTcpSquash(f.squash_tcp));
+                                             IdentityPolicy{});  // Unix peers only
         s = fast_lane->Bind();
         if (!s.ok()) return Fail(s.message());
       }
     } else {
-      builder.AddListeningPort(addresses[i].GrpcTarget(), grpc::InsecureServerCredentials(),
-                               &ports[i]);
+      builder.AddListeningPort(addresses[i].GrpcTarget(), *tcp_credentials, &ports[i]);
     }
   }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
