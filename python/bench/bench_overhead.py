@@ -14,9 +14,10 @@ Starts its own maru-server (examples/tiny_llm/maru_node.py: a pool in
   whether they exist (count_prefix), one round trip per key against one
   per batch: ``maru.Client`` here, ``maru-bench batch`` for C.
 
-The two sides take turns (--repeat times) and each figure is a median, so
-that a machine shared with other work slows both alike; the ratios are what
-to read. Prints a Markdown table (the one in docs/benchmarks.md).
+The two sides take turns (--repeat times, each going first every other
+turn); a figure is the median over turns, a ratio the median of the turns'
+ratios, so that a machine shared with other work slows both alike; the
+ratios are what to read. Prints a Markdown table (the one in docs/benchmarks.md).
 """
 from __future__ import annotations
 
@@ -159,6 +160,22 @@ def median_of(runs: List[Dict], key: str, index: int = -1) -> float:
     return statistics.median(r[key] if index < 0 else r[key][index] for r in runs)
 
 
+def ratio_of(num: List[Dict], den: List[Dict], key: str) -> float:
+    """The median over turns of num/den, each turn's two sides measured back
+    to back: steadier than a ratio of medians when the load moves."""
+    return statistics.median(n[key] / d[key] for n, d in zip(num, den))
+
+
+def difference_of(num: List[Dict], den: List[Dict], key: str) -> float:
+    """The median over turns of num - den (see ratio_of)."""
+    return statistics.median(n[key] - d[key] for n, d in zip(num, den))
+
+
+def batch_gain(runs: List[Dict], key: str) -> float:
+    """The median over turns of one-by-one / batched, measured back to back."""
+    return statistics.median(r[key][0] / r[key][1] for r in runs)
+
+
 def table(py: List[Dict], c: List[Dict], pyb: List[Dict], cb: List[Dict], big: int) -> str:
     mib = big >> 20
     rows = [("open + release, 1 chunk", "open_release_us"),
@@ -169,7 +186,8 @@ def table(py: List[Dict], c: List[Dict], pyb: List[Dict], cb: List[Dict], big: i
            "|---|---:|---:|---:|---:|"]
     for name, key in rows:
         cv, pv = median_of(c, key), median_of(py, key)
-        out.append(f"| {name} | {cv:.1f} | {pv:.1f} | {pv / cv:.2f}× | {pv - cv:+.1f} |")
+        out.append(f"| {name} | {cv:.1f} | {pv:.1f} | {ratio_of(py, c, key):.2f}× "
+                   f"| {difference_of(py, c, key):+.1f} |")
     out += ["", f"| µs per key, {KEYS} keys of 4 KiB | C one by one | C batched | C ratio "
                 "| Python one by one | Python batched | Python ratio |",
             "|---|---:|---:|---:|---:|---:|---:|"]
@@ -177,17 +195,17 @@ def table(py: List[Dict], c: List[Dict], pyb: List[Dict], cb: List[Dict], big: i
                       ("exists (count_prefix)", "exists_us_per_key")]:
         c1, cn = median_of(cb, key, 0), median_of(cb, key, 1)
         p1, pn = median_of(pyb, key, 0), median_of(pyb, key, 1)
-        out.append(f"| {name} | {c1:.1f} | {cn:.2f} | {c1 / cn:.1f}× | {p1:.1f} | {pn:.2f} "
-                   f"| {p1 / pn:.1f}× |")
+        out.append(f"| {name} | {c1:.1f} | {cn:.2f} | {batch_gain(cb, key):.1f}× | {p1:.1f} "
+                   f"| {pn:.2f} | {batch_gain(pyb, key):.1f}× |")
     return "\n".join(out) + "\n"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=15, help="rounds per figure (median)")
+    ap.add_argument("--rounds", type=int, default=7, help="rounds per figure (median)")
     ap.add_argument("--calls", type=int, default=200, help="calls per round of the small calls")
     ap.add_argument("--big", type=int, default=32 << 20, help="bytes of the large chunk")
-    ap.add_argument("--repeat", type=int, default=2, help="turns of each side (medians of all)")
+    ap.add_argument("--repeat", type=int, default=5, help="turns of each side")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="maru-bench-overhead-") as work, \
             MaruNode(pool_size=1 << 30) as node, maru.Client(node.url, instance="bench") as client:
@@ -195,11 +213,15 @@ def main() -> None:
         for p in keys():
             client.put(p, b"\x02" * 4096)
         py, c, pyb, cb = [], [], [], []
-        for _ in range(args.repeat):
-            c.append(c_calls(exe, node.url, args.rounds, args.calls, args.big))
-            py.append(python_calls(client, args.rounds, args.calls, args.big))
-            cb.append(c_batch(node.url, args.rounds, 4096))
-            pyb.append(python_batch(client, args.rounds, 4096))
+        for turn in range(args.repeat):
+            # Each side goes first every other turn.
+            sides = [lambda: c.append(c_calls(exe, node.url, args.rounds, args.calls, args.big)),
+                     lambda: py.append(python_calls(client, args.rounds, args.calls, args.big)),
+                     lambda: cb.append(c_batch(node.url, args.rounds, 4096)),
+                     lambda: pyb.append(python_batch(client, args.rounds, 4096))]
+            order = [0, 1, 2, 3] if turn % 2 == 0 else [1, 0, 3, 2]
+            for i in order:
+                sides[i]()
     print(f"Made by `python/bench/bench_overhead.py` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
           f" (turns per side: {args.repeat}; medians of {args.rounds} rounds"
           f" of {args.calls} calls; large chunk: one call a round).\n")
