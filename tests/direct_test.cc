@@ -3,11 +3,14 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -429,6 +432,107 @@ TEST(ServerStart, RefusesAPoolWithoutValidSuperblock) {
   fclose(f);
   EXPECT_NE(server.RunToExit(&out), 0);
   EXPECT_NE(out.find("maructl mkpool"), std::string::npos) << out;
+}
+
+// --- Trust boundaries: attacks by other local uids (issue #12) ---
+
+std::string ProbeCommand(const std::string &address, const std::string &script) {
+  return maru_test::BinDir("tests/session_probe") + " " + address + " " + script;
+}
+
+// Runs tests/session_probe: raw requests, as an attacker sends them.
+int RunProbe(const std::string &address, const std::string &script) {
+  std::string output;
+  int rc = maru_test::Run(ProbeCommand(address, script), &output);
+  if (rc != 0) fprintf(stderr, "session_probe %s -> %d: %s\n", script.c_str(), rc, output.c_str());
+  return rc;
+}
+
+// A victim (uid 1001) with a write under way and a lease on a chunk whose
+// file is gone, both in a session whose id the attackers are told.
+class VictimSession {
+ public:
+  explicit VictimSession(const std::string &address) {
+    chmod(dir_.path().c_str(), 0777);  // the victim writes its ids here
+    const std::string cmd =
+        ProbeCommand(address, "uid 1001 + raw-victim /victim " + out() + " " + go());
+    pid_ = maru_test::Fork([&] {
+      execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char *>(nullptr));
+      return 127;
+    });
+    ids_.fill(0);
+    maru_test::WaitFor([&] {
+      std::ifstream in(out());
+      return static_cast<bool>(in >> ids_[0] >> ids_[1] >> ids_[2] >> ids_[3] >> ids_[4]);
+    });
+  }
+  ~VictimSession() {
+    if (pid_ > 0) Finish();
+  }
+  // Lets the victim finish: 0 when its session, lease and seal survived.
+  int Finish() {
+    std::ofstream(go()) << "go\n";
+    int rc = maru_test::Wait(pid_);
+    pid_ = -1;
+    return rc;
+  }
+  bool ready() const { return ids_[0] != 0; }
+  std::string session() const { return std::to_string(ids_[0]); }
+  std::string writing() const { return std::to_string(ids_[1]) + " " + std::to_string(ids_[2]); }
+  std::string writing_ino() const { return std::to_string(ids_[1]); }
+  std::string deleted() const { return std::to_string(ids_[3]) + " " + std::to_string(ids_[4]); }
+
+ private:
+  std::string out() const { return dir_.path() + "/ids"; }
+  std::string go() const { return dir_.path() + "/go"; }
+
+  maru_test::TempDir dir_;
+  pid_t pid_ = -1;
+  std::array<uint64_t, 5> ids_;
+};
+
+const std::string kEperm = std::to_string(EPERM);
+
+TEST_F(DirectTest, AnotherUidCannotAbortAVictimsWrite) {
+  VictimSession victim(server_.address());
+  ASSERT_TRUE(victim.ready());
+  for (const char *uid : {"65534", "1002"})
+    EXPECT_EQ(
+        RunProbe(server_.address(), std::string("uid ") + uid + " + raw-abort " + victim.session() +
+                                        " " + victim.writing() + " " + kEperm),
+        0);
+  EXPECT_EQ(victim.Finish(), 0);  // its seal succeeds
+}
+
+TEST_F(DirectTest, AnotherUidCannotCloseAReadersSession) {
+  VictimSession victim(server_.address());
+  ASSERT_TRUE(victim.ready());
+  EXPECT_EQ(RunProbe(server_.address(), "uid 65534 + raw-close " + victim.session() + " " + kEperm),
+            0);
+  // Space the reader still holds is not handed out while it holds it.
+  ASSERT_EQ(RunClient(server_.address(), "store /after-close 4096 + store /after-close2 4096"), 0);
+  EXPECT_EQ(victim.Finish(), 0);  // still alive, lease still held
+}
+
+TEST_F(DirectTest, AnotherUidCannotOpenByInodeNumber) {
+  VictimSession victim(server_.address());
+  ASSERT_TRUE(victim.ready());
+  EXPECT_EQ(RunProbe(server_.address(),
+                     "uid 65534 + raw-open-ino " + victim.writing_ino() + " " + kEperm),
+            0);
+  // Root may (the chunk is being written: EBUSY, not EPERM).
+  EXPECT_EQ(RunProbe(server_.address(),
+                     "raw-open-ino " + victim.writing_ino() + " " + std::to_string(EBUSY)),
+            0);
+  EXPECT_EQ(victim.Finish(), 0);
+}
+
+TEST_F(DirectTest, ANewSessionCannotClaimALeaseOnAnotherUidsDeletedChunk) {
+  VictimSession victim(server_.address());
+  ASSERT_TRUE(victim.ready());
+  EXPECT_EQ(RunProbe(server_.address(), "uid 65534 + raw-claim-held " + victim.deleted() + " 0"),
+            0);
+  EXPECT_EQ(victim.Finish(), 0);
 }
 
 }  // namespace

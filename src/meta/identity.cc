@@ -24,6 +24,7 @@ Caller FromAssertion(const rpc::Caller &asserted) {
   c.gid = asserted.gid();
   c.groups.assign(asserted.groups().begin(), asserted.groups().end());
   c.pid = asserted.pid();
+  c.via_trusted_daemon = true;
   return c;
 }
 

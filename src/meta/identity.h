@@ -48,9 +48,18 @@ struct Caller {
   uint32_t gid = 0;
   std::vector<uint32_t> groups;
   uint32_t pid = 0;
+  // Asserted by a peer allowed to assert (maru-fuse, a root daemon): that
+  // peer is root, and so are its sessions and its view of inode numbers.
+  bool via_trusted_daemon = false;
 
   bool is_root() const { return uid == 0; }
   bool InGroup(uint32_t g) const;
+  // Whether this caller may use what `owner` opened (a session, its leases
+  // and reservations): its owner, root, and a root daemon acting for anyone.
+  bool MayActFor(uint32_t owner) const { return owner == uid || is_root() || via_trusted_daemon; }
+  // Inode numbers skip the directory search checks of a path: only root
+  // and the mount daemon (which the kernel checked) may address by them.
+  bool MayAddressInodes() const { return is_root() || via_trusted_daemon; }
 };
 
 struct PeerCredentials {

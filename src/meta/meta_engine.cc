@@ -101,9 +101,11 @@ uint64_t MetaEngine::NextGen(Txn &txn) {
 
 // --- Helpers ------------------------------------------------------------------
 
-Session *MetaEngine::LiveSession(uint64_t id) {
+Result<Session *> MetaEngine::LiveSession(const Caller &c, uint64_t id) {
   Session *s = sessions_.Find(id);
-  if (!s || s->orphaned) return nullptr;
+  if (!s || s->orphaned) return Status::Error(ENOTCONN);
+  // Checked before it counts as seen: another uid must not keep it alive.
+  if (!c.MayActFor(s->uid)) return Status::Error(EPERM, "another uid's session");
   s->last_seen_ns = MonotonicNs();
   return s;
 }
@@ -138,7 +140,6 @@ void MetaEngine::FillAttr(const Inode &inode, rpc::Attr *a) const {
   a->set_checksum_type(v->checksum_type);
   a->set_checksum(v->checksum);
   a->set_leases(inode.current ? space_.refs(inode.current->gen) : 0);
-  if (inode.pending) a->set_writer_session(inode.pending->writer_session);
 }
 
 void MetaEngine::FillDevice(const SpaceManager::Device &d, rpc::Device *dev) const {
@@ -303,11 +304,13 @@ void MetaEngine::OpenSession(const Caller &c, const rpc::OpenSessionRequest &req
   // taken back, and only by its uid. A live one is someone's: taking it
   // would revoke leases its client still trusts. (A client whose resume
   // reply was lost gets a new session; the old one times out.)
-  if (s && (s->uid != c.uid || !s->orphaned)) s = nullptr, id = 0;
-  if (!s && id && sessions_.Find(id)) id = 0;
+  // Any other id is the server's to choose: a client that could pick one
+  // could take an id another uid will be told to resume.
+  if (s && (s->uid != c.uid || !s->orphaned)) s = nullptr;
   Txn txn(this);
   if (!s) {
-    if (!id) id = RandomSessionId();
+    do id = RandomSessionId();
+    while (sessions_.Find(id));
     s = sessions_.Create(id);
     s->since_ns = RealtimeNs();
   } else {
@@ -334,12 +337,7 @@ void MetaEngine::OpenSession(const Caller &c, const rpc::OpenSessionRequest &req
 void MetaEngine::RenewHeldLeases(const Caller &c, const rpc::OpenSessionRequest &req, Session *s,
                                  rpc::OpenSessionReply *rep) {
   for (const rpc::HeldLease &held : req.held()) {
-    // A version still current, or retired but kept (readers may hold it;
-    // its file may be gone), can be leased again by a reader allowed to.
-    const Inode *inode = tree_.Find(held.ino());
-    bool live = (inode && inode->current && inode->current->gen == held.gen()) ||
-                space_.retired().count(held.gen());
-    if (!live || (inode && !MayAccess(*inode, c, kMayRead))) continue;
+    if (!MayRenew(c, held, rep->resumed())) continue;
     uint64_t lease = leases_.Grant(s->id, held.ino(), held.gen());
     s->leases.insert(lease);
     space_.Ref(held.gen());
@@ -347,11 +345,12 @@ void MetaEngine::RenewHeldLeases(const Caller &c, const rpc::OpenSessionRequest 
   }
 }
 
-void MetaEngine::Heartbeat(const Caller &, const rpc::HeartbeatRequest &req,
+void MetaEngine::Heartbeat(const Caller &c, const rpc::HeartbeatRequest &req,
                            rpc::HeartbeatReply *rep) {
   std::lock_guard<std::mutex> lock(mu_);
-  Session *s = LiveSession(req.header().session());
-  if (!s) return rep->set_error(ENOTCONN);
+  Result<Session *> found = LiveSession(c, req.header().session());
+  if (!found.ok()) return rep->set_error(found.status().errnum());
+  Session *s = *found;
   if (req.header().release_size()) {
     Txn txn(this);
     ReleaseLeases(txn, s, req.header().release());
@@ -360,10 +359,11 @@ void MetaEngine::Heartbeat(const Caller &, const rpc::HeartbeatRequest &req,
   rep->set_leases(static_cast<uint32_t>(s->leases.size()));
 }
 
-void MetaEngine::CloseSession(const Caller &, const rpc::HeartbeatRequest &req,
+void MetaEngine::CloseSession(const Caller &c, const rpc::HeartbeatRequest &req,
                               rpc::ErrorReply *rep) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!LiveSession(req.header().session())) return rep->set_error(ENOTCONN);
+  Result<Session *> found = LiveSession(c, req.header().session());
+  if (!found.ok()) return rep->set_error(found.status().errnum());
   Txn txn(this);
   ExpireSession(txn, req.header().session());
   rep->set_error(txn.Commit().errnum());
@@ -372,13 +372,16 @@ void MetaEngine::CloseSession(const Caller &, const rpc::HeartbeatRequest &req,
 // --- Namespace ----------------------------------------------------------------
 
 void MetaEngine::GetAttr(const Caller &c, const rpc::RefRequest &req, rpc::AttrReply *rep) {
-  RunOp(req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
+  RunOp(c, req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
     Result<Inode *> found = tree_.Resolve(req.ref(), c);
     if (!found.ok()) return found.status();
     const Inode &inode = **found;
     if (req.access() && !MayAccess(inode, c, static_cast<int>(req.access() & 7)))
       return Status::Error(EACCES);
     FillAttr(inode, rep->mutable_attr());
+    // A session id is shown only to its owner and root: it names the session.
+    if (inode.pending && c.MayActFor(inode.pending->writer_uid))
+      rep->mutable_attr()->set_writer_session(inode.pending->writer_session);
     if (req.with_extents()) {
       if (inode.current) ToWireExtents(inode.current->extents, rep->mutable_extents());
       if (const Inode *parent = inode.parent_chunk ? tree_.Find(inode.parent_chunk) : nullptr)
@@ -389,7 +392,7 @@ void MetaEngine::GetAttr(const Caller &c, const rpc::RefRequest &req, rpc::AttrR
 }
 
 void MetaEngine::Mkdir(const Caller &c, const rpc::MkdirRequest &req, rpc::AttrReply *rep) {
-  RunOp(req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
+  RunOp(c, req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
     Result<NamespaceTree::ParentAndName> pn =
         tree_.ResolveParent(req.ref(), c, req.parents() ? DirMaker(txn, c) : nullptr);
     if (!pn.ok()) {
@@ -430,15 +433,15 @@ Status MetaEngine::RemoveEntry(Txn &txn, const Caller &c, const rpc::Ref &ref, b
 }
 
 void MetaEngine::Rmdir(const Caller &c, const rpc::RefRequest &req, rpc::ErrorReply *rep) {
-  RunOp(req, rep, [&](Txn &txn, Session *) { return RemoveEntry(txn, c, req.ref(), true); });
+  RunOp(c, req, rep, [&](Txn &txn, Session *) { return RemoveEntry(txn, c, req.ref(), true); });
 }
 
 void MetaEngine::Unlink(const Caller &c, const rpc::RefRequest &req, rpc::ErrorReply *rep) {
-  RunOp(req, rep, [&](Txn &txn, Session *) { return RemoveEntry(txn, c, req.ref(), false); });
+  RunOp(c, req, rep, [&](Txn &txn, Session *) { return RemoveEntry(txn, c, req.ref(), false); });
 }
 
 void MetaEngine::Rename(const Caller &c, const rpc::RenameRequest &req, rpc::ErrorReply *rep) {
-  RunOp(req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
+  RunOp(c, req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
     Result<NamespaceTree::ParentAndName> from = tree_.ResolveParent(req.from(), c);
     if (!from.ok()) return from.status().errnum() == EEXIST ? Status::Error(EBUSY) : from.status();
     Result<NamespaceTree::ParentAndName> to = tree_.ResolveParent(req.to(), c);
@@ -485,7 +488,7 @@ void MetaEngine::Rename(const Caller &c, const rpc::RenameRequest &req, rpc::Err
 }
 
 void MetaEngine::Readdir(const Caller &c, const rpc::ReaddirRequest &req, rpc::ReaddirReply *rep) {
-  RunOp(req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
+  RunOp(c, req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
     Result<Inode *> dir = tree_.Resolve(req.ref(), c);
     if (!dir.ok()) return dir.status();
     if (!(*dir)->is_dir()) return Status::Error(ENOTDIR);
@@ -537,7 +540,7 @@ Result<uint64_t> MetaEngine::NewParentChunk(const Caller &c, const rpc::SetAttrR
 }
 
 void MetaEngine::SetAttr(const Caller &c, const rpc::SetAttrRequest &req, rpc::AttrReply *rep) {
-  RunOp(req, rep, [&](Txn &txn, Session *) -> Status {
+  RunOp(c, req, rep, [&](Txn &txn, Session *) -> Status {
     Result<Inode *> found = tree_.Resolve(req.ref(), c);
     if (!found.ok()) return found.status();
     Inode *inode = *found;
@@ -562,8 +565,8 @@ void MetaEngine::SetAttr(const Caller &c, const rpc::SetAttrRequest &req, rpc::A
   });
 }
 
-void MetaEngine::Statfs(const Caller &, const rpc::StatfsRequest &req, rpc::StatfsReply *rep) {
-  RunOp(req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
+void MetaEngine::Statfs(const Caller &c, const rpc::StatfsRequest &req, rpc::StatfsReply *rep) {
+  RunOp(c, req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
     rep->set_total(space_.capacity());
     rep->set_free(space_.free_bytes());
     rep->set_files(tree_.size());
@@ -588,6 +591,7 @@ Result<NamespaceTree::ParentAndName> MetaEngine::CreateTarget(Txn &txn, const Ca
     if (!MayAccess(*pn->dir, c, kMayWrite | kMayExec)) return Status::Error(EACCES);
     return pn;
   }
+  MARU_RETURN_IF_ERROR(MayAddressByIno(req.ref(), c));
   Inode *inode = tree_.Find(req.ref().ino());
   if (!inode) return Status::Error(ESTALE);
   if (!req.truncate()) return Status::Error(EEXIST);
@@ -649,7 +653,7 @@ void MetaEngine::Reserve(Txn &txn, Session *session, const rpc::CreateRequest &r
 }
 
 void MetaEngine::Create(const Caller &c, const rpc::CreateRequest &req, rpc::ChunkReply *rep) {
-  RunOp(req, rep, CreateOp(c, req, rep));
+  RunOp(c, req, rep, CreateOp(c, req, rep));
 }
 
 MetaEngine::TxnOp MetaEngine::CreateOp(const Caller &c, const rpc::CreateRequest &req,
@@ -692,8 +696,8 @@ MetaEngine::TxnOp MetaEngine::CreateOp(const Caller &c, const rpc::CreateRequest
   };
 }
 
-void MetaEngine::Extend(const Caller &, const rpc::ExtendRequest &req, rpc::ChunkReply *rep) {
-  RunOp(req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
+void MetaEngine::Extend(const Caller &c, const rpc::ExtendRequest &req, rpc::ChunkReply *rep) {
+  RunOp(c, req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
     Inode *inode = tree_.Find(req.ino());
     if (!inode || !inode->pending || inode->pending->gen != req.gen())
       return Status::Error(session->orphan_gens.count(req.gen()) ? ENOENT : ESTALE);
@@ -717,8 +721,8 @@ void MetaEngine::Extend(const Caller &, const rpc::ExtendRequest &req, rpc::Chun
   });
 }
 
-void MetaEngine::Seal(const Caller &, const rpc::SealRequest &req, rpc::ChunkReply *rep) {
-  RunOp(req, rep, SealOp(req, rep));
+void MetaEngine::Seal(const Caller &c, const rpc::SealRequest &req, rpc::ChunkReply *rep) {
+  RunOp(c, req, rep, SealOp(req, rep));
 }
 
 MetaEngine::TxnOp MetaEngine::SealOp(const rpc::SealRequest &req, rpc::ChunkReply *rep) {
@@ -767,8 +771,8 @@ MetaEngine::TxnOp MetaEngine::SealOp(const rpc::SealRequest &req, rpc::ChunkRepl
   };
 }
 
-void MetaEngine::Abort(const Caller &, const rpc::HandleRequest &req, rpc::ErrorReply *rep) {
-  RunOp(req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
+void MetaEngine::Abort(const Caller &c, const rpc::HandleRequest &req, rpc::ErrorReply *rep) {
+  RunOp(c, req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
     if (session->orphan_gens.erase(req.gen())) {
       UnrefGen(txn, req.gen());
       return Status::Ok();
@@ -799,7 +803,7 @@ Status MetaEngine::OpenForRead(const Caller &c, Session *s, Inode *inode, rpc::C
 }
 
 void MetaEngine::Open(const Caller &c, const rpc::RefRequest &req, rpc::ChunkReply *rep) {
-  RunOp(req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
+  RunOp(c, req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
     ++lookups_;
     Result<Inode *> inode = tree_.Resolve(req.ref(), c);
     if (!inode.ok()) return inode.status();
@@ -819,8 +823,8 @@ void MetaEngine::ReleaseLeases(Txn &txn, Session *session,
   }
 }
 
-void MetaEngine::Release(const Caller &, const rpc::ReleaseRequest &req, rpc::ErrorReply *rep) {
-  RunOp(req, rep, [&](Txn &txn, Session *session) -> Status {
+void MetaEngine::Release(const Caller &c, const rpc::ReleaseRequest &req, rpc::ErrorReply *rep) {
+  RunOp(c, req, rep, [&](Txn &txn, Session *session) -> Status {
     ReleaseLeases(txn, session, req.leases());
     return Status::Ok();
   });
@@ -828,7 +832,7 @@ void MetaEngine::Release(const Caller &, const rpc::ReleaseRequest &req, rpc::Er
 
 void MetaEngine::LookupPrefix(const Caller &c, const rpc::LookupPrefixRequest &req,
                               rpc::LookupPrefixReply *rep) {
-  RunOp(req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
+  RunOp(c, req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
     lookups_ += req.paths_size();
     for (const std::string &path : req.paths()) {
       rpc::Ref ref;
@@ -849,7 +853,7 @@ void MetaEngine::LookupPrefix(const Caller &c, const rpc::LookupPrefixRequest &r
 // --- Lifecycle and administration ---------------------------------------------
 
 void MetaEngine::Pin(const Caller &c, const rpc::PinRequest &req, rpc::AttrReply *rep) {
-  RunOp(req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
+  RunOp(c, req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
     Result<Inode *> found = tree_.Resolve(req.ref(), c);
     if (!found.ok()) return found.status();
     Inode *inode = *found;
@@ -871,7 +875,7 @@ void MetaEngine::Pin(const Caller &c, const rpc::PinRequest &req, rpc::AttrReply
 
 void MetaEngine::RegisterAgent(const Caller &c, const rpc::RegisterAgentRequest &req,
                                rpc::ErrorReply *rep) {
-  RunOp(req, rep, [&](Txn &, Session *session) -> Status {
+  RunOp(c, req, rep, [&](Txn &, Session *session) -> Status {
     if (!c.is_root()) return Status::Error(EPERM, "agents run as root");
     if (req.address().empty()) return Status::Error(EINVAL, "an agent needs an address");
     for (const std::string &uuid : req.device_uuids()) {
@@ -887,7 +891,7 @@ void MetaEngine::RegisterAgent(const Caller &c, const rpc::RegisterAgentRequest 
 
 void MetaEngine::CheckExtents(const Caller &c, const rpc::CheckExtentsRequest &req,
                               rpc::ErrorReply *rep) {
-  RunOp(req, rep, [&](Txn &, Session *) -> Status {
+  RunOp(c, req, rep, [&](Txn &, Session *) -> Status {
     if (!c.is_root()) return Status::Error(EPERM, "only agents check extents");
     Session *client = sessions_.Find(req.client_session());
     if (!client || client->orphaned) return Status::Error(ESTALE, "no such session");
@@ -983,7 +987,7 @@ void MetaEngine::FillSessionsByInstance(rpc::StatsReply *rep) const {
 void MetaEngine::CreateBatch(const Caller &c, const rpc::CreateBatchRequest &req,
                              rpc::ChunkBatchReply *rep) {
   if (req.creates_size() > kBatchMax) return rep->set_error(E2BIG);
-  RunOp(req, rep, [&](Txn &txn, Session *session) -> Status {
+  RunOp(c, req, rep, [&](Txn &txn, Session *session) -> Status {
     std::unordered_set<std::string_view> seen;
     for (const rpc::CreateRequest &one : req.creates()) {
       rpc::ChunkReply *out = rep->add_chunks();
@@ -996,10 +1000,10 @@ void MetaEngine::CreateBatch(const Caller &c, const rpc::CreateBatchRequest &req
   });
 }
 
-void MetaEngine::SealBatch(const Caller &, const rpc::SealBatchRequest &req,
+void MetaEngine::SealBatch(const Caller &c, const rpc::SealBatchRequest &req,
                            rpc::ChunkBatchReply *rep) {
   if (req.seals_size() > kBatchMax) return rep->set_error(E2BIG);
-  RunOp(req, rep, [&](Txn &txn, Session *session) -> Status {
+  RunOp(c, req, rep, [&](Txn &txn, Session *session) -> Status {
     for (const rpc::SealRequest &one : req.seals()) {
       rpc::ChunkReply *out = rep->add_chunks();
       Status s = SealOp(one, out)(txn, session);
@@ -1013,7 +1017,7 @@ void MetaEngine::SealBatch(const Caller &, const rpc::SealBatchRequest &req,
 void MetaEngine::CountPrefix(const Caller &c, const rpc::LookupPrefixRequest &req,
                              rpc::CountPrefixReply *rep) {
   if (req.paths_size() > kBatchMax) return rep->set_error(E2BIG);
-  RunOp(req, rep, [&](Txn &, Session *) -> Status {
+  RunOp(c, req, rep, [&](Txn &, Session *) -> Status {
     for (const std::string &path : req.paths()) {
       rpc::Ref ref;
       ref.set_path(path);
@@ -1035,8 +1039,8 @@ void MetaEngine::CountPrefix(const Caller &c, const rpc::LookupPrefixRequest &re
   });
 }
 
-void MetaEngine::Alloc(const Caller &, const rpc::AllocRequest &req, rpc::ChunkReply *rep) {
-  RunOp(req, rep, [&](Txn &txn, Session *session) -> Status {
+void MetaEngine::Alloc(const Caller &c, const rpc::AllocRequest &req, rpc::ChunkReply *rep) {
+  RunOp(c, req, rep, [&](Txn &txn, Session *session) -> Status {
     if (req.size() == 0) return Status::Error(EINVAL, "an allocation needs a size");
     Result<ExtentList> got = AllocateWithEviction(txn, req.size(), 0);
     if (!got.ok()) return got.status();
@@ -1065,7 +1069,7 @@ void MetaEngine::Alloc(const Caller &, const rpc::AllocRequest &req, rpc::ChunkR
 }
 
 void MetaEngine::Publish(const Caller &c, const rpc::PublishRequest &req, rpc::ChunkReply *rep) {
-  RunOp(req, rep, [&](Txn &txn, Session *session) -> Status {
+  RunOp(c, req, rep, [&](Txn &txn, Session *session) -> Status {
     auto held = space_.retired().find(req.gen());
     if (!session->orphan_gens.count(req.gen()) || held == space_.retired().end())
       return Status::Error(ESTALE, "no such allocation of this session");
@@ -1129,7 +1133,7 @@ void MetaEngine::PinBatch(const Caller &c, const rpc::PinBatchRequest &req, rpc:
 
 void MetaEngine::UnlinkBatch(const Caller &c, const rpc::PathsRequest &req, rpc::ErrorsReply *rep) {
   if (req.paths_size() > kBatchMax) return rep->set_error(E2BIG);
-  RunOp(req, rep, [&](Txn &txn, Session *) -> Status {
+  RunOp(c, req, rep, [&](Txn &txn, Session *) -> Status {
     const std::vector<bool> repeated = RepeatedPaths(req.paths());
     for (int i = 0; i < req.paths_size(); ++i) {
       rpc::Ref ref;

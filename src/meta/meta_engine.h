@@ -131,11 +131,11 @@ class MetaEngine {
 
   // --- Start (recovery.cc) ---
   Status Load();
-  void RestoreInodes(MetaDb::Contents &contents, MetaDb::Batch *batch);
+  Status RestoreInodes(MetaDb::Contents &contents, MetaDb::Batch *batch);
   void AdoptRecords(const MetaDb::Contents &contents, MetaDb::Batch *batch, int64_t now);
   void MoveOrphansToLostFound(MetaDb::Batch *batch, int64_t now);
-  void RestoreChunk(Inode &inode);
-  void RestoreRetired(const MetaDb::Contents &contents);
+  Status RestoreChunk(Inode &inode);
+  Status RestoreRetired(const MetaDb::Contents &contents);
   Session *OrphanedSession(uint64_t id, uint32_t uid);
 
   // --- Administration (admin_ops.cc) ---
@@ -149,10 +149,13 @@ class MetaEngine {
 
   // --- Operations and their helpers (meta_engine.cc) ---
   template <typename Req, typename Rep, typename Op>
-  void RunOp(const Req &req, Rep *rep, Op &&op);
-  Session *LiveSession(uint64_t id);
+  void RunOp(const Caller &c, const Req &req, Rep *rep, Op &&op);
+  // The live session `id` if the caller may use it: ENOTCONN when there is
+  // none, EPERM when it is another uid's (a session id is no password).
+  Result<Session *> LiveSession(const Caller &c, uint64_t id);
   void RenewHeldLeases(const Caller &c, const rpc::OpenSessionRequest &req, Session *s,
                        rpc::OpenSessionReply *rep);
+  bool MayRenew(const Caller &c, const rpc::HeldLease &held, bool resumed);
   uint64_t NextIno(Txn &txn);
   uint64_t NextGen(Txn &txn);
   void FillAttr(const Inode &inode, rpc::Attr *attr) const;
