@@ -1,26 +1,31 @@
 #include "meta/pool_scrub.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
+#include "alloc/pool_device.h"
+
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 namespace maru {
 namespace {
 
-// Clears the range through a mapping of it, populated at once (one fault
-// per page would cost more than the clearing). Extents are unit-aligned,
-// so the range is page-aligned.
-Status ClearMapped(int fd, uint64_t offset, uint64_t length) {
-  void *p = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd,
-                 static_cast<off_t>(offset));
-  if (p == MAP_FAILED) return Status::Error(errno, "mapping an extent to zero it");
-  memset(p, 0, length);
-  munmap(p, length);
-  return Status::Ok();
+// Each pool device mapped once, for as long as the server runs (as every
+// client maps it): mapping an extent per call would fault its pages in
+// again each time.
+Result<PoolDevice *> DeviceMapping(const std::string &path) {
+  static std::mutex mu;
+  static std::map<std::string, std::unique_ptr<PoolDevice>> devices;
+  std::lock_guard<std::mutex> lock(mu);
+  std::unique_ptr<PoolDevice> &d = devices[path];
+  if (!d) {
+    Result<std::unique_ptr<PoolDevice>> opened = PoolDevice::Open(path, {});
+    if (!opened.ok()) return opened.status();
+    d = std::move(*opened);
+  }
+  return d.get();
 }
 
 }  // namespace
@@ -36,11 +41,12 @@ bool MayMapPool(const std::string &path, const Caller &c) {
 }
 
 Status ZeroRange(const std::string &path, uint64_t offset, uint64_t length) {
-  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
-  if (fd < 0) return Status::Error(errno, "opening the pool to zero an extent");
-  Status s = ClearMapped(fd, offset, length);
-  close(fd);
-  return s;
+  Result<PoolDevice *> d = DeviceMapping(path);
+  if (!d.ok()) return d.status();
+  if (offset > (*d)->mapped_bytes() || length > (*d)->mapped_bytes() - offset)
+    return Status::Error(EINVAL, "an extent past the end of its device");
+  memset((*d)->base() + offset, 0, length);
+  return Status::Ok();
 }
 
 Status ScrubForWriter(const SpaceManager &space, const Caller &c, const ExtentList &extents) {

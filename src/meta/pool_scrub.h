@@ -6,10 +6,11 @@
 // who can map the pool could read every byte anyway (docs/security.md), so
 // its extents are handed over as they are: zeroing costs a pass over them.
 //
-// How: the range is mapped and cleared, on a file (tmpfs) as on a device
-// (devdax). Punching a hole and allocating again gives zero pages too, but
-// measured three times slower for the store: every writer's mapping then
-// faults each page in again (docs/benchmarks.md).
+// How: the server maps each device once, whole, and clears the range, on a
+// file (tmpfs) as on a device (devdax). Punching a hole and allocating again
+// gives zero pages too, but measured three times slower for the store:
+// every writer's mapping then faults each page in again
+// (docs/benchmarks.md).
 #pragma once
 
 #include <string>
