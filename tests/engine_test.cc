@@ -1060,4 +1060,39 @@ TEST_F(OwnershipTest, OverlappingExtentsAtLoadStopTheServer) {
 }
 
 }  // namespace
+
+// client_limits.h: a session other than root's may hold only so much.
+TEST_F(EngineTest, PerSessionCapsRefuseWithEmfileButSpareRoot) {
+  EngineOptions options;
+  options.limits.reservations_per_session = 2;
+  options.limits.pins_per_session = 2;
+  Reopen(options);
+  const uint64_t alice = NewSession(alice_);
+  ASSERT_EQ(Create("/a/0", 4096, alice_, alice).error(), 0);
+  rpc::ChunkReply second = Create("/a/1", 4096, alice_, alice);
+  ASSERT_EQ(second.error(), 0);
+  EXPECT_EQ(Create("/a/2", 4096, alice_, alice).error(), EMFILE);
+  ASSERT_EQ(Seal(second, alice_, alice).error(), 0);  // one reservation fewer
+  rpc::ChunkReply third = Create("/a/2", 4096, alice_, alice);
+  ASSERT_EQ(third.error(), 0);
+  ASSERT_EQ(Seal(third, alice_, alice).error(), 0);
+  auto pin = [&](const std::string &path, bool on) {
+    auto req = With<rpc::PinRequest>(alice);
+    req.mutable_ref()->set_path(path);
+    req.set_pin(on);
+    rpc::AttrReply rep;
+    engine_->Pin(alice_, req, &rep);
+    return rep.error();
+  };
+  EXPECT_EQ(pin("/a/1", true), 0);
+  EXPECT_EQ(pin("/a/2", true), 0);
+  EXPECT_EQ(pin("/a/1", true), 0);  // already pinned: nothing more held
+  EXPECT_EQ(pin("/a/0", true), EMFILE);
+  EXPECT_EQ(pin("/a/1", false), 0);
+  EXPECT_EQ(pin("/a/0", true), 0);
+  // Root's sessions (maru-fuse holds one per mount) are not capped.
+  for (int i = 0; i < 4; ++i)
+    EXPECT_EQ(Create("/r/" + std::to_string(i), 4096, root_, session_).error(), 0);
+}
+
 }  // namespace maru

@@ -73,21 +73,21 @@ TEST(Identity, OnlyAnAssertionByATrustedPeerActsForOthers) {
   // The engine lets such a caller use the daemon's (root's) session and
   // address inodes; anyone else only what its own uid opened.
   Peer fuse = Peer::Unix(Creds(0, 0, {}, 77));
-  Caller via = ResolveCaller(fuse, Asserting(1000, 100, {}, 9000), kTrustTcp);
+  Caller via = ResolveCaller(fuse, Asserting(1000, 100, {}, 9000), kNone);
   EXPECT_TRUE(via.via_trusted_daemon);
   EXPECT_TRUE(via.MayActFor(0));
   EXPECT_TRUE(via.MayAddressInodes());
   Peer user = Peer::Unix(Creds(1000, 100, {}, 4242));
-  Caller self = ResolveCaller(user, Asserting(1000, 100, {}, 1), kTrustTcp);
+  Caller self = ResolveCaller(user, Asserting(1000, 100, {}, 1), kNone);
   EXPECT_FALSE(self.via_trusted_daemon);
   EXPECT_TRUE(self.MayActFor(1000));
   EXPECT_FALSE(self.MayActFor(1001));
   EXPECT_FALSE(self.MayActFor(0));
   EXPECT_FALSE(self.MayAddressInodes());
-  Caller squashed = ResolveCaller(Peer::Tcp(), Asserting(0, 0, {}, 1), kSquashTcp);
+  Caller squashed = ResolveCaller(Peer::Tcp(), Asserting(0, 0, {}, 1), kNone);
   EXPECT_FALSE(squashed.via_trusted_daemon);
   EXPECT_FALSE(squashed.MayAddressInodes());
-  EXPECT_FALSE(ResolveCaller(fuse, rpc::Header(), kTrustTcp).via_trusted_daemon);
+  EXPECT_FALSE(ResolveCaller(fuse, rpc::Header(), kNone).via_trusted_daemon);
 }
 
 TEST(Identity, UnixRootPeerAssertingNothingIsItself) {

@@ -9,6 +9,7 @@
 #include "alloc/pool_device.h"
 #include "meta/engine_op.h"
 #include "meta/pool_identity.h"
+#include "meta/pool_scrub.h"
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/path.h"
@@ -296,6 +297,7 @@ Result<ExtentList> MetaEngine::AllocateWithEviction(Txn &txn, uint64_t bytes, ui
 
 void MetaEngine::OpenSession(const Caller &c, const rpc::OpenSessionRequest &req,
                              rpc::OpenSessionReply *rep) {
+  if (int err = CheckSessionStrings(options_.limits, req)) return rep->set_error(err);
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t id = req.resume();
   if (int err = CheckInstanceName(req.instance())) return rep->set_error(err);
@@ -338,6 +340,7 @@ void MetaEngine::RenewHeldLeases(const Caller &c, const rpc::OpenSessionRequest 
                                  rpc::OpenSessionReply *rep) {
   for (const rpc::HeldLease &held : req.held()) {
     if (!MayRenew(c, held, rep->resumed())) continue;
+    if (CheckLease(options_.limits, *s)) break;
     uint64_t lease = leases_.Grant(s->id, held.ino(), held.gen());
     s->leases.insert(lease);
     space_.Ref(held.gen());
@@ -673,6 +676,8 @@ MetaEngine::TxnOp MetaEngine::CreateOp(const Caller &c, const rpc::CreateRequest
     }
     Result<uint64_t> parent_chunk = ParentChunk(c, req.parent_chunk());
     if (!parent_chunk.ok()) return parent_chunk.status();
+    if (int err = CheckReservation(options_.limits, *session))
+      return Status::Error(err, "too many reservations in this session");
     ExtentList extents;
     if (req.size() > 0) {
       // The file being rewritten must not be evicted to make room for itself.
@@ -681,6 +686,10 @@ MetaEngine::TxnOp MetaEngine::CreateOp(const Caller &c, const rpc::CreateRequest
       if (req.contiguous() && got->size() > 1) {
         space_.FreeNow(*got);
         return Status::Error(ENOSPC, "no free run holds it in one extent");
+      }
+      if (Status s = ScrubForWriter(space_, c, *got); !s.ok()) {
+        space_.FreeNow(*got);
+        return s;
       }
       extents = std::move(*got);
     }
@@ -711,6 +720,10 @@ void MetaEngine::Extend(const Caller &c, const rpc::ExtendRequest &req, rpc::Chu
         space_.FreeNow(*more);
         return Status::Error(ENOSPC, "pool too fragmented");
       }
+      if (Status s = ScrubForWriter(space_, c, *more); !s.ok()) {
+        space_.FreeNow(*more);
+        return s;
+      }
       reserved_bytes_ += TotalLength(*more);
       v.extents.insert(v.extents.end(), more->begin(), more->end());
     }
@@ -736,6 +749,9 @@ MetaEngine::TxnOp MetaEngine::SealOp(const rpc::SealRequest &req, rpc::ChunkRepl
       return Status::Error(ESTALE);
     }
     if (inode->pending->writer_session != session->id) return Status::Error(EPERM);
+    if (req.keep_lease())
+      if (int err = CheckLease(options_.limits, *session))
+        return Status::Error(err, "too many leases in this session");
     Version v = std::move(*inode->pending);
     if (req.size() > TotalLength(v.extents)) {
       inode->pending = std::move(v);
@@ -790,6 +806,8 @@ Status MetaEngine::OpenForRead(const Caller &c, Session *s, Inode *inode, rpc::C
   if (!inode->is_file()) return Status::Error(EINVAL);
   if (!inode->current) return Status::Error(EBUSY, "being written");
   if (!MayAccess(*inode, c, kMayRead)) return Status::Error(EACCES);
+  if (int err = CheckLease(options_.limits, *s))
+    return Status::Error(err, "too many leases in this session");
   const uint64_t gen = inode->current->gen;
   uint64_t lease = leases_.Grant(s->id, inode->ino, gen);
   s->leases.insert(lease);
@@ -832,6 +850,8 @@ void MetaEngine::Release(const Caller &c, const rpc::ReleaseRequest &req, rpc::E
 
 void MetaEngine::LookupPrefix(const Caller &c, const rpc::LookupPrefixRequest &req,
                               rpc::LookupPrefixReply *rep) {
+  if (int err = CheckKeys(options_.limits, static_cast<size_t>(req.paths_size())))
+    return rep->set_error(err);  // before any work: each path would take a lease
   RunOp(c, req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
     lookups_ += req.paths_size();
     for (const std::string &path : req.paths()) {
@@ -859,7 +879,16 @@ void MetaEngine::Pin(const Caller &c, const rpc::PinRequest &req, rpc::AttrReply
     Inode *inode = *found;
     if (!inode->is_file()) return Status::Error(EISDIR);
     if (!IsOwnerOrRoot(*inode, c) && !MayAccess(*inode, c, kMayWrite)) return Status::Error(EACCES);
-    if (inode->pinned != req.pin()) pins_ += req.pin() ? 1 : -1;
+    if (!inode->pinned && req.pin())
+      if (int err = CheckPin(options_.limits, *session))
+        return Status::Error(err, "too many pins from this session");
+    if (inode->pinned != req.pin()) {
+      pins_ += req.pin() ? 1 : -1;
+      if (req.pin())
+        ++session->pins;
+      else if (session->pins > 0)
+        --session->pins;
+    }
     inode->pinned = req.pin();
     inode->pin_expiry_ns =
         req.pin() && req.ttl_ms()
@@ -986,7 +1015,8 @@ void MetaEngine::FillSessionsByInstance(rpc::StatsReply *rep) const {
 
 void MetaEngine::CreateBatch(const Caller &c, const rpc::CreateBatchRequest &req,
                              rpc::ChunkBatchReply *rep) {
-  if (req.creates_size() > kBatchMax) return rep->set_error(E2BIG);
+  if (int err = CheckKeys(options_.limits, static_cast<size_t>(req.creates_size())))
+    return rep->set_error(err);
   RunOp(c, req, rep, [&](Txn &txn, Session *session) -> Status {
     std::unordered_set<std::string_view> seen;
     for (const rpc::CreateRequest &one : req.creates()) {
@@ -1002,7 +1032,8 @@ void MetaEngine::CreateBatch(const Caller &c, const rpc::CreateBatchRequest &req
 
 void MetaEngine::SealBatch(const Caller &c, const rpc::SealBatchRequest &req,
                            rpc::ChunkBatchReply *rep) {
-  if (req.seals_size() > kBatchMax) return rep->set_error(E2BIG);
+  if (int err = CheckKeys(options_.limits, static_cast<size_t>(req.seals_size())))
+    return rep->set_error(err);
   RunOp(c, req, rep, [&](Txn &txn, Session *session) -> Status {
     for (const rpc::SealRequest &one : req.seals()) {
       rpc::ChunkReply *out = rep->add_chunks();
@@ -1016,7 +1047,8 @@ void MetaEngine::SealBatch(const Caller &c, const rpc::SealBatchRequest &req,
 
 void MetaEngine::CountPrefix(const Caller &c, const rpc::LookupPrefixRequest &req,
                              rpc::CountPrefixReply *rep) {
-  if (req.paths_size() > kBatchMax) return rep->set_error(E2BIG);
+  if (int err = CheckKeys(options_.limits, static_cast<size_t>(req.paths_size())))
+    return rep->set_error(err);
   RunOp(c, req, rep, [&](Txn &, Session *) -> Status {
     for (const std::string &path : req.paths()) {
       rpc::Ref ref;
@@ -1042,11 +1074,17 @@ void MetaEngine::CountPrefix(const Caller &c, const rpc::LookupPrefixRequest &re
 void MetaEngine::Alloc(const Caller &c, const rpc::AllocRequest &req, rpc::ChunkReply *rep) {
   RunOp(c, req, rep, [&](Txn &txn, Session *session) -> Status {
     if (req.size() == 0) return Status::Error(EINVAL, "an allocation needs a size");
+    if (int err = CheckAllocation(options_.limits, *session))
+      return Status::Error(err, "too many allocations in this session");
     Result<ExtentList> got = AllocateWithEviction(txn, req.size(), 0);
     if (!got.ok()) return got.status();
     if (req.contiguous() && got->size() > 1) {
       space_.FreeNow(*got);
       return Status::Error(ENOSPC, "no free run holds it in one extent");
+    }
+    if (Status s = ScrubForWriter(space_, c, *got); !s.ok()) {
+      space_.FreeNow(*got);
+      return s;
     }
     Version v;
     v.gen = NextGen(txn);
@@ -1075,6 +1113,8 @@ void MetaEngine::Publish(const Caller &c, const rpc::PublishRequest &req, rpc::C
       return Status::Error(ESTALE, "no such allocation of this session");
     if (req.size() > TotalLength(held->second))
       return Status::Error(EINVAL, "size exceeds the allocation");
+    if (int err = CheckLease(options_.limits, *session))  // before any change: it keeps one
+      return Status::Error(err, "too many leases in this session");
     // A create of no bytes claims the name (first writer wins) ...
     rpc::CreateRequest create;
     create.mutable_ref()->set_path(req.path());
@@ -1108,7 +1148,8 @@ void MetaEngine::Publish(const Caller &c, const rpc::PublishRequest &req, rpc::C
 // Each path through Pin itself (a lock and a commit each): one round trip
 // is what the caller saves, and Pin's rules stay in one place.
 void MetaEngine::PinBatch(const Caller &c, const rpc::PinBatchRequest &req, rpc::ErrorsReply *rep) {
-  if (req.paths_size() > kBatchMax) return rep->set_error(E2BIG);
+  if (int err = CheckKeys(options_.limits, static_cast<size_t>(req.paths_size())))
+    return rep->set_error(err);
   const std::vector<bool> repeated = RepeatedPaths(req.paths());
   for (int i = 0; i < req.paths_size(); ++i) {
     if (repeated[static_cast<size_t>(i)]) {
@@ -1132,7 +1173,8 @@ void MetaEngine::PinBatch(const Caller &c, const rpc::PinBatchRequest &req, rpc:
 }
 
 void MetaEngine::UnlinkBatch(const Caller &c, const rpc::PathsRequest &req, rpc::ErrorsReply *rep) {
-  if (req.paths_size() > kBatchMax) return rep->set_error(E2BIG);
+  if (int err = CheckKeys(options_.limits, static_cast<size_t>(req.paths_size())))
+    return rep->set_error(err);
   RunOp(c, req, rep, [&](Txn &txn, Session *) -> Status {
     const std::vector<bool> repeated = RepeatedPaths(req.paths());
     for (int i = 0; i < req.paths_size(); ++i) {

@@ -30,6 +30,7 @@
 
 #include "maru.pb.h"
 #include "meta/access.h"
+#include "meta/client_limits.h"
 #include "meta/evictor.h"
 #include "meta/lease_table.h"
 #include "meta/meta_db.h"
@@ -57,6 +58,7 @@ struct EngineOptions {
   std::string eviction = "lru";  // "lru" or "prefix"
   uint32_t max_fragments = 64;   // extents per chunk before a create fails
   std::string fast_lane;         // the fast lane's socket path, told to clients
+  Limits limits;                 // what one request and one session may ask (client_limits.h)
 };
 
 class MetaEngine {

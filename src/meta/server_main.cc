@@ -5,6 +5,7 @@
 #include <sys/resource.h>
 #include <systemd/sd-daemon.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -41,6 +42,10 @@ struct ServerFlags {
   int64_t heartbeat_ms = 3000;
   int64_t grace_ms = -1;
   int64_t max_fragments = 64;
+  // What one request and one session may ask (meta/client_limits.h); 0: no limit.
+  Limits d;
+  int64_t max_keys = d.keys_per_call, max_leases = d.leases_per_session,
+          max_reservations = d.reservations_per_session, max_pins = d.pins_per_session;
   double high_watermark = 0.95, low_watermark = 0.90;
   bool sync = false, squash_tcp = true, no_fast_lane = false;
   TcpAuthConfig tcp;
@@ -79,6 +84,12 @@ int main(int argc, char **argv) {
   flags.Double("low-watermark", &f.low_watermark, "... until it is below this fraction");
   flags.String("eviction", &f.eviction, "eviction policy: lru or prefix");
   flags.Int("max-fragments", &f.max_fragments, "most extents one chunk may span");
+  flags.Int("max-keys", &f.max_keys, "most paths one lookup or batch may name (0: no limit)");
+  flags.Int("max-leases", &f.max_leases,
+            "most leases (open chunks) one non-root session may hold (0: no limit)");
+  flags.Int("max-reservations", &f.max_reservations,
+            "most unsealed writes one non-root session may hold (0: no limit)");
+  flags.Int("max-pins", &f.max_pins, "most pins one non-root session may set (0: no limit)");
   flags.String("root-mode", &f.root_mode,
                "permissions of the root directory when the database is new (octal)");
   flags.Bool("sync", &f.sync, "fsync every metadata write (survives power loss, slower)");
@@ -139,6 +150,13 @@ int main(int argc, char **argv) {
   options.low_watermark = f.low_watermark;
   options.eviction = f.eviction;
   options.max_fragments = static_cast<uint32_t>(std::max<int64_t>(1, f.max_fragments));
+  auto limit = [](int64_t v) {
+    return static_cast<uint32_t>(std::clamp<int64_t>(v, 0, UINT32_MAX));
+  };
+  options.limits.keys_per_call = limit(f.max_keys);
+  options.limits.leases_per_session = limit(f.max_leases);
+  options.limits.reservations_per_session = limit(f.max_reservations);
+  options.limits.pins_per_session = limit(f.max_pins);
   char *end = nullptr;
   options.root_mode = static_cast<uint32_t>(strtoul(f.root_mode.c_str(), &end, 8));
   if (*end || options.root_mode > 07777) return Fail("--root-mode takes octal permissions");
