@@ -185,8 +185,16 @@ TEST_F(NamespaceTreeTest, WalkingNeedsExecOnEveryDirectoryOnTheWay) {
   File(4, open, "f");
   EXPECT_EQ(Error(Path("/locked/open/f"), kAlice), EACCES);
   EXPECT_EQ(Error(In(2, "open"), kAlice), EACCES);
-  EXPECT_EQ(Error(In(3, "f"), kAlice), 0);       // by inode, the way there is not walked
-  EXPECT_EQ(Error(Ino(4), kAlice), 0);           // an inode needs no search at all
+  // By inode number, the way there is checked as a walk would check it: a
+  // known (or kernel-cached) number opens nothing a path would not.
+  EXPECT_EQ(Error(In(3, "f"), kAlice), EACCES);
+  EXPECT_EQ(Error(Ino(4), kAlice), EACCES);
+  EXPECT_EQ(Error(Ino(3), kAlice), EACCES);
+  EXPECT_EQ(Error(Ino(2), kAlice), 0);  // the locked directory itself: no search in it
+  EXPECT_EQ(Error(In(3, "f"), kRoot), 0);
+  EXPECT_EQ(Error(Ino(4), kRoot), 0);
+  EXPECT_EQ(tree_.ResolveParent(In(3, "new"), kAlice).status().errnum(), EACCES);
+  EXPECT_TRUE(tree_.ResolveParent(In(3, "new"), kRoot).ok());
   EXPECT_EQ(Error(Path("/locked"), kAlice), 0);  // naming the directory is no search in it
   EXPECT_EQ(Error(Path("/locked/open/f"), kRoot), 0);
   Inode *exec_only = Dir(5, tree_.root(), "x", 0711);

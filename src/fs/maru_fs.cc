@@ -234,14 +234,16 @@ void MaruFs::GetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi) {
   rpc::AttrReply rep;
   int rc = Call(req, &Stub::GetAttr, r, &rep);
   // fstat of an open file works for as long as it is open, as on any
-  // filesystem: unlinked since (ESTALE), or its directory closed to the
-  // caller since (EACCES), its handle knows what it holds.
-  if (rc == -ESTALE || rc == -EACCES) {
-    std::shared_ptr<OpenFile> f = fi ? Handle(fi) : AnyOpen(ino);
-    if (f && f->LastAttr(rep.mutable_attr())) {
-      if (rc == -ESTALE) rep.mutable_attr()->set_nlink(0);  // unlinked
-      rc = 0;
-    }
+  // filesystem: unlinked since (ESTALE), its handle knows what it holds.
+  // Closed to the caller since (EACCES): only through the caller's own
+  // handle (a read); fstat comes without one, and another process's open
+  // file must not answer for this caller.
+  std::shared_ptr<OpenFile> f;
+  if (rc == -ESTALE) f = fi ? Handle(fi) : AnyOpen(ino);
+  if (rc == -EACCES && fi) f = Handle(fi);
+  if (f && f->LastAttr(rep.mutable_attr())) {
+    if (rc == -ESTALE) rep.mutable_attr()->set_nlink(0);  // unlinked
+    rc = 0;
   }
   if (rc < 0) return (void)fuse_reply_err(req, FsErrno(rc));
   struct stat st;
