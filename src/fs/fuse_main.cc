@@ -85,7 +85,8 @@ void Usage() {
       "  -o log_level=LEVEL     error, warn, info, debug (default warn)\n"
       "  -o log_file=PATH       where a background daemon logs (default: nowhere)\n"
       "  -o allow_other, ...    any other option goes to FUSE (see fuse(8));\n"
-      "                         allow_other is on by default when run as root");
+      "                         allow_other is on by default when run as root,\n"
+      "                         default_permissions always");
 }
 
 int OptProc(void *data, const char *arg, int key, fuse_args *) {
