@@ -66,6 +66,23 @@ class FuseTest : public ::testing::Test {
       "expect_fail() { if \"$@\"; then echo \"expected to fail, but succeeded: $*\"; exit 1; "
       "fi; }; ";
 
+  // Runs `script` as Shell does, as the real user and group `uid` with no
+  // supplementary groups: a process of another user on the same mount
+  // (maru-fuse mounts with allow_other when run as root, as here). $M is
+  // `mount`, the default one if empty.
+  void ShellAs(uid_t uid, const std::string &script, const std::string &mount = "") {
+    const std::string file = scripts_.path() + "/script" + std::to_string(++scripts_run_);
+    WriteFile(file, "M='" + (mount.empty() ? mount_->path() : mount) + "'; set -e; " + kExpectFail +
+                        script);
+    const std::string id = std::to_string(uid);
+    std::string out;
+    int rc = maru_test::Run(
+        "setpriv --reuid=" + id + " --regid=" + id + " --clear-groups sh " + file, &out);
+    EXPECT_EQ(rc, 0) << "as uid " << uid << ":\n" << script << "\n" << out;
+  }
+  maru_test::TempDir scripts_;  // 0755: other users read the scripts
+  int scripts_run_ = 0;
+
   TestPool pool_{256ull << 20};
   Server server_{pool_.path(), {"--session-timeout-ms", "3000", "--heartbeat-ms", "500"}};
   std::unique_ptr<FuseMount> mount_;
@@ -466,6 +483,153 @@ TEST_F(FuseTest, HolesOfASparseFileReadAsZerosNotOldBytes) {
   EXPECT_EQ(data[kMiddle], 'b');
   data[0] = data[kMiddle] = 0;
   EXPECT_EQ(std::count(data.begin(), data.end(), '\0'), kSize);
+}
+
+// The attacks of issue #12 on the mount's POSIX rules, each run as real
+// other users: uid 1001 owns, uid 65534 (nobody) attacks.
+constexpr uid_t kOwner = 1001, kNobody = 65534;
+
+TEST_F(FuseTest, AnotherUsersPrivateDirectoryStaysClosedWhenItsDentriesAreCached) {
+  // Names and attributes cached for an hour: whatever the owner looked up
+  // stays in the kernel's caches while nobody walks the same path.
+  FuseMount cached(server_.address(), "entry_timeout=3600,attr_timeout=3600");
+  ASSERT_TRUE(cached.Start());
+  Shell("mkdir \"$M/priv\"\nchown 1001:1001 \"$M/priv\"");
+  ShellAs(kOwner, R"SH(
+    chmod 700 "$M/priv"
+    echo secret > "$M/priv/f"
+    chmod 644 "$M/priv/f"
+    mkdir -m 755 "$M/priv/sub"
+    echo deeper > "$M/priv/sub/g"
+    cat "$M/priv/f" "$M/priv/sub/g" > /dev/null
+    ls -l "$M/priv/sub" > /dev/null
+  )SH",
+          cached.path());
+  ShellAs(kNobody, R"SH(
+    expect_fail cat "$M/priv/f"
+    expect_fail cat "$M/priv/sub/g"
+    expect_fail stat "$M/priv/sub/g"
+    expect_fail ls "$M/priv/sub"
+    expect_fail sh -c "echo x > '$M/priv/sub/new'"
+    expect_fail rm -f "$M/priv/sub/g"
+    cd /
+    expect_fail cd "$M/priv/sub"
+  )SH",
+          cached.path());
+  EXPECT_EQ(Slurp(M("priv/sub/g")), "deeper\n");
+}
+
+TEST_F(FuseTest, AnOpenFileStaysReadableAfterAnotherProcessUnlinksIt) {
+  // Attributes never cached on the second mount: fstat asks maru-fuse.
+  FuseMount uncached(server_.address(), "attr_timeout=0,entry_timeout=0");
+  ASSERT_TRUE(uncached.Start());
+  std::string data(3 << 20, '\0');
+  maru_test::FillPattern(data.data(), data.size(), "unlinked but open");
+  WriteFile(M("doomed"), data);
+  for (const std::string &path : {M("doomed"), uncached / "doomed"}) {
+    SCOPED_TRACE(path);
+    if (path != M("doomed")) WriteFile(M("doomed"), data);
+    int fd = open(path.c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    Shell("rm \"" + path + "\"");  // another process
+    struct stat st;
+    EXPECT_EQ(fstat(fd, &st), 0) << strerror(errno);
+    EXPECT_EQ(st.st_size, static_cast<off_t>(data.size()));
+    EXPECT_TRUE(S_ISREG(st.st_mode));
+    std::string back(data.size() + 1, '\0');
+    ssize_t got = pread(fd, back.data(), back.size(), 0);
+    EXPECT_EQ(got, static_cast<ssize_t>(data.size())) << strerror(errno);
+    back.resize(got > 0 ? static_cast<size_t>(got) : 0);
+    EXPECT_TRUE(back == data);
+    EXPECT_EQ(fstat(fd, &st), 0) << strerror(errno);
+    EXPECT_EQ(close(fd), 0);
+    EXPECT_EQ(access(path.c_str(), F_OK), -1);
+  }
+}
+
+TEST_F(FuseTest, NonOwnersCannotChmodOrChownAndOwnersCannotGiveFilesAway) {
+  Shell("mkdir \"$M/u\"\nchown 1001:1001 \"$M/u\"");
+  ShellAs(kOwner, "echo mine > \"$M/u/f\"\nchmod 644 \"$M/u/f\"");
+  ShellAs(kNobody, R"SH(
+    expect_fail chmod 666 "$M/u/f"
+    expect_fail chown 65534 "$M/u/f"
+    expect_fail chgrp 65534 "$M/u/f"
+    expect_fail touch -d 2001-01-01 "$M/u/f"
+  )SH");
+  ShellAs(kOwner, R"SH(
+    expect_fail chown 65534 "$M/u/f"
+    expect_fail chgrp 0 "$M/u/f"
+    chgrp 1001 "$M/u/f"
+    chmod 640 "$M/u/f"
+  )SH");
+  Shell(R"SH(
+    test "$(stat -c %u:%g:%a "$M/u/f")" = 1001:1001:640
+  )SH");
+}
+
+TEST_F(FuseTest, WritingOrTruncatingASetIdFileClearsItsSetIdBits) {
+  // Attributes cached for an hour: the kernel must not go on showing the
+  // bits the server dropped.
+  FuseMount cached(server_.address(), "entry_timeout=3600,attr_timeout=3600");
+  ASSERT_TRUE(cached.Start());
+  const std::string C = cached.path();
+  ShellAs(0, "mkdir \"$M/u\"\nchown 1001:1001 \"$M/u\"", C);
+  ShellAs(kOwner, R"SH(
+    for f in written truncated kept; do
+      echo '#!/bin/sh' > "$M/u/$f"
+      chmod 6777 "$M/u/$f"
+      test "$(stat -c %a "$M/u/$f")" = 6777
+    done
+  )SH",
+          C);
+  ShellAs(kNobody, R"SH(
+    echo 'id -u' >> "$M/u/written"
+    truncate -s 0 "$M/u/truncated"
+  )SH",
+          C);
+  ShellAs(0, R"SH(
+    test "$(stat -c %a "$M/u/written")" = 777
+    test "$(stat -c %a "$M/u/truncated")" = 777
+    echo 'root may' >> "$M/u/kept"
+    test "$(stat -c %a "$M/u/kept")" = 6777
+    chown 65534 "$M/u/kept"
+    test "$(stat -c %a "$M/u/kept")" = 777
+  )SH",
+          C);
+}
+
+TEST_F(FuseTest, ExclusiveCreateOfAnExistingFileIsEexistThroughAnyCache) {
+  FuseMount second(server_.address(), "entry_timeout=3600,attr_timeout=3600");
+  ASSERT_TRUE(second.Start());
+  struct stat st;
+  // A name each mount has looked up, found (cached) or not found.
+  WriteFile(M("present"), "p");
+  ASSERT_EQ(stat((second / "present").c_str(), &st), 0);
+  ASSERT_EQ(stat((second / "later").c_str(), &st), -1);
+  WriteFile(M("later"), "l");  // created on the other mount since
+  for (const std::string &path : {M("present"), second / "present", second / "later"}) {
+    errno = 0;
+    EXPECT_EQ(open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0644), -1) << path;
+    EXPECT_EQ(errno, EEXIST) << path;
+  }
+  ShellAs(kNobody, R"SH(
+    expect_fail sh -c "set -C; echo x > '$M/present'"
+  )SH");
+  EXPECT_EQ(Slurp(M("present")), "p");
+  EXPECT_EQ(Slurp(M("later")), "l");
+}
+
+TEST_F(FuseTest, OtherUsersCannotMakeLinksOrSpecialFilesEither) {
+  Shell("chmod 1777 \"$M\"\necho x > \"$M/f\"\nchmod 666 \"$M/f\"");
+  ShellAs(kNobody, R"SH(
+    expect_fail ln "$M/f" "$M/hard"
+    expect_fail ln -s f "$M/sym"
+    expect_fail mkfifo "$M/fifo"
+    expect_fail mknod "$M/dev" c 1 3
+    test ! -e "$M/hard"
+    test ! -e "$M/sym"
+    test ! -e "$M/fifo"
+  )SH");
 }
 
 TEST_F(FuseTest, UnreachableServerGivesEioThenTheMountRecovers) {

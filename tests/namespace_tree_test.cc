@@ -187,11 +187,19 @@ TEST_F(NamespaceTreeTest, WalkingNeedsExecOnEveryDirectoryOnTheWay) {
   File(4, open, "f");
   EXPECT_EQ(Error(Path("/locked/open/f"), kAlice), EACCES);
   EXPECT_EQ(Error(In(2, "open"), kAliceViaFuse), EACCES);  // the directory named is searched
-  // By inode the way there is not walked: only for root and maru-fuse.
+  // By inode number: only for root and maru-fuse...
   EXPECT_EQ(Error(In(3, "f"), kAlice), EPERM);
   EXPECT_EQ(Error(Ino(4), kAlice), EPERM);
-  EXPECT_EQ(Error(In(3, "f"), kAliceViaFuse), 0);
-  EXPECT_EQ(Error(Ino(4), kAliceViaFuse), 0);
+  // ...and then the way there is checked as a walk would check it: a known
+  // (or kernel-cached) number opens nothing a path would not.
+  EXPECT_EQ(Error(In(3, "f"), kAliceViaFuse), EACCES);
+  EXPECT_EQ(Error(Ino(4), kAliceViaFuse), EACCES);
+  EXPECT_EQ(Error(Ino(3), kAliceViaFuse), EACCES);
+  EXPECT_EQ(Error(Ino(2), kAliceViaFuse), 0);  // the locked directory itself: no search in it
+  EXPECT_EQ(Error(In(3, "f"), kRoot), 0);
+  EXPECT_EQ(Error(Ino(4), kRoot), 0);
+  EXPECT_EQ(tree_.ResolveParent(In(3, "new"), kAliceViaFuse).status().errnum(), EACCES);
+  EXPECT_TRUE(tree_.ResolveParent(In(3, "new"), kRoot).ok());
   EXPECT_EQ(Error(Path("/locked"), kAlice), 0);  // naming the directory is no search in it
   EXPECT_EQ(Error(Path("/locked/open/f"), kRoot), 0);
   Inode *exec_only = Dir(5, tree_.root(), "x", 0711);

@@ -85,7 +85,8 @@ void Usage() {
       "  -o log_level=LEVEL     error, warn, info, debug (default warn)\n"
       "  -o log_file=PATH       where a background daemon logs (default: nowhere)\n"
       "  -o allow_other, ...    any other option goes to FUSE (see fuse(8));\n"
-      "                         allow_other is on by default when run as root");
+      "                         allow_other is on by default when run as root,\n"
+      "                         default_permissions always");
 }
 
 int OptProc(void *data, const char *arg, int key, fuse_args *) {
@@ -178,6 +179,10 @@ std::string FsOptionsOf(const Options &o, FsOptions *fs) {
 void AddFuseArgs(const Options &o, fuse_args *args) {
   if (o.debug) fuse_opt_add_arg(args, "-d");
   if (getuid() == 0) fuse_opt_add_arg(args, "-oallow_other");
+  // The kernel checks the mode bits too, on what it caches: a path walk
+  // through cached names still needs search permission on every directory
+  // (the server checks each request on its own, docs/filesystem.md).
+  fuse_opt_add_arg(args, "-odefault_permissions");
   fuse_opt_add_arg(args, "-ofsname=maru");
   fuse_opt_add_arg(args, "-osubtype=maru");
 }
@@ -200,6 +205,7 @@ Result<std::unique_ptr<MaruFs>> Connect(const Options &o, const FsOptions &fs) {
 int Serve(MaruFs *fs, fuse_args *args, const Options &o) {
   fuse_session *se = fuse_session_new(args, MaruFs::Operations(), sizeof(fuse_lowlevel_ops), fs);
   if (!se) return Fail("bad FUSE options");
+  fs->SetSession(se);
   if (fuse_set_signal_handlers(se) != 0) return Fail("cannot install signal handlers");
   if (fuse_session_mount(se, o.mountpoint) != 0) {
     fuse_remove_signal_handlers(se);

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstring>
 #include <vector>
@@ -163,6 +164,7 @@ void MaruFs::ToStat(const rpc::Attr &a, struct stat *st) {
   // A file this mount is writing: its size is what the writer wrote, unless
   // what it wrote is sealed and someone has published a newer version.
   if (a.state() == rpc::DIRECTORY) return;
+  for (const std::shared_ptr<OpenFile> &f : OpenFilesOf(a.ino())) f->NoteAttr(a);
   std::shared_ptr<OpenFile> w = Writer(a.ino());
   uint64_t size, allocated;
   if (w && w->WrittenSize(a.gen(), &size, &allocated)) {
@@ -198,6 +200,10 @@ void MaruFs::Init(fuse_conn_info *conn) {
   if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
   if (conn->capable & FUSE_CAP_ASYNC_READ) conn->want |= FUSE_CAP_ASYNC_READ;
   if (conn->capable & FUSE_CAP_SPLICE_READ) conn->want |= FUSE_CAP_SPLICE_READ;
+  // The server drops set-id bits on a write, truncate or chown (it is the
+  // authority for every door). Without this the kernel would send a chmod
+  // for it, in the writer's name, which fails for anyone but the owner.
+  if (conn->capable & FUSE_CAP_HANDLE_KILLPRIV) conn->want |= FUSE_CAP_HANDLE_KILLPRIV;
   if (options_.splice && (conn->capable & FUSE_CAP_SPLICE_WRITE))
     conn->want |= FUSE_CAP_SPLICE_WRITE | (conn->capable & FUSE_CAP_SPLICE_MOVE);
   else
@@ -222,11 +228,23 @@ void MaruFs::Lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
   ReplyEntry(req, rep.attr());
 }
 
-void MaruFs::GetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info *) {
+void MaruFs::GetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi) {
   rpc::RefRequest r;
   *r.mutable_ref() = RefTo(ino);
   rpc::AttrReply rep;
   int rc = Call(req, &Stub::GetAttr, r, &rep);
+  // fstat of an open file works for as long as it is open, as on any
+  // filesystem: unlinked since (ESTALE), its handle knows what it holds.
+  // Closed to the caller since (EACCES): only through the caller's own
+  // handle (a read); fstat comes without one, and another process's open
+  // file must not answer for this caller.
+  std::shared_ptr<OpenFile> f;
+  if (rc == -ESTALE) f = fi ? Handle(fi) : AnyOpen(ino);
+  if (rc == -EACCES && fi) f = Handle(fi);
+  if (f && f->LastAttr(rep.mutable_attr())) {
+    if (rc == -ESTALE) rep.mutable_attr()->set_nlink(0);  // unlinked
+    rc = 0;
+  }
   if (rc < 0) return (void)fuse_reply_err(req, FsErrno(rc));
   struct stat st;
   ToStat(rep.attr(), &st);
@@ -347,6 +365,36 @@ std::shared_ptr<OpenFile> MaruFs::NewFile(uint64_t ino, OpenFile::Role role) {
   return std::make_shared<OpenFile>(&env_, ino, role);
 }
 
+void MaruFs::AddOpen(const std::shared_ptr<OpenFile> &f) {
+  std::lock_guard<std::mutex> lock(mu_);
+  open_[f->ino()].push_back(f);
+}
+
+void MaruFs::ForgetClosed(uint64_t ino) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = open_.find(ino);
+  if (it == open_.end()) return;
+  auto &files = it->second;
+  files.erase(std::remove_if(files.begin(), files.end(), [](auto &w) { return w.expired(); }),
+              files.end());
+  if (files.empty()) open_.erase(it);
+}
+
+std::vector<std::shared_ptr<OpenFile>> MaruFs::OpenFilesOf(uint64_t ino) {
+  std::vector<std::shared_ptr<OpenFile>> files;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = open_.find(ino);
+  if (it == open_.end()) return files;
+  for (const std::weak_ptr<OpenFile> &w : it->second)
+    if (std::shared_ptr<OpenFile> f = w.lock()) files.push_back(std::move(f));
+  return files;
+}
+
+std::shared_ptr<OpenFile> MaruFs::AnyOpen(uint64_t ino) {
+  std::vector<std::shared_ptr<OpenFile>> files = OpenFilesOf(ino);
+  return files.empty() ? nullptr : files.front();
+}
+
 void MaruFs::Published(uint64_t ino, uint64_t gen) {
   // Written through the page cache, the kernel's pages are this version.
   std::lock_guard<std::mutex> lock(mu_);
@@ -366,6 +414,7 @@ void MaruFs::Create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t 
   rc = f->AdoptCreated(rep, CallerOf(req));
   if (rc < 0) return (void)fuse_reply_err(req, FsErrno(rc));
   AddWriter(f);
+  AddOpen(f);
   SetHandle(fi, f);
   fi->keep_cache = 0;
   fi->direct_io = DirectWrites();
@@ -380,6 +429,7 @@ void MaruFs::Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi) {
   std::shared_ptr<OpenFile> f;
   int rc = reading ? OpenReader(req, ino, fi, &f) : OpenWriter(req, ino, fi, &f);
   if (rc < 0) return (void)fuse_reply_err(req, FsErrno(rc));
+  AddOpen(f);
   SetHandle(fi, f);
   fuse_reply_open(req, fi);
 }
@@ -413,6 +463,10 @@ int MaruFs::OpenWriter(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi,
   *f = NewFile(ino, OpenFile::Role::kWriter);
   const uint64_t keep = (fi->flags & O_TRUNC) ? 0 : UINT64_MAX;
   if (int rc = (*f)->StartVersion(CallerOf(req), keep); rc < 0) return rc;
+  // The server dropped the set-id bits, if any, for anyone but root; the
+  // kernel's cached mode must not go on showing them.
+  if (session_ && fuse_req_ctx(req)->uid != 0)
+    fuse_lowlevel_notify_inval_inode(session_, ino, -1, 0);
   AddWriter(*f);
   fi->keep_cache = 0;
   fi->direct_io = DirectWrites();
@@ -464,6 +518,9 @@ void MaruFs::Release(fuse_req_t req, fuse_ino_t, fuse_file_info *fi) {
   if (int rc = f->Publish(); rc < 0)
     LOG_WARN("sealing inode %" PRIu64 " at release: %s", f->ino(), strerror(FsErrno(rc)));
   if (f->writer()) RemoveWriter(f);
+  const uint64_t ino = f->ino();
+  f.reset();  // the last reference, unless a reader follows it
+  ForgetClosed(ino);
   fuse_reply_err(req, 0);
 }
 

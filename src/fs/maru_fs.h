@@ -17,6 +17,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "client/meta_client.h"
 #include "client/pool_map.h"
@@ -49,6 +50,8 @@ class MaruFs {
  public:
   MaruFs(std::unique_ptr<MetaClient> client, std::unique_ptr<PoolMap> pool, FsOptions options);
   static const fuse_lowlevel_ops *Operations();
+  // The session serving it, for notifications to the kernel.
+  void SetSession(fuse_session *se) { session_ = se; }
 
   // The operations; see fuse_lowlevel.h for their contracts.
   void Init(fuse_conn_info *conn);
@@ -102,6 +105,13 @@ class MaruFs {
   void AddWriter(const std::shared_ptr<OpenFile> &f);
   void RemoveWriter(const std::shared_ptr<OpenFile> &f);
   std::shared_ptr<OpenFile> NewFile(uint64_t ino, OpenFile::Role role);
+  // The files open on this mount, by inode: fstat comes without a handle,
+  // and a file unlinked while open is known only to them.
+  void AddOpen(const std::shared_ptr<OpenFile> &f);
+  void ForgetClosed(uint64_t ino);
+  std::shared_ptr<OpenFile> AnyOpen(uint64_t ino);
+  // Copies, taken under mu_: an open file's lock is never taken under it.
+  std::vector<std::shared_ptr<OpenFile>> OpenFilesOf(uint64_t ino);
   // A seal published version `gen`: the page cache holds it if the writes
   // went through the page cache.
   void Published(uint64_t ino, uint64_t gen);
@@ -112,6 +122,7 @@ class MaruFs {
   int CheckAccess(fuse_req_t req, fuse_ino_t ino, int mask);
 
   std::unique_ptr<MetaClient> client_;
+  fuse_session *session_ = nullptr;
   std::unique_ptr<PoolMap> pool_;
   FsOptions options_;
   FileEnv env_;  // before writers_: open files use it until they go
@@ -119,6 +130,7 @@ class MaruFs {
   std::mutex mu_;
   std::unordered_map<uint64_t, std::shared_ptr<OpenFile>> writers_;  // by inode
   std::unordered_map<uint64_t, uint64_t> cached_gen_;  // inode -> version in the page cache
+  std::unordered_map<uint64_t, std::vector<std::weak_ptr<OpenFile>>> open_;  // by inode
 };
 
 }  // namespace maru

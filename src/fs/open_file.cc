@@ -1,5 +1,7 @@
 #include "fs/open_file.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cinttypes>
@@ -55,6 +57,7 @@ int OpenFile::OpenSealed(const rpc::Caller &caller) {
   if (rc < 0) return rc;
   gen_ = rep.attr().gen();
   size_ = rep.attr().size();
+  attr_ = rep.attr();
   lease_ = env_->client->TrackLease(rep.lease(), ino_, gen_);
   return MapOf(rep);
 }
@@ -70,10 +73,31 @@ int OpenFile::Read(uint64_t start, uint64_t size, const ReadReply &reply) {
   return 0;
 }
 
+bool OpenFile::LastAttr(rpc::Attr *attr) {
+  if (follows_) return follows_->LastAttr(attr);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (attr_.ino() == 0) return false;
+  *attr = noted_.mode() ? noted_ : attr_;
+  if (!attr->mode()) attr->set_mode(S_IFREG);
+  attr->set_ino(ino_);
+  attr->set_gen(gen_);
+  attr->set_state(attr_.state());
+  attr->set_size(size_);
+  attr->set_allocated(map_.length());
+  return true;
+}
+
+void OpenFile::NoteAttr(const rpc::Attr &attr) {
+  if (follows_) return follows_->NoteAttr(attr);
+  std::lock_guard<std::mutex> lock(mu_);
+  noted_ = attr;
+}
+
 // --- Writers --------------------------------------------------------------------
 
 int OpenFile::AdoptCreated(const rpc::ChunkReply &created, const rpc::Caller &caller) {
   gen_ = created.attr().gen();
+  attr_ = created.attr();
   caller_ = caller;
   return MapOf(created);
 }
@@ -99,6 +123,7 @@ int OpenFile::NewVersion(const rpc::Caller &caller, uint64_t keep) {
   }
   ReleaseLease();  // the sealed version nothing is kept of
   gen_ = rep.attr().gen();
+  attr_ = rep.attr();
   size_ = 0;
   sealed_ = false;  // so that a failure from here on aborts the new version
   dirty_ = true;

@@ -100,6 +100,14 @@ class OpenFile {
   int Publish();
   // Whether everything written is published.
   bool Published();
+  // The attributes the server last gave for the version this file holds,
+  // its size what it holds: what fstat shows once the server no longer
+  // answers for the file (unlinked while open). False if it has none.
+  // Mode, owner and times come from NoteAttr: the server's open reply is
+  // slim. Without one, a regular file with no permission bits.
+  bool LastAttr(rpc::Attr *attr);
+  // The attributes the server gave for this inode since it was opened.
+  void NoteAttr(const rpc::Attr &attr);
   // What stat shows for a file this writer writes: false if the server's
   // version `server_gen` is newer than this writer's published one.
   bool WrittenSize(uint64_t server_gen, uint64_t *size, uint64_t *allocated);
@@ -135,6 +143,8 @@ class OpenFile {
   bool sealed_ = false;  // writers: published by a Publish
   bool dirty_ = false;   // writers: written since the last Publish
   rpc::Caller caller_;   // writers: who started the version, for the seal
+  rpc::Attr attr_;       // as the server last replied; ino 0 until then
+  rpc::Attr noted_;      // NoteAttr's; mode 0 until then
   std::shared_ptr<OpenFile> follows_;
 };
 

@@ -27,4 +27,10 @@ bool IsOwnerOrRoot(const Inode &inode, const Caller &caller) {
   return caller.is_root() || caller.uid == inode.uid;
 }
 
+void DropSetIdOnWrite(Inode *inode, const Caller &caller) {
+  if (caller.is_root() || inode->is_dir()) return;
+  inode->mode &= ~S_ISUID;
+  if (inode->mode & S_IXGRP) inode->mode &= ~S_ISGID;
+}
+
 }  // namespace maru

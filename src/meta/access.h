@@ -17,5 +17,10 @@ bool MayAccess(const Inode &inode, const Caller &caller, int mask);
 // or root) remove or rename it.
 bool StickyAllows(const Inode &dir, const Inode &victim, const Caller &caller);
 bool IsOwnerOrRoot(const Inode &inode, const Caller &caller);
+// A file written or truncated by anyone but root loses its set-user-ID bit,
+// and its set-group-ID bit where that means setgid (group exec set), as
+// Linux does for a writer without CAP_FSETID: nobody gets to change what a
+// privileged program does and keep its privilege.
+void DropSetIdOnWrite(Inode *inode, const Caller &caller);
 
 }  // namespace maru

@@ -697,7 +697,10 @@ MetaEngine::TxnOp MetaEngine::CreateOp(const Caller &c, const rpc::CreateRequest
     // the directory itself; re-check the name in case it was evicted.
     inode = tree_.Child(*pn->dir, pn->name);
     const int64_t now = RealtimeNs();
-    if (!inode) inode = NewFile(txn, c, *pn, req.mode(), now);
+    if (!inode)
+      inode = NewFile(txn, c, *pn, req.mode(), now);
+    else
+      DropSetIdOnWrite(inode, c);  // a rewrite: write(2), truncate(2)
     if (*parent_chunk) evictor_->SetParent(inode, *parent_chunk);
     Reserve(txn, session, req, inode, std::move(extents), now);
     FillChunk(*inode, *inode->pending, inode->pending->gen, rep);

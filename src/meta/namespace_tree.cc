@@ -67,7 +67,24 @@ Result<Inode *> NamespaceTree::SearchableDir(uint64_t ino, const Caller &caller)
   if (!dir) return Status::Error(ESTALE, "no such directory inode");
   if (!dir->is_dir()) return Status::Error(ENOTDIR);
   if (!MayAccess(*dir, caller, kMayExec)) return Status::Error(EACCES);
+  MARU_RETURN_IF_ERROR(Reachable(*dir, caller));
   return dir;
+}
+
+// A request that names an inode by number skips the walk from the root
+// that a path takes: it is checked as that walk would have been, so that
+// knowing (or having cached) an inode number opens nothing a path would
+// not. Stricter than POSIX for a process whose working directory lies
+// below a directory closed since, which may go on from there on Linux.
+Status NamespaceTree::Reachable(const Inode &inode, const Caller &caller) const {
+  if (caller.is_root()) return Status::Ok();
+  for (const Inode *at = &inode; at->ino != kRootIno;) {
+    const Inode *up = Find(at->parent);
+    if (!up) return Status::Ok();  // an orphan being cleaned up: no way to it
+    if (!MayAccess(*up, caller, kMayExec)) return Status::Error(EACCES);
+    at = up;
+  }
+  return Status::Ok();
 }
 
 Result<Inode *> NamespaceTree::Walk(Inode *dir, const std::vector<std::string_view> &names,
@@ -112,6 +129,7 @@ Result<Inode *> NamespaceTree::Resolve(const rpc::Ref &ref, const Caller &caller
   }
   Inode *inode = Find(ref.ino() ? ref.ino() : kRootIno);
   if (!inode) return Status::Error(ESTALE, "no such inode");
+  MARU_RETURN_IF_ERROR(Reachable(*inode, caller));
   return inode;
 }
 
@@ -133,6 +151,7 @@ Result<NamespaceTree::ParentAndName> NamespaceTree::ResolveParent(const rpc::Ref
   Inode *dir = Find(ref.ino());
   if (!dir) return Status::Error(ESTALE, "no such directory inode");
   if (!dir->is_dir()) return Status::Error(ENOTDIR);
+  MARU_RETURN_IF_ERROR(Reachable(*dir, caller));
   return ParentAndName{dir, ref.name()};
 }
 

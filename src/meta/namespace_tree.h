@@ -49,7 +49,8 @@ class NamespaceTree {
   // after a load. Inodes whose parent is missing are returned.
   std::vector<Inode *> LinkAll();
 
-  // The inode `ref` names. Searching a directory needs exec permission.
+  // The inode `ref` names. Searching a directory needs exec permission, on
+  // every directory from the root down, also for a ref by inode number.
   Result<Inode *> Resolve(const rpc::Ref &ref, const Caller &caller) const;
   // The directory that holds (or would hold) what `ref` names, and the
   // name. With `make_dir`, missing directories on the way are created.
@@ -69,6 +70,8 @@ class NamespaceTree {
   Result<Inode *> Walk(Inode *dir, const std::vector<std::string_view> &names, size_t count,
                        const Caller &caller, const MakeDir &make_dir) const;
   Result<Inode *> SearchableDir(uint64_t ino, const Caller &caller) const;
+  // EACCES unless `caller` may search every directory above `inode`.
+  Status Reachable(const Inode &inode, const Caller &caller) const;
 
   std::unordered_map<uint64_t, std::unique_ptr<Inode>> inodes_;
 };
