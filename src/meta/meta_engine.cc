@@ -209,6 +209,7 @@ void MetaEngine::UnrefGen(Txn &txn, uint64_t gen) {
 void MetaEngine::RemoveFile(Txn &txn, Inode *inode) {
   tree_.Unlink(inode);
   evictor_->Removed(*inode);
+  quotas_.Forget(inode->ino);
   if (inode->pinned) --pins_;
   if (inode->current) {
     space_.Retire(inode->current->gen, inode->current->extents, &txn.batch);
@@ -242,6 +243,7 @@ void MetaEngine::DropPending(Txn &txn, Inode *inode, bool keep_inode_record) {
   Version v = std::move(*inode->pending);
   inode->pending.reset();
   reserved_bytes_ -= TotalLength(v.extents);
+  quotas_.Update(*inode);
   if (Session *s = sessions_.Find(v.writer_session)) s->reservations.erase(inode->ino);
   UnrefGen(txn, v.gen);
   space_.Retire(v.gen, v.extents, &txn.batch);
@@ -251,6 +253,7 @@ void MetaEngine::DropPending(Txn &txn, Inode *inode, bool keep_inode_record) {
   }
   if (Inode *dir = tree_.Find(inode->parent)) TouchDir(txn, dir);
   if (inode->pinned) --pins_;
+  quotas_.Forget(inode->ino);
   tree_.Unlink(inode);
   txn.Deleted(inode->ino);
   tree_.Release(inode->ino);
@@ -478,6 +481,7 @@ void MetaEngine::Rename(const Caller &c, const rpc::RenameRequest &req, rpc::Err
       src->ctime_ns = RealtimeNs();
       txn.Dirty(src);
     }
+    quotas_.Moved(*src, req.exchange() ? dst : nullptr);
     TouchDir(txn, from->dir);
     TouchDir(txn, to->dir);
     return Status::Ok();
@@ -550,6 +554,7 @@ void MetaEngine::SetAttr(const Caller &c, const rpc::SetAttrRequest &req, rpc::A
       if (!c.is_root() && !c.InGroup(inode->gid)) inode->mode &= ~S_ISGID;
     }
     if (req.set_uid()) inode->uid = req.uid();
+    if (req.set_uid() && inode->is_file()) quotas_.Update(*inode);
     if (req.set_gid()) inode->gid = req.gid();
     if ((req.set_uid() || req.set_gid()) && !inode->is_dir()) inode->mode &= ~(S_ISUID | S_ISGID);
     if (req.set_atime()) inode->atime_ns = req.atime_ns() == -1 ? now : req.atime_ns();
@@ -645,6 +650,7 @@ void MetaEngine::Reserve(Txn &txn, Session *session, const rpc::CreateRequest &r
   reserved_bytes_ += TotalLength(v.extents);
   session->reservations.insert(inode->ino);
   inode->pending = std::move(v);
+  quotas_.Update(*inode);
   txn.Dirty(inode);
 }
 
@@ -669,6 +675,7 @@ MetaEngine::TxnOp MetaEngine::CreateOp(const Caller &c, const rpc::CreateRequest
     }
     Result<uint64_t> parent_chunk = ParentChunk(c, req.parent_chunk());
     if (!parent_chunk.ok()) return parent_chunk.status();
+    MARU_RETURN_IF_ERROR(quotas_.MayReserve(*pn->dir, inode ? inode->uid : c.uid, req.size()));
     ExtentList extents;
     if (req.size() > 0) {
       // The file being rewritten must not be evicted to make room for itself.
@@ -701,6 +708,7 @@ void MetaEngine::Extend(const Caller &, const rpc::ExtendRequest &req, rpc::Chun
     if (v.writer_session != session->id) return Status::Error(EPERM);
     uint64_t have = TotalLength(v.extents);
     if (req.size() > have) {
+      MARU_RETURN_IF_ERROR(quotas_.MayGrow(*inode, req.size() - have));
       Result<ExtentList> more = AllocateWithEviction(txn, req.size() - have, 0);
       if (!more.ok()) return more.status();
       if (v.extents.size() + more->size() > options_.max_fragments) {
@@ -709,6 +717,7 @@ void MetaEngine::Extend(const Caller &, const rpc::ExtendRequest &req, rpc::Chun
       }
       reserved_bytes_ += TotalLength(*more);
       v.extents.insert(v.extents.end(), more->begin(), more->end());
+      quotas_.Update(*inode);
     }
     v.size = std::max(v.size, req.size());
     txn.Dirty(inode);
@@ -750,6 +759,7 @@ MetaEngine::TxnOp MetaEngine::SealOp(const rpc::SealRequest &req, rpc::ChunkRepl
     v.request_id = 0;
     if (inode->current) space_.Retire(inode->current->gen, inode->current->extents, &txn.batch);
     inode->current = std::move(v);
+    quotas_.Update(*inode);
     inode->mtime_ns = inode->ctime_ns = RealtimeNs();
     evictor_->Sealed(*inode);
     bytes_stored_ += req.size();
@@ -855,8 +865,10 @@ void MetaEngine::Pin(const Caller &c, const rpc::PinRequest &req, rpc::AttrReply
     Inode *inode = *found;
     if (!inode->is_file()) return Status::Error(EISDIR);
     if (!IsOwnerOrRoot(*inode, c) && !MayAccess(*inode, c, kMayWrite)) return Status::Error(EACCES);
+    if (req.pin()) MARU_RETURN_IF_ERROR(quotas_.MayPin(*inode));
     if (inode->pinned != req.pin()) pins_ += req.pin() ? 1 : -1;
     inode->pinned = req.pin();
+    quotas_.Update(*inode);
     inode->pin_expiry_ns =
         req.pin() && req.ttl_ms()
             ? RealtimeNs() +
@@ -941,6 +953,7 @@ void MetaEngine::Tick() {
       inode.pinned = false;
       inode.pin_expiry_ns = 0;
       --pins_;
+      quotas_.Update(inode);
       txn.Dirty(&inode);
     }
   });
@@ -1038,6 +1051,7 @@ void MetaEngine::CountPrefix(const Caller &c, const rpc::LookupPrefixRequest &re
 void MetaEngine::Alloc(const Caller &, const rpc::AllocRequest &req, rpc::ChunkReply *rep) {
   RunOp(req, rep, [&](Txn &txn, Session *session) -> Status {
     if (req.size() == 0) return Status::Error(EINVAL, "an allocation needs a size");
+    MARU_RETURN_IF_ERROR(quotas_.MayReserve(*tree_.root(), session->uid, req.size()));
     Result<ExtentList> got = AllocateWithEviction(txn, req.size(), 0);
     if (!got.ok()) return got.status();
     if (req.contiguous() && got->size() > 1) {
@@ -1071,6 +1085,7 @@ void MetaEngine::Publish(const Caller &c, const rpc::PublishRequest &req, rpc::C
       return Status::Error(ESTALE, "no such allocation of this session");
     if (req.size() > TotalLength(held->second))
       return Status::Error(EINVAL, "size exceeds the allocation");
+    MARU_RETURN_IF_ERROR(quotas_.MayReserveAt(req.path(), c.uid, TotalLength(held->second)));
     // A create of no bytes claims the name (first writer wins) ...
     rpc::CreateRequest create;
     create.mutable_ref()->set_path(req.path());
