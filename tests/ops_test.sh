@@ -43,7 +43,7 @@ for c in mkpool df ls stat pin unpin evict fsck verify sessions stats "quota set
   check "maructl $c --help" "$bin_ctl" $c --help
 done
 check "maructl pool show --help" "$bin_ctl" pool show --help
-for c in chunks lookup replay share files suite fill scale; do check "maru-bench $c --help" "$bin_bench" $c --help; done
+for c in chunks lookup replay share files suite fill scale quota; do check "maru-bench $c --help" "$bin_bench" $c --help; done
 check "mount.fuse.maru is executable" test -x "$src/src/fs/mount.fuse.maru"
 out=$("$src/src/fs/mount.fuse.maru" 2>&1); rc=$?
 [ $rc -ne 0 ] && grep -q '^usage: mount.fuse.maru' <<<"$out" || fail "mount.fuse.maru usage: '$out' ($rc)"
