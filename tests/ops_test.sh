@@ -39,11 +39,11 @@ client=$build/tests/direct_client
 for b in "$bin_server" "$bin_fuse" "$bin_ctl" "$bin_top" "$bin_bench" "$bin_agent"; do
   check "$(basename "$b") --help" "$b" --help
 done
-for c in mkpool df ls stat pin unpin evict fsck verify sessions stats; do
+for c in mkpool df ls stat pin unpin evict fsck verify sessions stats "quota set" "quota show"; do
   check "maructl $c --help" "$bin_ctl" $c --help
 done
 check "maructl pool show --help" "$bin_ctl" pool show --help
-for c in chunks lookup replay share files suite fill scale; do check "maru-bench $c --help" "$bin_bench" $c --help; done
+for c in chunks lookup replay share files suite fill scale quota; do check "maru-bench $c --help" "$bin_bench" $c --help; done
 check "mount.fuse.maru is executable" test -x "$src/src/fs/mount.fuse.maru"
 out=$("$src/src/fs/mount.fuse.maru" 2>&1); rc=$?
 [ $rc -ne 0 ] && grep -q '^usage: mount.fuse.maru' <<<"$out" || fail "mount.fuse.maru usage: '$out' ($rc)"
@@ -165,6 +165,38 @@ done
 "$bin_ctl" stat /ops/a --json --server $addr | jq -e '.pinned == true and (.extents | length) == 1' >/dev/null ||
   fail "stat --json content"
 "$bin_ctl" ls / --json --server $addr | jq -e 'map(.path) | index("/ops/a") != null' >/dev/null || fail "ls --json content"
+
+# --- quotas: a directory's, a uid's (a real other uid), pins; set by root only ------
+as_user() { setpriv --reuid=1001 --regid=1001 --clear-groups "$@"; }
+chmod 755 $work  # uid 1001 reaches the server's socket
+"$client" $addr store /qa/seed 65536 >/dev/null || fail "quota: seed"
+"$bin_ctl" quota set /qa 128K --server $addr || fail "quota set /qa"
+"$client" $addr store /qa/x 65536 >/dev/null || fail "quota: a create within the quota"
+out=$("$client" $addr store /qa/y 65536 2>&1) && fail "quota: a create past the quota went through"
+grep -q "quota" <<<"$out" || fail "quota: not EDQUOT: $out"
+"$client" $addr store /qb/big 262144 >/dev/null || fail "quota: another directory cannot create"
+"$bin_ctl" quota set --uid 1001 64K --server $addr || fail "quota set --uid"
+as_user "$client" $addr store /qc/u1 65536 >/dev/null || fail "quota: uid 1001 within its quota"
+out=$(as_user "$client" $addr store /qc/u2 65536 2>&1) && fail "quota: uid 1001 past its quota"
+out=$(as_user "$bin_ctl" quota set /qa none --server $addr 2>&1) && fail "quota set by a user went through"
+grep -q "not permitted" <<<"$out" || fail "quota set by a user: not EPERM: $out"
+"$bin_ctl" quota set /qb none --pins 1 --server $addr || fail "quota set --pins"
+"$bin_ctl" pin /qb/big --server $addr || fail "quota: a pin within the quota"
+"$client" $addr store /qb/more 65536 >/dev/null || fail "quota: pins only, no byte limit"
+"$bin_ctl" pin /qb/more --server $addr 2>/dev/null && fail "quota: a pin past the pin quota"
+q=$("$bin_ctl" quota show --json --server $addr) || fail "quota show --json"
+jq -e 'map(select(.target == "/qa"))[0] | .limit == 131072 and .used == 131072' >/dev/null <<<"$q" ||
+  fail "quota show --json /qa: $q"
+jq -e 'map(select(.target == "uid:1001"))[0].used == 65536' >/dev/null <<<"$q" || fail "quota show --json uid: $q"
+jq -e 'map(select(.target == "/qb"))[0] | .pins_limit == 1 and .pins_used == 1' >/dev/null <<<"$q" ||
+  fail "quota show --json pins: $q"
+"$bin_ctl" quota show --server $addr | grep -q '^/qa ' || fail "quota show text"
+"$bin_ctl" df --server $addr | grep -q '^QUOTA' || fail "df shows no quotas"
+"$bin_ctl" df --json --server $addr | jq -e '.quotas | length == 3' >/dev/null || fail "df --json quotas"
+m=$(metrics)
+grep -q '^maru_quota_bytes{target="/qa"} 131072$' <<<"$m" || fail "metric maru_quota_bytes"
+grep -q '^maru_quota_used_bytes{target="uid:1001"} 65536$' <<<"$m" || fail "metric maru_quota_used_bytes"
+valid_prometheus <<<"$m" || fail "metrics with quotas are not Prometheus text"
 
 # --- names beyond ASCII in --json --------------------------------------------------
 # Strict UTF-8 on input: bytes that are not UTF-8 in the output fail json.load.

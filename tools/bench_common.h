@@ -54,5 +54,6 @@ int RunFiles(int argc, char **argv);
 int RunSuite(int argc, char **argv);
 int RunFill(int argc, char **argv);
 int RunScale(int argc, char **argv);
+int RunQuota(int argc, char **argv);
 
 }  // namespace maru::bench

@@ -15,6 +15,7 @@ int main(int argc, char **argv) {
   if (cmd == "suite") return RunSuite(argc, argv);
   if (cmd == "fill") return RunFill(argc, argv);
   if (cmd == "scale") return RunScale(argc, argv);
+  if (cmd == "quota") return RunQuota(argc, argv);
   if (cmd == "--help" || cmd == "-h") {
     puts(
         "Usage: maru-bench COMMAND [OPTIONS]\n"
@@ -28,6 +29,7 @@ int main(int argc, char **argv) {
         "  files    write and cold-read files in a directory (a mount, or tmpfs)\n"
         "  suite    all of the above side by side on a node it starts: Markdown and a plot\n"
         "  fill     create many small chunks from several processes\n"
+        "  quota    what a directory quota costs a store (root)\n"
         "  scale    metadata cost from 10k to 1M chunks on a node it starts: Markdown");
     return 0;
   }

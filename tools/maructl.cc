@@ -68,7 +68,9 @@ void Usage() {
       "  fsck                      check superblocks, extent maps and checksums\n"
       "  verify PATH               check one chunk against its checksum\n"
       "  sessions                  connected clients\n"
-      "  stats                     operation counts, latencies, hit ratio, evictions");
+      "  stats                     operation counts, latencies, hit ratio, evictions\n"
+      "  quota set DIR|--uid UID BYTES [--pins N]   limit a tree's or a uid's space (root)\n"
+      "  quota show                every quota with its use");
 }
 
 int Pool(int argc, char **argv) {
@@ -85,7 +87,7 @@ struct Entry {
 constexpr Entry kCommands[] = {
     {"mkpool", Mkpool},     {"pool", Pool},   {"df", Df},       {"ls", Ls},     {"stat", Stat},
     {"pin", Pin},           {"unpin", Unpin}, {"evict", Evict}, {"fsck", Fsck}, {"verify", Verify},
-    {"sessions", Sessions}, {"stats", Stats},
+    {"sessions", Sessions}, {"stats", Stats}, {"quota", Quota},
 };
 
 }  // namespace

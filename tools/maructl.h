@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "client/meta_client.h"
+#include "json_output.h"
 #include "util/address.h"
 #include "util/flags.h"
 
@@ -55,5 +56,10 @@ int Fsck(int argc, char **argv);
 int Verify(int argc, char **argv);
 int Sessions(int argc, char **argv);
 int Stats(int argc, char **argv);
+int Quota(int argc, char **argv);
+
+// Quotas as df and quota show print them (maructl_quota.cc).
+Json QuotasJson(const google::protobuf::RepeatedPtrField<rpc::QuotaInfo> &quotas);
+void PrintQuotas(const google::protobuf::RepeatedPtrField<rpc::QuotaInfo> &quotas);
 
 }  // namespace maru::ctl

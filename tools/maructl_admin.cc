@@ -30,6 +30,7 @@ Json DfJson(const rpc::StatfsReply &st, const rpc::StatsReply &stats) {
   for (const auto &d : stats.top_dirs())
     dirs.push_back({{"name", d.name()}, {"bytes", d.bytes()}, {"chunks", d.chunks()}});
   j["directories"] = std::move(dirs);
+  j["quotas"] = QuotasJson(stats.quotas());
   return j;
 }
 
@@ -47,6 +48,10 @@ void PrintDf(const rpc::StatfsReply &st, const rpc::StatsReply &stats) {
     for (const auto &d : stats.top_dirs())
       printf("/%-39s %10s %8" PRIu64 "\n", d.name().c_str(), FormatSize(d.bytes()).c_str(),
              d.chunks());
+  }
+  if (stats.quotas_size()) {
+    printf("\n");
+    PrintQuotas(stats.quotas());
   }
 }
 

@@ -95,6 +95,22 @@ std::string Instances(const rpc::StatsReply &st) {
   return line;
 }
 
+// "quotas /a 3M/4M uid:1001 1M/2M ...": the quotas, fullest first.
+std::string Quotas(const rpc::StatsReply &st) {
+  std::vector<std::pair<double, std::string>> rows;
+  for (const auto &q : st.quotas()) {
+    const double frac =
+        q.limit_bytes() ? static_cast<double>(q.used_bytes()) / static_cast<double>(q.limit_bytes())
+                        : 0;
+    rows.emplace_back(frac, q.target() + " " + FormatSize(q.used_bytes()) + "/" +
+                                (q.limit_bytes() ? FormatSize(q.limit_bytes()) : "-"));
+  }
+  std::sort(rows.begin(), rows.end(), [](const auto &a, const auto &b) { return a > b; });
+  std::string line = rows.empty() ? "" : "quotas";
+  for (const auto &[frac, text] : rows) line += "  " + text;
+  return line;
+}
+
 // The screen, as lines of at most 80 columns; at most `height` lines.
 std::vector<std::string> Render(const std::string &server, const Sample &now, const Sample &before,
                                 SortKey sort, int height) {
@@ -133,6 +149,7 @@ std::vector<std::string> Render(const std::string &server, const Sample &now, co
            st.chunks(), st.leases(), FormatSize(now.statfs.reserved()).c_str());
   lines.push_back(buf);
   if (std::string named = Instances(st); !named.empty()) lines.push_back(named);
+  if (std::string quotas = Quotas(st); !quotas.empty()) lines.push_back(quotas);
   lines.push_back("");
   const char *sort_name = sort == SortKey::kP99 ? "p99" : sort == SortKey::kName ? "name" : "ops/s";
   snprintf(buf, sizeof(buf), "%-16s %10s %10s %10s %8s   sorted by %s", "OPERATION", "OPS/S",

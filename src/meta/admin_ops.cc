@@ -64,6 +64,7 @@ void MetaEngine::FillStats(rpc::StatsReply *rep) {
   rep->set_lookups(lookups_);
   rep->set_lookup_hits(lookup_hits_);
   evictor_->FillStats(rep);
+  quotas_.Fill(rep->mutable_quotas());
   rep->set_bytes_stored(bytes_stored_);
   rep->set_bytes_loaded(bytes_loaded_);
   rep->set_sessions(sessions_.size());

@@ -11,12 +11,18 @@ constexpr char kInodePrefix = 'i';
 constexpr char kRetiredPrefix = 'f';
 constexpr const char *kIdentityKey = "m:identity";
 constexpr const char *kCountersKey = "m:counters";
+constexpr char kQuotaPrefix = 'q';
 
 std::string NumberKey(char prefix, uint64_t n) {
   std::string key(9, '\0');
   key[0] = prefix;
   for (int i = 0; i < 8; ++i) key[1 + i] = static_cast<char>(n >> (56 - 8 * i));
   return key;
+}
+
+// "q", then 'd' or 'u', then the id: 10 bytes.
+std::string QuotaKey(bool by_uid, uint64_t id) {
+  return std::string(1, kQuotaPrefix) + NumberKey(by_uid ? 'u' : 'd', id);
 }
 
 std::string Serialize(const google::protobuf::MessageLite &m) {
@@ -40,6 +46,12 @@ void MetaDb::Batch::PutInode(const schema::Inode &inode) {
 }
 void MetaDb::Batch::DeleteInode(uint64_t ino) {
   batch_->Delete(NumberKey(kInodePrefix, ino));
+}
+void MetaDb::Batch::PutQuota(const schema::Quota &q) {
+  batch_->Put(QuotaKey(q.by_uid(), q.id()), Serialize(q));
+}
+void MetaDb::Batch::DeleteQuota(bool by_uid, uint64_t id) {
+  batch_->Delete(QuotaKey(by_uid, id));
 }
 void MetaDb::Batch::PutRetired(const schema::Retired &r) {
   batch_->Put(NumberKey(kRetiredPrefix, r.gen()), Serialize(r));
@@ -88,6 +100,8 @@ Result<MetaDb::Contents> MetaDb::Load() {
     } else if (key.size() == 9 && key[0] == kRetiredPrefix) {
       parsed =
           c.retired.emplace_back().ParseFromArray(value.data(), static_cast<int>(value.size()));
+    } else if (key.size() == 10 && key[0] == kQuotaPrefix) {
+      parsed = c.quotas.emplace_back().ParseFromArray(value.data(), static_cast<int>(value.size()));
     } else if (key == kIdentityKey) {
       parsed = c.identity.emplace().ParseFromArray(value.data(), static_cast<int>(value.size()));
     } else if (key == kCountersKey) {

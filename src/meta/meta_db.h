@@ -26,6 +26,7 @@ class MetaDb {
     std::vector<schema::Retired> retired;
     std::optional<schema::PoolIdentity> identity;
     schema::Counters counters;
+    std::vector<schema::Quota> quotas;
   };
 
   // A set of changes applied atomically by Write().
@@ -39,6 +40,8 @@ class MetaDb {
     void DeleteRetired(uint64_t gen);
     void PutIdentity(const schema::PoolIdentity &identity);
     void PutCounters(const schema::Counters &counters);
+    void PutQuota(const schema::Quota &quota);
+    void DeleteQuota(bool by_uid, uint64_t id);
     bool empty() const;
 
    private:

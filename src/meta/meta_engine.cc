@@ -211,6 +211,7 @@ void MetaEngine::UnrefGen(Txn &txn, uint64_t gen) {
 void MetaEngine::RemoveFile(Txn &txn, Inode *inode) {
   tree_.Unlink(inode);
   evictor_->Removed(*inode);
+  quotas_.Forget(inode->ino);
   if (inode->pinned) --pins_;
   if (inode->current) {
     space_.Retire(inode->current->gen, inode->current->extents, &txn.batch);
@@ -244,6 +245,7 @@ void MetaEngine::DropPending(Txn &txn, Inode *inode, bool keep_inode_record) {
   Version v = std::move(*inode->pending);
   inode->pending.reset();
   reserved_bytes_ -= TotalLength(v.extents);
+  quotas_.Update(*inode);
   if (Session *s = sessions_.Find(v.writer_session)) s->reservations.erase(inode->ino);
   UnrefGen(txn, v.gen);
   space_.Retire(v.gen, v.extents, &txn.batch);
@@ -253,6 +255,7 @@ void MetaEngine::DropPending(Txn &txn, Inode *inode, bool keep_inode_record) {
   }
   if (Inode *dir = tree_.Find(inode->parent)) TouchDir(txn, dir);
   if (inode->pinned) --pins_;
+  quotas_.Forget(inode->ino);
   tree_.Unlink(inode);
   txn.Deleted(inode->ino);
   tree_.Release(inode->ino);
@@ -484,6 +487,7 @@ void MetaEngine::Rename(const Caller &c, const rpc::RenameRequest &req, rpc::Err
       src->ctime_ns = RealtimeNs();
       txn.Dirty(src);
     }
+    quotas_.Moved(*src, req.exchange() ? dst : nullptr);
     TouchDir(txn, from->dir);
     TouchDir(txn, to->dir);
     return Status::Ok();
@@ -556,6 +560,7 @@ void MetaEngine::SetAttr(const Caller &c, const rpc::SetAttrRequest &req, rpc::A
       if (!c.is_root() && !c.InGroup(inode->gid)) inode->mode &= ~S_ISGID;
     }
     if (req.set_uid()) inode->uid = req.uid();
+    if (req.set_uid() && inode->is_file()) quotas_.Update(*inode);
     if (req.set_gid()) inode->gid = req.gid();
     if ((req.set_uid() || req.set_gid()) && !inode->is_dir()) inode->mode &= ~(S_ISUID | S_ISGID);
     if (req.set_atime()) inode->atime_ns = req.atime_ns() == -1 ? now : req.atime_ns();
@@ -652,6 +657,7 @@ void MetaEngine::Reserve(Txn &txn, Session *session, const rpc::CreateRequest &r
   reserved_bytes_ += TotalLength(v.extents);
   session->reservations.insert(inode->ino);
   inode->pending = std::move(v);
+  quotas_.Update(*inode);
   txn.Dirty(inode);
 }
 
@@ -678,6 +684,7 @@ MetaEngine::TxnOp MetaEngine::CreateOp(const Caller &c, const rpc::CreateRequest
     if (!parent_chunk.ok()) return parent_chunk.status();
     if (int err = CheckReservation(options_.limits, *session))
       return Status::Error(err, "too many reservations in this session");
+    MARU_RETURN_IF_ERROR(quotas_.MayReserve(*pn->dir, inode ? inode->uid : c.uid, req.size()));
     ExtentList extents;
     if (req.size() > 0) {
       // The file being rewritten must not be evicted to make room for itself.
@@ -717,6 +724,7 @@ void MetaEngine::Extend(const Caller &c, const rpc::ExtendRequest &req, rpc::Chu
     if (v.writer_session != session->id) return Status::Error(EPERM);
     uint64_t have = TotalLength(v.extents);
     if (req.size() > have) {
+      MARU_RETURN_IF_ERROR(quotas_.MayGrow(*inode, req.size() - have));
       Result<ExtentList> more = AllocateWithEviction(txn, req.size() - have, 0);
       if (!more.ok()) return more.status();
       if (v.extents.size() + more->size() > options_.max_fragments) {
@@ -729,6 +737,7 @@ void MetaEngine::Extend(const Caller &c, const rpc::ExtendRequest &req, rpc::Chu
       }
       reserved_bytes_ += TotalLength(*more);
       v.extents.insert(v.extents.end(), more->begin(), more->end());
+      quotas_.Update(*inode);
     }
     v.size = std::max(v.size, req.size());
     txn.Dirty(inode);
@@ -773,6 +782,7 @@ MetaEngine::TxnOp MetaEngine::SealOp(const rpc::SealRequest &req, rpc::ChunkRepl
     v.request_id = 0;
     if (inode->current) space_.Retire(inode->current->gen, inode->current->extents, &txn.batch);
     inode->current = std::move(v);
+    quotas_.Update(*inode);
     inode->mtime_ns = inode->ctime_ns = RealtimeNs();
     evictor_->Sealed(*inode);
     bytes_stored_ += req.size();
@@ -882,6 +892,7 @@ void MetaEngine::Pin(const Caller &c, const rpc::PinRequest &req, rpc::AttrReply
     Inode *inode = *found;
     if (!inode->is_file()) return Status::Error(EISDIR);
     if (!IsOwnerOrRoot(*inode, c) && !MayAccess(*inode, c, kMayWrite)) return Status::Error(EACCES);
+    if (req.pin()) MARU_RETURN_IF_ERROR(quotas_.MayPin(*inode));
     if (!inode->pinned && req.pin())
       if (int err = CheckPin(options_.limits, *session))
         return Status::Error(err, "too many pins from this session");
@@ -893,6 +904,7 @@ void MetaEngine::Pin(const Caller &c, const rpc::PinRequest &req, rpc::AttrReply
         --session->pins;
     }
     inode->pinned = req.pin();
+    quotas_.Update(*inode);
     inode->pin_expiry_ns =
         req.pin() && req.ttl_ms()
             ? RealtimeNs() +
@@ -977,6 +989,7 @@ void MetaEngine::Tick() {
       inode.pinned = false;
       inode.pin_expiry_ns = 0;
       --pins_;
+      quotas_.Update(inode);
       txn.Dirty(&inode);
     }
   });
@@ -1079,6 +1092,7 @@ void MetaEngine::Alloc(const Caller &c, const rpc::AllocRequest &req, rpc::Chunk
     if (req.size() == 0) return Status::Error(EINVAL, "an allocation needs a size");
     if (int err = CheckAllocation(options_.limits, *session))
       return Status::Error(err, "too many allocations in this session");
+    MARU_RETURN_IF_ERROR(quotas_.MayReserve(*tree_.root(), session->uid, req.size()));
     Result<ExtentList> got = AllocateWithEviction(txn, req.size(), 0);
     if (!got.ok()) return got.status();
     if (req.contiguous() && got->size() > 1) {
@@ -1118,6 +1132,7 @@ void MetaEngine::Publish(const Caller &c, const rpc::PublishRequest &req, rpc::C
       return Status::Error(EINVAL, "size exceeds the allocation");
     if (int err = CheckLease(options_.limits, *session))  // before any change: it keeps one
       return Status::Error(err, "too many leases in this session");
+    MARU_RETURN_IF_ERROR(quotas_.MayReserveAt(req.path(), c.uid, TotalLength(held->second)));
     // A create of no bytes claims the name (first writer wins) ...
     rpc::CreateRequest create;
     create.mutable_ref()->set_path(req.path());

@@ -14,6 +14,7 @@
 //                   release, lookup, pin), agents, housekeeping;
 //   recovery.cc     start: the pool's devices (pool_identity), then the
 //                   inodes, space and sessions the database remembers;
+//   quota_ops.cc    setting and listing quotas (QuotaTable accounts);
 //   admin_ops.cc    what maructl asks: stats, sessions, chunk listings,
 //                   eviction by hand, fsck;
 //   evictor         (its own class) which chunks go when space runs out.
@@ -36,6 +37,7 @@
 #include "meta/meta_db.h"
 #include "meta/namespace_tree.h"
 #include "meta/op_stats.h"
+#include "meta/quota_table.h"
 #include "meta/records.h"
 #include "meta/session_table.h"
 #include "meta/space_manager.h"
@@ -127,6 +129,10 @@ class MetaEngine {
   void UnlinkBatch(const Caller &c, const rpc::PathsRequest &req, rpc::ErrorsReply *rep);
   // --- end of issue #13 block ---
 
+  // --- Quotas (issue #12, quota_ops.cc; accounting in meta/quota_table.h) ---
+  void SetQuota(const Caller &c, const rpc::SetQuotaRequest &req, rpc::ErrorReply *rep);
+  void ListQuotas(const Caller &c, const rpc::StatsRequest &req, rpc::QuotasReply *rep);
+
  private:
   class Txn;
   explicit MetaEngine(const EngineOptions &options);
@@ -205,6 +211,7 @@ class MetaEngine {
   LeaseTable leases_;
   SpaceManager space_;
   std::unique_ptr<Evictor> evictor_;  // reads tree_ and space_
+  QuotaTable quotas_{tree_};          // who may hold how much; reads tree_
   OpStats op_stats_;
   std::string pool_uuid_;
   uint64_t next_ino_ = 2, ino_limit_ = 0;

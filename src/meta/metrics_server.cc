@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <sstream>
 
@@ -30,6 +31,33 @@ std::string Escape(const std::string &v) {
 }
 
 }  // namespace
+
+// Quotas, the most used first: a label per quota, and at most
+// kMaxQuotaLabels of them so that quotas cannot grow the label set unbounded.
+constexpr int kMaxQuotaLabels = 32;
+
+void QuotaMetrics(std::ostringstream &out, const rpc::StatsReply &st) {
+  std::vector<const rpc::QuotaInfo *> quotas;
+  for (const auto &q : st.quotas()) quotas.push_back(&q);
+  std::sort(quotas.begin(), quotas.end(),
+            [](const auto *a, const auto *b) { return a->used_bytes() > b->used_bytes(); });
+  if (quotas.size() > kMaxQuotaLabels) quotas.resize(kMaxQuotaLabels);
+  Metric(out, "maru_quota_bytes", "gauge", "Quota limits in bytes (0: none), by target.");
+  for (const auto *q : quotas)
+    out << "maru_quota_bytes{target=\"" << Escape(q->target()) << "\"} " << q->limit_bytes()
+        << "\n";
+  Metric(out, "maru_quota_used_bytes", "gauge", "Bytes held under a quota, by target.");
+  for (const auto *q : quotas)
+    out << "maru_quota_used_bytes{target=\"" << Escape(q->target()) << "\"} " << q->used_bytes()
+        << "\n";
+  Metric(out, "maru_quota_pins", "gauge", "Quota limits in pins (0: none), by target.");
+  for (const auto *q : quotas)
+    out << "maru_quota_pins{target=\"" << Escape(q->target()) << "\"} " << q->limit_pins() << "\n";
+  Metric(out, "maru_quota_used_pins", "gauge", "Pinned chunks under a quota, by target.");
+  for (const auto *q : quotas)
+    out << "maru_quota_used_pins{target=\"" << Escape(q->target()) << "\"} " << q->used_pins()
+        << "\n";
+}
 
 std::string RenderPrometheus(const rpc::StatsReply &st) {
   std::ostringstream out;
@@ -86,6 +114,7 @@ std::string RenderPrometheus(const rpc::StatsReply &st) {
   Metric(out, "maru_sessions", "gauge", "Client sessions, by the instance name they gave.");
   for (const auto &[name, n] : st.sessions_by_instance())
     out << "maru_sessions{client_instance=\"" << Escape(name) << "\"} " << n << "\n";
+  QuotaMetrics(out, st);
   Metric(out, "maru_leases", "gauge", "Read leases held.");
   out << "maru_leases " << st.leases() << "\n";
   Metric(out, "maru_pins", "gauge", "Pinned chunks.");

@@ -31,6 +31,7 @@ Status MetaEngine::Load() {
   if (!pool.ok()) return pool.status();
   pool_uuid_ = *pool;
   MARU_RETURN_IF_ERROR(RestoreInodes(*contents, &txn.batch));
+  quotas_.Load(contents->quotas, space_.unit());  // usage from the inodes just restored
   int64_t grace_ms = options_.grace_ms >= 0 ? options_.grace_ms : options_.session_timeout_ms;
   if (!contents->inodes.empty() || !contents->retired.empty())
     space_.SetGraceUntil(started_ns_ + grace_ms * 1000000);

@@ -1,0 +1,236 @@
+// Quotas (QuotaTable through MetaEngine): a directory tree's and a uid's
+// space and pins, enforced at create, extend, alloc and pin; kept across a
+// restart with usage recomputed from the inodes; set by root only.
+#include <gtest/gtest.h>
+
+#include "harness.h"
+#include "meta/meta_engine.h"
+
+namespace maru {
+namespace {
+
+constexpr uint64_t kUnit = 64u << 10;
+
+class QuotaTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Reopen(); }
+
+  void Reopen() {
+    engine_.reset();
+    EngineOptions options;
+    options.pool_paths = {pool_.path()};
+    options.db_dir = dir_.path() + "/db";
+    options.grace_ms = 0;
+    Result<std::unique_ptr<MetaEngine>> e = MetaEngine::Open(options);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    engine_ = std::move(*e);
+    root_s_ = NewSession(root_);
+    alice_s_ = NewSession(alice_);
+  }
+
+  uint64_t NewSession(const Caller &c) {
+    rpc::OpenSessionRequest req;
+    rpc::OpenSessionReply rep;
+    engine_->OpenSession(c, req, &rep);
+    return rep.session();
+  }
+
+  template <typename Req>
+  Req With(uint64_t session) {
+    Req r;
+    r.mutable_header()->set_session(session);
+    return r;
+  }
+
+  int SetQuota(const std::string &path, uint64_t bytes, uint64_t pins = 0,
+               const Caller *c = nullptr) {
+    auto req = With<rpc::SetQuotaRequest>(c ? alice_s_ : root_s_);
+    req.set_path(path);
+    req.set_bytes(bytes);
+    req.set_pins(pins);
+    rpc::ErrorReply rep;
+    engine_->SetQuota(c ? *c : root_, req, &rep);
+    return rep.error();
+  }
+
+  int SetUidQuota(uint32_t uid, uint64_t bytes, uint64_t pins = 0) {
+    auto req = With<rpc::SetQuotaRequest>(root_s_);
+    req.set_by_uid(true);
+    req.set_uid(uid);
+    req.set_bytes(bytes);
+    req.set_pins(pins);
+    rpc::ErrorReply rep;
+    engine_->SetQuota(root_, req, &rep);
+    return rep.error();
+  }
+
+  // Creates and seals `size` bytes at `path`; the error of the first step that fails.
+  int Store(const std::string &path, uint64_t size, const Caller &c, uint64_t s) {
+    auto req = With<rpc::CreateRequest>(s);
+    req.mutable_ref()->set_path(path);
+    req.set_size(size);
+    req.set_mode(0644);
+    req.set_parents(true);
+    rpc::ChunkReply created;
+    engine_->Create(c, req, &created);
+    if (created.error()) return created.error();
+    auto seal = With<rpc::SealRequest>(s);
+    seal.set_ino(created.attr().ino());
+    seal.set_gen(created.attr().gen());
+    seal.set_size(size);
+    rpc::ChunkReply sealed;
+    engine_->Seal(c, seal, &sealed);
+    return sealed.error();
+  }
+
+  int Mkdir(const std::string &path, const Caller &c, uint64_t s) {
+    auto req = With<rpc::MkdirRequest>(s);
+    req.mutable_ref()->set_path(path);
+    req.set_mode(0777);
+    rpc::AttrReply rep;
+    engine_->Mkdir(c, req, &rep);
+    return rep.error();
+  }
+
+  int Pin(const std::string &path) {
+    auto req = With<rpc::PinRequest>(root_s_);
+    req.mutable_ref()->set_path(path);
+    req.set_pin(true);
+    rpc::AttrReply rep;
+    engine_->Pin(root_, req, &rep);
+    return rep.error();
+  }
+
+  int Unlink(const std::string &path) {
+    auto req = With<rpc::RefRequest>(root_s_);
+    req.mutable_ref()->set_path(path);
+    rpc::ErrorReply rep;
+    engine_->Unlink(root_, req, &rep);
+    return rep.error();
+  }
+
+  rpc::QuotaInfo Quota(const std::string &target) {
+    auto req = With<rpc::StatsRequest>(alice_s_);
+    rpc::QuotasReply rep;
+    engine_->ListQuotas(alice_, req, &rep);
+    for (const auto &q : rep.quotas())
+      if (q.target() == target) return q;
+    ADD_FAILURE() << "no quota for " << target;
+    return {};
+  }
+
+  maru_test::TempDir dir_;
+  maru_test::TestPool pool_{64ull << 20, kUnit};
+  std::unique_ptr<MetaEngine> engine_;
+  Caller root_{0, 0, {}, 0};
+  Caller alice_{1000, 1000, {}, 0};
+  uint64_t root_s_ = 0, alice_s_ = 0;
+};
+
+TEST_F(QuotaTest, DirectoryQuotaStopsItsTreeOnly) {
+  ASSERT_EQ(0, Mkdir("/a", root_, root_s_));
+  ASSERT_EQ(0, Mkdir("/b", root_, root_s_));
+  ASSERT_EQ(0, SetQuota("/a", 4 * kUnit));
+  EXPECT_EQ(0, Store("/a/one", 2 * kUnit, root_, root_s_));
+  EXPECT_EQ(0, Store("/a/sub/two", 2 * kUnit, root_, root_s_));  // subdirectories count
+  EXPECT_EQ(EDQUOT, Store("/a/three", 1, root_, root_s_));
+  EXPECT_EQ(EDQUOT, Store("/a/sub/three", 1, root_, root_s_));
+  EXPECT_EQ(0, Store("/b/big", 16 * kUnit, root_, root_s_));
+  EXPECT_EQ(4 * kUnit, Quota("/a").used_bytes());
+  // Space given back is space to use again.
+  ASSERT_EQ(0, Unlink("/a/one"));
+  EXPECT_EQ(2 * kUnit, Quota("/a").used_bytes());
+  EXPECT_EQ(0, Store("/a/three", 2 * kUnit, root_, root_s_));
+  // Moving a tree out takes its usage along.
+  auto rename = With<rpc::RenameRequest>(root_s_);
+  rename.mutable_from()->set_path("/a/sub");
+  rename.mutable_to()->set_path("/b/sub");
+  rpc::ErrorReply renamed;
+  engine_->Rename(root_, rename, &renamed);
+  ASSERT_EQ(0, renamed.error());
+  EXPECT_EQ(2 * kUnit, Quota("/a").used_bytes());
+  // Removed, the quota no longer applies.
+  ASSERT_EQ(0, SetQuota("/a", 0));
+  EXPECT_EQ(0, Store("/a/four", 8 * kUnit, root_, root_s_));
+}
+
+TEST_F(QuotaTest, ExtendAndAllocAreChecked) {
+  ASSERT_EQ(0, Mkdir("/a", root_, root_s_));
+  ASSERT_EQ(0, SetQuota("/a", 2 * kUnit));
+  auto req = With<rpc::CreateRequest>(root_s_);
+  req.mutable_ref()->set_path("/a/f");
+  req.set_size(kUnit);
+  req.set_mode(0644);
+  rpc::ChunkReply created;
+  engine_->Create(root_, req, &created);
+  ASSERT_EQ(0, created.error());
+  auto extend = With<rpc::ExtendRequest>(root_s_);
+  extend.set_ino(created.attr().ino());
+  extend.set_gen(created.attr().gen());
+  extend.set_size(3 * kUnit);
+  rpc::ChunkReply extended;
+  engine_->Extend(root_, extend, &extended);
+  EXPECT_EQ(EDQUOT, extended.error());
+  extend.set_size(2 * kUnit);
+  engine_->Extend(root_, extend, &extended);
+  EXPECT_EQ(0, extended.error());
+  EXPECT_EQ(2 * kUnit, Quota("/a").used_bytes());  // reservations count
+
+  ASSERT_EQ(0, SetUidQuota(alice_.uid, kUnit));
+  auto alloc = With<rpc::AllocRequest>(alice_s_);
+  alloc.set_size(2 * kUnit);
+  rpc::ChunkReply allocated;
+  engine_->Alloc(alice_, alloc, &allocated);
+  EXPECT_EQ(EDQUOT, allocated.error());
+}
+
+TEST_F(QuotaTest, UidQuotaCountsWhatTheUidOwns) {
+  ASSERT_EQ(0, Mkdir("/shared", root_, root_s_));
+  ASSERT_EQ(0, SetUidQuota(alice_.uid, 2 * kUnit));
+  EXPECT_EQ(0, Store("/shared/a1", 2 * kUnit, alice_, alice_s_));
+  EXPECT_EQ(EDQUOT, Store("/shared/a2", 1, alice_, alice_s_));
+  EXPECT_EQ(0, Store("/shared/r1", 8 * kUnit, root_, root_s_));  // root's own chunks are not hers
+  EXPECT_EQ(2 * kUnit, Quota("uid:1000").used_bytes());
+}
+
+TEST_F(QuotaTest, PinQuota) {
+  ASSERT_EQ(0, Mkdir("/a", root_, root_s_));
+  ASSERT_EQ(0, SetQuota("/a", 0, 1));
+  ASSERT_EQ(0, Store("/a/x", 1, root_, root_s_));
+  ASSERT_EQ(0, Store("/a/y", 1, root_, root_s_));
+  EXPECT_EQ(0, Pin("/a/x"));
+  EXPECT_EQ(0, Pin("/a/x"));  // pinned already: takes nothing more
+  EXPECT_EQ(EDQUOT, Pin("/a/y"));
+  EXPECT_EQ(1u, Quota("/a").used_pins());
+  ASSERT_EQ(0, Unlink("/a/x"));
+  EXPECT_EQ(0, Pin("/a/y"));
+}
+
+TEST_F(QuotaTest, OnlyRootSetsQuotas) {
+  ASSERT_EQ(0, Mkdir("/a", root_, root_s_));
+  EXPECT_EQ(EPERM, SetQuota("/a", kUnit, 0, &alice_));
+  EXPECT_EQ(ENOTDIR, (Store("/f", 1, root_, root_s_), SetQuota("/f", kUnit)));
+}
+
+TEST_F(QuotaTest, SurvivesRestartWithUsageRecomputed) {
+  ASSERT_EQ(0, Mkdir("/a", root_, root_s_));
+  ASSERT_EQ(0, SetQuota("/a", 4 * kUnit, 3));
+  ASSERT_EQ(0, SetUidQuota(alice_.uid, 8 * kUnit));
+  ASSERT_EQ(0, Store("/a/one", 3 * kUnit, root_, root_s_));
+  ASSERT_EQ(0, Pin("/a/one"));
+  Reopen();
+  rpc::QuotaInfo a = Quota("/a");
+  EXPECT_EQ(4 * kUnit, a.limit_bytes());
+  EXPECT_EQ(3 * kUnit, a.used_bytes());
+  EXPECT_EQ(3u, a.limit_pins());
+  EXPECT_EQ(1u, a.used_pins());
+  EXPECT_EQ(8 * kUnit, Quota("uid:1000").limit_bytes());
+  EXPECT_EQ(EDQUOT, Store("/a/two", 2 * kUnit, root_, root_s_));
+  // Shown in stats (df, marutop and /metrics read them there).
+  rpc::StatsReply stats;
+  engine_->Snapshot(&stats);
+  EXPECT_EQ(2, stats.quotas_size());
+}
+
+}  // namespace
+}  // namespace maru
