@@ -186,7 +186,10 @@ uint64_t MetaClient::TrackLease(uint64_t lease, uint64_t ino, uint64_t gen) {
 
 MetaClient::LeaseWatch MetaClient::WatchLease(uint64_t handle) {
   LeaseWatch watch;
-  watch.lapses = lapses_.load();
+  const bool answered = answered_client_ == this;
+  watch.lapses = answered ? answered_lapses_ : lapses_.load();
+  // A resume since the answer may not have renewed a lease not tracked yet.
+  if (answered && resuming_.load() != answered_resuming_) return watch;
   std::lock_guard<std::mutex> lock(lease_mu_);
   // Nodes of an unordered_map stay put until erased (by ReleaseLease).
   auto it = tracked_.find(handle);
@@ -208,8 +211,13 @@ bool MetaClient::LeaseHeld(const LeaseWatch &watch) const {
 
 void MetaClient::NoteAnswer() {
   const int64_t now = MonotonicMs();
-  if (now - last_answer_ms_.load() >= lease_trust_ms_.load()) lapses_.fetch_add(1);
+  const uint64_t seen = now - last_answer_ms_.load() >= lease_trust_ms_.load()
+                            ? lapses_.fetch_add(1) + 1
+                            : lapses_.load();
   last_answer_ms_.store(now);
+  answered_client_ = this;
+  answered_lapses_ = seen;
+  answered_resuming_ = resuming_.load();
 }
 
 void MetaClient::ReleaseLease(uint64_t handle) {

@@ -83,7 +83,7 @@ class MetaClient {
   // in-place read (maru_lease_check). Valid until ReleaseLease(handle).
   struct LeaseWatch {
     const std::atomic<uint64_t> *lease = nullptr;  // 0 once a resume lost it
-    uint64_t lapses = 0;                           // lapses_ when watching began
+    uint64_t lapses = 0;  // lapses_ as of the answer that granted the lease
   };
   LeaseWatch WatchLease(uint64_t handle);
   // True if the watched lease certainly held from WatchLease() until now:
@@ -129,6 +129,13 @@ class MetaClient {
   std::atomic<int64_t> lease_trust_ms_{1};  // how long after that a lease surely holds
   std::atomic<uint64_t> lapses_{0};         // answers that came after such a silence
   std::atomic<uint64_t> resuming_{0};       // odd while a resume may be dropping leases
+  // lapses_ and resuming_ as this thread's last answer found them: a lease
+  // granted in that answer is watched from there, so a lapse or a resume
+  // between the answer and WatchLease() (a stall right after the open) is
+  // not missed.
+  inline static thread_local const MetaClient *answered_client_ = nullptr;
+  inline static thread_local uint64_t answered_lapses_ = 0;
+  inline static thread_local uint64_t answered_resuming_ = 0;
   std::unique_ptr<FastLaneClient> fast_;
   mutable std::mutex session_mu_;          // guards info_
   std::mutex resume_mu_;                   // one resume at a time
