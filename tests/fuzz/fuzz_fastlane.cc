@@ -25,8 +25,8 @@ namespace maru {
 
 // The friend of FastLaneServer that reaches its dispatch.
 struct FastLaneFuzzer {
-  static bool Dispatch(FastLaneServer *server, const Peer &peer, uint8_t op,
-                       const std::string &in, std::string *out) {
+  static bool Dispatch(FastLaneServer *server, const Peer &peer, uint8_t op, const std::string &in,
+                       std::string *out) {
     return server->Dispatch(peer, op, in, out);
   }
 };
