@@ -49,6 +49,7 @@ struct maru_chunk {
   maru::rpc::ChecksumType recorded_type = maru::rpc::CHECKSUM_NONE;
   uint64_t recorded = 0;
   uint64_t lease_handle = 0;
+  maru::MetaClient::LeaseWatch lease_watch;  // for maru_lease_check()
   // Remote chunks: where the bytes are, and a local copy once fetched (or,
   // for a writer, the staging buffer written to the pool at seal).
   maru::ExtentMap extents;
@@ -98,6 +99,12 @@ int CheckStillLeased(maru_chunk_t *c) {
   return c->m->client->LeaseValid(c->lease_handle) ? 0 : -ESTALE;
 }
 
+// The handle reads under `lease` from now on.
+void HoldLease(maru_chunk_t *c, uint64_t lease) {
+  c->lease_handle = c->m->client->TrackLease(lease, c->ino, c->gen);
+  c->lease_watch = c->m->client->WatchLease(c->lease_handle);
+}
+
 // Fetches a remote chunk into a local copy.
 int Fetch(maru_chunk_t *c) {
   if (c->data || c->size == 0) return 0;
@@ -136,7 +143,7 @@ int MakeChunk(maru_t *m, const maru::rpc::ChunkReply &rep, bool writing, maru_ch
     if (!data.ok()) return -data.status().errnum();
     c->data = *data;
   }
-  if (!writing) c->lease_handle = m->client->TrackLease(rep.lease(), c->ino, c->gen);
+  if (!writing) HoldLease(c.get(), rep.lease());
   *out = c.release();
   return 0;
 }
@@ -170,7 +177,7 @@ void Sealed(maru_chunk_t *c, maru::rpc::ChecksumType type, uint64_t checksum,
   c->gen = rep.attr().gen();
   c->recorded_type = type;
   c->recorded = checksum;
-  c->lease_handle = c->m->client->TrackLease(rep.lease(), c->ino, c->gen);
+  HoldLease(c, rep.lease());
 }
 
 // Options of a create or alloc that make the whole call fail.
@@ -223,6 +230,7 @@ int Writable(maru_t *m, const maru::rpc::ChunkReply &rep, uint64_t size,
 void ReleaseRead(maru_chunk_t *c) {
   if (c->lease_handle) c->m->client->ReleaseLease(c->lease_handle);
   c->lease_handle = 0;
+  c->lease_watch = {};
 }
 
 }  // namespace
@@ -428,6 +436,11 @@ int maru_verify(maru_chunk_t *c) {
     if (int rc = Fetch(c); rc < 0) return rc;
   maru::ChecksumKind kind = maru::FromWire(c->recorded_type);
   return maru::Checksum(kind, c->data, c->size) == c->recorded ? 0 : -EBADMSG;
+}
+
+int maru_lease_check(maru_chunk_t *c) {
+  if (!c || c->writing || !c->lease_handle) return -EINVAL;
+  return c->m->client->LeaseHeld(c->lease_watch) ? 0 : -ESTALE;
 }
 
 int maru_release(maru_chunk_t *c) {

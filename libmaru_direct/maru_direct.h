@@ -221,6 +221,25 @@ int maru_read_into_batch(const maru_read_op_t *ops, size_t n);
  * recorded, -EBADMSG if the bytes differ. */
 int maru_verify(maru_chunk_t *c);
 
+/* Whether a read in place can be trusted: call it after reading the bytes
+ * (maru_chunk_data(), maru_read_into(), maru_verify()); if it returns 0 the
+ * bytes read were the chunk's own. Returns
+ *   0        the lease certainly held from maru_open() (or the seal) until
+ *            this call: the server heard from the session within half its
+ *            timeout all along, and no resume lost the lease;
+ *   -ESTALE  it may have lapsed: the process was stopped or stalled (SIGSTOP,
+ *            a long pause) past half the session timeout, or the session was
+ *            resumed without this lease (the server expired the session or
+ *            restarted, and the chunk was removed meanwhile). Its extents may
+ *            hold another chunk's bytes now: discard what was read and
+ *            release the handle. It stays -ESTALE for this handle;
+ *   -EINVAL  the handle holds no lease (a chunk being written).
+ * Cheap enough for every read: atomic loads and clock_gettime(), no lock, no
+ * round trip. A stall shorter than half the timeout that the server outlived
+ * costs nothing; a longer one or a server restart of that length is reported
+ * even if the lease survived (reopen the chunk to find out). */
+int maru_lease_check(maru_chunk_t *c);
+
 /* Drops the lease (or aborts an unsealed chunk) and frees the handle. */
 int maru_release(maru_chunk_t *c);
 

@@ -45,6 +45,8 @@ class Chunk {
   }
   int ReadInto(void *dst, uint64_t off, uint64_t len) { return maru_read_into(c_, dst, off, len); }
   int Verify() { return maru_verify(c_); }
+  // maru_lease_check(): 0 if the bytes read so far were surely the chunk's.
+  int LeaseCheck() { return maru_lease_check(c_); }
   // Drops the lease (or abandons an unsealed chunk) now.
   int Release() { return c_ ? maru_release(std::exchange(c_, nullptr)) : 0; }
   maru_chunk_t *get() const { return c_; }

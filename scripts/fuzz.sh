@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(superblock path frame record engine)
+[ ${#targets[@]} -gt 0 ] || targets=(superblock path frame record engine fastlane)
 dir=build-fuzz
 if [ ! -f "$dir/build.ninja" ]; then
   CC=clang CXX=clang++ meson setup "$dir" --buildtype=debugoptimized -Dfuzzing=true \

@@ -29,6 +29,9 @@
 //                                 (in three pieces) and maru_read_into_batch
 //     hold-read PATH SIZE GO      open, print "opened", wait for the file GO to
 //                                 exist, then read: prints the result
+//     hold-check PATH SIZE GO     open, print "opened", wait for the file GO to
+//                                 exist, copy the bytes in place, then print
+//                                 "check " and maru_lease_check's result
 //     read-through-outage PATH SIZE  read until a read fails (the agent went
 //                                 away), then until one succeeds again
 //     store-log DIR COUNT SIZE LOG   store DIR/c0.. one by one, appending each sealed
@@ -415,6 +418,20 @@ int RunCommand(const std::vector<std::string> &cmd) {
     printf("read %s%s\n", rc ? maru_strerror(rc) : "ok", rc == 0 && !mine ? " WRONG BYTES" : "");
     maru_release(c);
     return 0;
+  }
+  if (op == "hold-check") {
+    int rc = maru_open(M(), arg(1).c_str(), &c);
+    if (rc) return Fail("open " + arg(1) + ": " + maru_strerror(rc), 88);
+    printf("opened\n");
+    fflush(stdout);
+    while (access(arg(3).c_str(), F_OK) != 0) usleep(10000);
+    std::vector<uint8_t> buf(num(2));
+    memcpy(buf.data(), maru_chunk_data(c), buf.size());
+    rc = maru_lease_check(c);
+    const bool mine = maru_test::CheckPattern(buf.data(), buf.size(), arg(1));
+    printf("check %s%s\n", rc ? maru_strerror(rc) : "ok", mine ? "" : " (other bytes)");
+    maru_release(c);
+    return rc == 0 && !mine ? Fail("WRONG BYTES passed the check", 89) : 0;
   }
   if (op == "read-through-outage") {
     std::vector<uint8_t> buf(num(2));

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstring>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -243,6 +244,87 @@ TEST_F(DirectTest, UnlinkedChunkStaysReadableWhileHeld) {
   EXPECT_TRUE(CheckPattern(maru_chunk_data(r), 8 << 20, "/held/a"));
   maru_release(r);
   maru_disconnect(m);
+}
+
+TEST_F(DirectTest, LeaseCheckHoldsWhileTheSessionLives) {
+  maru_t *m = Connect();
+  maru_chunk_t *w;
+  ASSERT_EQ(maru_create(m, "/check/a", 1 << 20, &w), 0);
+  EXPECT_EQ(maru_lease_check(w), -EINVAL);  // a writer holds a reservation, not a lease
+  FillPattern(maru_chunk_data(w), 1 << 20, "/check/a");
+  ASSERT_EQ(maru_seal(w), 0);
+  EXPECT_EQ(maru_lease_check(w), 0);  // sealed: it reads under a lease now
+  maru_release(w);
+  maru_chunk_t *r;
+  ASSERT_EQ(maru_open(m, "/check/a", &r), 0);
+  EXPECT_TRUE(CheckPattern(maru_chunk_data(r), 1 << 20, "/check/a"));
+  EXPECT_EQ(maru_lease_check(r), 0);
+  // Unlinked and written over by others: the lease still keeps its bytes.
+  ASSERT_EQ(maru_unlink(m, "/check/a"), 0);
+  for (int i = 0; i < 20; ++i) ASSERT_EQ(Store(m, "/check/fill" + std::to_string(i), 1 << 20), 0);
+  EXPECT_TRUE(CheckPattern(maru_chunk_data(r), 1 << 20, "/check/a"));
+  EXPECT_EQ(maru_lease_check(r), 0);
+  maru_release(r);
+  EXPECT_EQ(maru_lease_check(nullptr), -EINVAL);
+  maru_direct::Client client;
+  ASSERT_EQ(client.Connect(server_.address().c_str()), 0);
+  maru_direct::Chunk c;
+  ASSERT_EQ(client.Open("/check/fill0", &c), 0);
+  EXPECT_EQ(c.LeaseCheck(), 0);
+  maru_disconnect(m);
+}
+
+// A reader stopped (SIGSTOP, a long pause) past its session timeout while
+// its chunk is removed and the extents go to other chunks: what it reads on
+// waking may be their bytes, and maru_lease_check() says so.
+TEST_F(DirectTest, LeaseCheckReportsAReaderStoppedPastItsTimeout) {
+  ASSERT_EQ(RunClient(server_.address(), "store /stop/a 1048576"), 0);
+  maru_test::TempDir dir;
+  const std::string log = dir.path() + "/reader.log", go = dir.path() + "/go";
+  auto slurp = [&] {
+    std::ifstream in(log);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  pid_t reader = fork();
+  if (reader == 0) {
+    const std::string cmd =
+        maru_test::ClientCommand(server_.address(), "hold-check /stop/a 1048576 " + go);
+    execl("/bin/sh", "sh", "-c", ("exec " + cmd + " >" + log + " 2>&1").c_str(),
+          static_cast<char *>(nullptr));
+    _exit(127);
+  }
+  struct Reaper {  // never leave a stopped reader behind, also on failure
+    pid_t pid;
+    ~Reaper() {
+      if (pid > 0) {
+        kill(pid, SIGKILL);
+        maru_test::Wait(pid);
+      }
+    }
+  } reaper{reader};
+  ASSERT_TRUE(maru_test::WaitFor([&] { return slurp().find("opened") != std::string::npos; }))
+      << slurp();
+  ASSERT_TRUE(maru_test::Freeze(reader));
+  ASSERT_EQ(RunClient(server_.address(), "unlink-errno /stop/a 0"), 0);
+  ASSERT_TRUE(maru_test::WaitFor(
+      [&] {
+        std::string out;
+        maru_test::Run(maru_test::MaructlBinary() + " sessions --server " + server_.address(),
+                       &out);
+        return out.find("libmaru_direct") == std::string::npos;  // the stopped session expired
+      },
+      20000));
+  std::string fill;
+  for (int i = 0; i < 100; ++i) fill += " + store /stop/fill" + std::to_string(i) + " 1048576";
+  ASSERT_EQ(RunClient(server_.address(), fill.substr(3)), 0);
+  std::ofstream(go).put('x');
+  kill(reader, SIGCONT);
+  EXPECT_EQ(maru_test::Wait(reader), 0) << slurp();
+  reaper.pid = -1;
+  EXPECT_NE(slurp().find("check " + std::string(maru_strerror(-ESTALE))), std::string::npos)
+      << slurp();
 }
 
 TEST_F(DirectTest, PermissionsUseTheCallersIdentity) {

@@ -155,6 +155,16 @@ class Chunk:
         """``maru_verify``: False if the bytes no longer match the checksum recorded at seal."""
         return self._live().verify()
 
+    def lease_check(self) -> None:
+        """``maru_lease_check``: call after reading; returns if the bytes read were the chunk's.
+
+        Raises ``OSError(errno.ESTALE)`` if the lease may have lapsed since the
+        open (this process was stopped or stalled past half the session
+        timeout, or a resumed session lost it): what was read may be another
+        chunk's bytes; discard it and release the chunk. No round trip.
+        """
+        self._live().lease_check()
+
     def release(self) -> None:
         """Drops this handle's reference; see the class notes on lifetime. Idempotent."""
         self._lease = None

@@ -135,6 +135,17 @@ bool Lease::Verify() {
   return true;
 }
 
+void Lease::LeaseCheck() {
+  CheckUsable();
+  int rc;
+  {
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mu_);
+    rc = maru_lease_check(c_);
+  }
+  Check(rc);
+}
+
 void Lease::PrepareBuffer() {
   CheckUsable();
   if (data_ || size_ == 0) return;
@@ -229,7 +240,9 @@ void RegisterLease(py::module_ &m) {
            "Copy a buffer into a writable chunk at offset (GIL released).")
       .def("read_into", &Lease::ReadInto, py::arg("dst"), py::arg("offset") = 0,
            "maru_read_into(): copy len(dst) bytes from offset into dst.")
-      .def("verify", &Lease::Verify, "maru_verify(): False if the checksum does not match.");
+      .def("verify", &Lease::Verify, "maru_verify(): False if the checksum does not match.")
+      .def("lease_check", &Lease::LeaseCheck,
+           "maru_lease_check(): OSError(ESTALE) if the lease may have lapsed since the open.");
   m.def(
       "seal_batch",
       [](const std::vector<Lease *> &leases) {

@@ -45,6 +45,9 @@ class Lease {
   void ReadInto(pybind11::object dst, uint64_t offset);
   // maru_verify(): false if the bytes no longer match the sealed checksum.
   bool Verify();
+  // maru_lease_check(): raises OSError(ESTALE) if the bytes read so far may
+  // not have been the chunk's (the lease may have lapsed meanwhile).
+  void LeaseCheck();
   // Before exporting the bytes as a buffer: raises if they cannot be.
   void PrepareBuffer();
   void *data() const { return data_; }

@@ -1,5 +1,7 @@
 """maru.Client and maru.Chunk over a real server: every call of maru_direct.h."""
 
+import errno
+
 import numpy as np
 import pytest
 import torch
@@ -25,6 +27,21 @@ def test_create_write_seal_open(client, ns):
         assert out == b"abc"
         assert chunk.verify()
     assert chunk.released
+
+
+def test_lease_check(client, ns):
+    path = f"/{ns}/lc"
+    with client.create(path, 4096) as chunk:
+        with pytest.raises(OSError) as err:
+            chunk.lease_check()  # a writer holds a reservation, not a lease
+        assert err.value.errno == errno.EINVAL
+        chunk.seal()
+        chunk.lease_check()
+    with client.open(path) as chunk:
+        assert bytes(chunk.memoryview()[:4]) == bytes(4)
+        chunk.lease_check()  # the session is alive: the bytes were the chunk's
+    with pytest.raises(ValueError):
+        chunk.lease_check()
 
 
 def test_put_and_checksum(client, ns):

@@ -159,8 +159,14 @@ int MetaClient::OpenSession(bool resume) {
     }
   }
   rpc::OpenSessionReply rep;
+  // From the moment the server may drop a lease until the lease is marked
+  // lost here, LeaseHeld() must not trust it: it sees `resuming_` odd.
+  if (resume) resuming_.fetch_add(1);
   int rc = CallOnce(&Stub::OpenSession, req, &rep);
-  if (rc < 0) return rc;
+  if (rc < 0) {
+    if (resume) resuming_.fetch_add(1);
+    return rc;
+  }
   if (resume) {
     // Leases were renewed under new ids; ones not renewed are gone, and
     // their readers find out when they next check (never silently reuse).
@@ -173,8 +179,9 @@ int MetaClient::OpenSession(bool resume) {
     for (auto &[handle, t] : tracked_) {
       if (t.lease == 0) continue;
       auto it = renewed.find(t.lease);
-      t.lease = it == renewed.end() ? 0 : it->second;
+      t.lease.store(it == renewed.end() ? 0 : it->second);
     }
+    resuming_.fetch_add(1);
   }
   if (!fast_ && !rep.fast_lane().empty() && address_.rfind("unix://", 0) == 0) {
     const char *env = getenv("MARU_FAST_LANE");
@@ -208,8 +215,47 @@ int MetaClient::Resume(uint64_t seen_epoch) {
 uint64_t MetaClient::TrackLease(uint64_t lease, uint64_t ino, uint64_t gen) {
   std::lock_guard<std::mutex> lock(lease_mu_);
   uint64_t handle = next_handle_++;
-  tracked_[handle] = Tracked{lease, ino, gen};
+  Tracked &t = tracked_[handle];
+  t.lease.store(lease);
+  t.ino = ino;
+  t.gen = gen;
   return handle;
+}
+
+MetaClient::LeaseWatch MetaClient::WatchLease(uint64_t handle) {
+  LeaseWatch watch;
+  const bool answered = answered_client_ == this;
+  watch.lapses = answered ? answered_lapses_ : lapses_.load();
+  // A resume since the answer may not have renewed a lease not tracked yet.
+  if (answered && resuming_.load() != answered_resuming_) return watch;
+  std::lock_guard<std::mutex> lock(lease_mu_);
+  // Nodes of an unordered_map stay put until erased (by ReleaseLease).
+  auto it = tracked_.find(handle);
+  if (it != tracked_.end()) watch.lease = &it->second.lease;
+  return watch;
+}
+
+bool MetaClient::LeaseHeld(const LeaseWatch &watch) const {
+  if (!watch.lease) return false;
+  const uint64_t resuming = resuming_.load();
+  if (resuming % 2) return false;
+  // NoteAnswer() counts a lapse before it makes the answer fresh: whoever
+  // sees the fresh answer also sees the lapse.
+  const int64_t last = last_answer_ms_.load();
+  if (MonotonicMs() - last >= lease_trust_ms_.load()) return false;
+  if (lapses_.load() != watch.lapses) return false;
+  return watch.lease->load() != 0 && resuming_.load() == resuming;
+}
+
+void MetaClient::NoteAnswer() {
+  const int64_t now = MonotonicMs();
+  const uint64_t seen = now - last_answer_ms_.load() >= lease_trust_ms_.load()
+                            ? lapses_.fetch_add(1) + 1
+                            : lapses_.load();
+  last_answer_ms_.store(now);
+  answered_client_ = this;
+  answered_lapses_ = seen;
+  answered_resuming_ = resuming_.load();
 }
 
 void MetaClient::ReleaseLease(uint64_t handle) {

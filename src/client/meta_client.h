@@ -79,6 +79,19 @@ class MetaClient {
   // finds this false afterwards may have read reused bytes.
   bool LeaseValid(uint64_t handle);
 
+  // A lease watched without locks, for readers that check after every
+  // in-place read (maru_lease_check). Valid until ReleaseLease(handle).
+  struct LeaseWatch {
+    const std::atomic<uint64_t> *lease = nullptr;  // 0 once a resume lost it
+    uint64_t lapses = 0;  // lapses_ as of the answer that granted the lease
+  };
+  LeaseWatch WatchLease(uint64_t handle);
+  // True if the watched lease certainly held from WatchLease() until now:
+  // no silence of half the session timeout since (the server may have
+  // expired the session), no resume lost it, none is under way. Atomics and
+  // the monotonic clock only: no lock, no round trip.
+  bool LeaseHeld(const LeaseWatch &watch) const;
+
   uint64_t session() const { return session_.load(); }
   // The session's description from the server (devices, timeouts).
   rpc::OpenSessionReply session_info() const;
@@ -88,7 +101,8 @@ class MetaClient {
 
  private:
   struct Tracked {
-    uint64_t lease, ino, gen;
+    std::atomic<uint64_t> lease{0};  // read without lease_mu_ by LeaseHeld()
+    uint64_t ino = 0, gen = 0;
   };
 
   MetaClient(std::string address, ClientOptions options);
@@ -104,6 +118,9 @@ class MetaClient {
   // and, if the request then never reached the server, back to the queue.
   void AttachReleases(rpc::Header *header);
   void RequeueReleases(const google::protobuf::RepeatedField<uint64_t> &leases);
+  // The server answered this session now; counts a lapse if it had been
+  // silent so long that it may have expired the session meanwhile.
+  void NoteAnswer();
 
   const std::string address_;
   const ClientOptions options_;
@@ -113,6 +130,15 @@ class MetaClient {
   std::atomic<uint64_t> session_{0};
   std::atomic<int64_t> last_answer_ms_{0};  // the server last answered this session
   std::atomic<int64_t> lease_trust_ms_{1};  // how long after that a lease surely holds
+  std::atomic<uint64_t> lapses_{0};         // answers that came after such a silence
+  std::atomic<uint64_t> resuming_{0};       // odd while a resume may be dropping leases
+  // lapses_ and resuming_ as this thread's last answer found them: a lease
+  // granted in that answer is watched from there, so a lapse or a resume
+  // between the answer and WatchLease() (a stall right after the open) is
+  // not missed.
+  inline static thread_local const MetaClient *answered_client_ = nullptr;
+  inline static thread_local uint64_t answered_lapses_ = 0;
+  inline static thread_local uint64_t answered_resuming_ = 0;
   std::unique_ptr<FastLaneClient> fast_;
   mutable std::mutex session_mu_;          // guards info_
   std::mutex resume_mu_;                   // one resume at a time
@@ -150,7 +176,7 @@ int MetaClient::CallOnce(Method<Req, Rep> method, const Req &req, Rep *rep) {
   rep->Clear();
   grpc::Status st = (stub_.get()->*method)(&ctx, req, rep);
   if (!st.ok()) return GrpcErrno(st);
-  if (rep->error() != ENOTCONN) last_answer_ms_.store(MonotonicMs());
+  if (rep->error() != ENOTCONN) NoteAnswer();
   return -rep->error();
 }
 
@@ -165,7 +191,7 @@ int MetaClient::CallFast(uint8_t op, Method<Req, Rep> method, Req &req, Rep *rep
       return rc;
     }
     if (rc == 0 && rep->error() != ENOTCONN) {
-      last_answer_ms_.store(MonotonicMs());
+      NoteAnswer();
       return -rep->error();
     }
   }

@@ -17,6 +17,8 @@
 
 namespace maru {
 
+struct FastLaneFuzzer;
+
 class FastLaneServer {
  public:
   FastLaneServer(std::string path, MetaEngine *engine, IdentityPolicy policy);
@@ -28,6 +30,8 @@ class FastLaneServer {
   const std::string &path() const { return path_; }
 
  private:
+  friend struct FastLaneFuzzer;  // tests/fuzz/fuzz_fastlane.cc drives Dispatch()
+
   // Bounds on what clients can hold: past the first, new connections are
   // refused (clients then use gRPC); an idle one is closed after the second.
   static constexpr size_t kMaxConnections = 1024;

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "meta/inode.h"
+#include "meta/records.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   using namespace maru;
