@@ -1,0 +1,134 @@
+// grant_client: a remote client that talks to maru-agent with grants it may
+// have tampered with, to show what the agent refuses. Exits with the errno
+// of the last transfer (0 when it worked).
+//
+//   grant_client SERVER CASE PATH|DEV:OFF:LEN
+//
+// CASE: ok, forged (MAC replaced), modified (session changed), write-flip (a
+// read grant turned writable, used to put), write-on-lease (asks the server
+// for a write grant on a lease), expired, released (a grant used again after
+// its lease is released), other (extents this session does not hold),
+// extents (prints PATH's extents as DEV:OFF:LEN).
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "client/meta_client.h"
+#include "grant_mac.h"
+#include "rdma/remote_pool.h"
+#include "util/units.h"
+
+using namespace maru;
+using Stub = rpc::Meta::Stub;
+
+namespace {
+
+struct Grants {
+  MetaClient *meta = nullptr;
+  std::string mode;
+  std::string saved;  // "released": the grant used again
+  std::string last;   // the last one issued
+  uint32_t ttl_ms = 0;
+
+  Result<std::string> Issue(uint32_t device, const std::vector<RemotePool::Range> &ranges,
+                            bool writable) {
+    if (!saved.empty()) return saved;
+    rpc::IssueGrantRequest req;
+    req.set_device(device);
+    // write-flip: ask for what a lease gets, then claim more.
+    req.set_writable(mode == "write-on-lease" || (writable && mode != "write-flip"));
+    req.set_ttl_ms(ttl_ms);
+    for (const RemotePool::Range &r : ranges) {
+      rpc::Extent *e = req.add_extents();
+      e->set_device(device);
+      e->set_offset(r.offset);
+      e->set_length(r.length);
+    }
+    rpc::GrantReply rep;
+    if (int rc = meta->Call(&Stub::IssueGrant, req, &rep))
+      return Status::Error(-rc, "server refused the grant");
+    rpc::Grant g = rep.grant();
+    if (mode == "forged") g.set_mac(std::string(32, 'x'));
+    if (mode == "modified") g.set_session(g.session() ^ 1);
+    if (mode == "write-flip") g.set_writable(true);
+    if (mode == "expired") {
+      printf("waiting for the grant to expire\n");
+      while (RealtimeNs() / 1000000 <= g.expires_ms()) {
+      }
+    }
+    last = g.SerializeAsString();
+    return last;
+  }
+};
+
+int Report(const Status &s) {
+  printf("%s\n", s.ok() ? "ok" : s.ToString().c_str());
+  return s.errnum();
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  if (argc != 4) return fprintf(stderr, "usage: grant_client SERVER CASE PATH|DEV:OFF:LEN\n"), 2;
+  const std::string mode = argv[2], target = argv[3];
+  ClientOptions options;
+  options.client_name = "grant_client";
+  auto client = MetaClient::Connect(argv[1], options);
+  if (!client.ok()) return fprintf(stderr, "%s\n", client.status().ToString().c_str()), 2;
+  MetaClient *meta = client->get();
+  RemotePool::AgentMap agents;
+  const rpc::OpenSessionReply info = meta->session_info();
+  for (const rpc::Device &d : info.devices()) agents[d.index()] = d.agent();
+  Grants grants;
+  grants.meta = meta;
+  grants.mode = mode;
+  if (mode == "expired") grants.ttl_ms = 1;
+  auto pool = RemotePool::Create(agents, 5000, nullptr, [&](auto device, auto &ranges, bool w) {
+    return grants.Issue(device, ranges, w);
+  });
+  if (!pool.ok()) return fprintf(stderr, "%s\n", pool.status().ToString().c_str()), 2;
+
+  rpc::ChunkReply chunk;
+  if (mode == "other") {
+    unsigned device = 0;
+    unsigned long long offset = 0, length = 0;
+    if (sscanf(target.c_str(), "%u:%llu:%llu", &device, &offset, &length) != 3) return 2;
+    rpc::Extent *e = chunk.add_extents();
+    e->set_device(device);
+    e->set_offset(offset);
+    e->set_length(length);
+  } else {
+    rpc::RefRequest open;
+    open.mutable_ref()->set_path(target);
+    if (int rc = meta->Call(&Stub::Open, open, &chunk))
+      return fprintf(stderr, "open %s: %s\n", target.c_str(), strerror(-rc)), 2;
+  }
+  uint64_t total = 0;
+  for (const rpc::Extent &e : chunk.extents()) total += e.length();
+  std::vector<uint8_t> buffer(total);
+  std::vector<RemotePool::Transfer> transfers;
+  uint64_t at = 0;
+  for (const rpc::Extent &e : chunk.extents()) {
+    transfers.push_back({e.device(), e.offset(), e.length(), buffer.data() + at});
+    at += e.length();
+  }
+  if (mode == "extents") {
+    for (const rpc::Extent &e : chunk.extents())
+      printf("%u:%lu:%lu\n", e.device(), e.offset(), e.length());
+    return 0;
+  }
+  if (mode == "write-flip" || mode == "write-on-lease") return Report((*pool)->Put(0, transfers));
+  if (mode != "released") return Report((*pool)->Get(0, transfers));
+
+  // Keep the grant the first read used, release the lease, present it again.
+  if (Status s = (*pool)->Get(0, transfers); !s.ok()) return Report(s);
+  grants.saved = grants.last;
+  rpc::ReleaseRequest release;
+  release.add_leases(chunk.lease());
+  rpc::ErrorReply released;
+  if (int rc = meta->Call(&Stub::Release, release, &released))
+    return fprintf(stderr, "release: %s\n", strerror(-rc)), 2;
+  return Report((*pool)->Get(0, transfers));
+}
