@@ -11,11 +11,15 @@ ExtentRegistry::~ExtentRegistry() {
 
 Result<const std::vector<uint8_t> *> ExtentRegistry::Key(uint32_t device, uint8_t *base,
                                                          uint64_t offset, uint64_t length,
-                                                         bool writable, int64_t until_ms) {
+                                                         bool writable, int64_t until_ms,
+                                                         uint64_t session) {
   const Where where{device, offset, length, writable};
   if (auto it = entries_.find(where); it != entries_.end()) {
-    it->second.until_ms = std::max(it->second.until_ms, until_ms);
-    return &it->second.rkey;
+    if (it->second.session == session) {
+      it->second.until_ms = std::max(it->second.until_ms, until_ms);
+      return &it->second.rkey;
+    }
+    Drop(where);  // an earlier writer's, whose reservation ended: not shared
   }
   if (entries_.size() >= max_entries_)
     return Status::Error(EBUSY, "too many extents registered; try again later");
@@ -28,6 +32,7 @@ Result<const std::vector<uint8_t> *> ExtentRegistry::Key(uint32_t device, uint8_
             UCP_MEM_MAP_PROT_REMOTE_READ | (writable ? UCP_MEM_MAP_PROT_REMOTE_WRITE : 0);
   Entry e;
   e.until_ms = until_ms;
+  e.session = session;
   ucs_status_t st = ucp_mem_map(context_, &mp, &e.memh);
   if (st != UCS_OK) return Status::Error(UcsErrno(st), "cannot register an extent with UCX");
   void *packed = nullptr;
@@ -49,6 +54,20 @@ void ExtentRegistry::Expire(int64_t now_ms) {
     ucp_mem_unmap(context_, item.second.memh);
     return true;
   });
+}
+
+std::vector<std::pair<ExtentRegistry::Where, uint64_t>> ExtentRegistry::Writable() const {
+  std::vector<std::pair<Where, uint64_t>> out;
+  for (const auto &[where, e] : entries_)
+    if (std::get<3>(where)) out.emplace_back(where, e.session);
+  return out;
+}
+
+void ExtentRegistry::Drop(const Where &where) {
+  auto it = entries_.find(where);
+  if (it == entries_.end()) return;
+  ucp_mem_unmap(context_, it->second.memh);
+  entries_.erase(it);
 }
 
 }  // namespace maru

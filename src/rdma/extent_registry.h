@@ -24,12 +24,20 @@ class ExtentRegistry {
   ExtentRegistry(const ExtentRegistry &) = delete;
   ExtentRegistry &operator=(const ExtentRegistry &) = delete;
 
+  using Where = std::tuple<uint32_t, uint64_t, uint64_t, bool>;  // device, offset, length, rw
+
   // The packed remote key for `length` bytes at `base` + `offset` of device
   // `device`, registered now or earlier, kept at least until `until_ms`.
+  // `session` is the writer a writable registration belongs to.
   Result<const std::vector<uint8_t> *> Key(uint32_t device, uint8_t *base, uint64_t offset,
-                                           uint64_t length, bool writable, int64_t until_ms);
+                                           uint64_t length, bool writable, int64_t until_ms,
+                                           uint64_t session = 0);
   // Unmaps the registrations whose time is over at `now_ms`.
   void Expire(int64_t now_ms);
+  // The writable registrations and the session each belongs to.
+  std::vector<std::pair<Where, uint64_t>> Writable() const;
+  // Unmaps one registration now (its reservation ended).
+  void Drop(const Where &where);
   size_t size() const { return entries_.size(); }
 
  private:
@@ -37,8 +45,8 @@ class ExtentRegistry {
     ucp_mem_h memh = nullptr;
     std::vector<uint8_t> rkey;
     int64_t until_ms = 0;
+    uint64_t session = 0;
   };
-  using Where = std::tuple<uint32_t, uint64_t, uint64_t, bool>;  // device, offset, length, rw
 
   ucp_context_h context_;
   size_t max_entries_;

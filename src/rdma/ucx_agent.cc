@@ -164,7 +164,7 @@ int UcxAgent::Admit(const std::vector<uint8_t> &request, std::vector<uint8_t> *o
   std::vector<uint8_t> keys;
   for (const rpc::Extent &e : grant.extents()) {
     auto key = registry_->Key(grant.device(), dev->second->base(), e.offset(), e.length(),
-                              grant.writable(), until_ms);
+                              grant.writable(), until_ms, grant.writable() ? grant.session() : 0);
     if (!key.ok()) return key.status().errnum();
     const uint32_t n = static_cast<uint32_t>((*key)->size());
     keys.insert(keys.end(), reinterpret_cast<const uint8_t *>(&n),
@@ -221,6 +221,23 @@ void UcxAgent::ReapReplies() {
   });
 }
 
+void UcxAgent::RevokeEndedWrites() {
+  for (const auto &[where, session] : registry_->Writable()) {
+    rpc::CheckExtentsRequest check;
+    check.set_client_session(session);
+    check.set_device(std::get<0>(where));
+    rpc::Extent *e = check.add_extents();
+    e->set_device(std::get<0>(where));
+    e->set_offset(std::get<1>(where));
+    e->set_length(std::get<2>(where));
+    check.set_writable(true);
+    rpc::ErrorReply rep;
+    // Only the server's word that the reservation is over revokes a key.
+    const int rc = client_->Call(&rpc::Meta::Stub::CheckExtents, check, &rep);
+    if (rc == -ESTALE || rc == -EACCES) registry_->Drop(where);
+  }
+}
+
 void UcxAgent::CloseFailedEndpoints() {
   for (ucp_ep_h ep : failed_) {
     auto it = std::find(endpoints_.begin(), endpoints_.end(), ep);
@@ -245,11 +262,17 @@ void UcxAgent::CloseFailedEndpoints() {
 }
 
 void UcxAgent::Run(const std::function<void()> &tick) {
+  int64_t next_expiry_ms = 0;
   while (!stop_) {
     tick();
     ucx_->Progress();
     ReapReplies();
-    registry_->Expire(RealtimeNs() / 1000000);
+    // A scan of the registrations, at most ten times a second.
+    if (const int64_t now_ms = RealtimeNs() / 1000000; now_ms >= next_expiry_ms) {
+      registry_->Expire(now_ms);
+      RevokeEndedWrites();
+      next_expiry_ms = now_ms + 100;
+    }
     if (pending_.empty() && failed_.empty()) {
       ucx_->Sleep(sending_.empty() ? 200 : 10);
       continue;

@@ -64,6 +64,9 @@ class UcxAgent {
   int Admit(const std::vector<uint8_t> &request, std::vector<uint8_t> *out);
   // Requests and replies queued or in flight for `ep`.
   size_t Backlog(ucp_ep_h ep) const;
+  // Unmaps the writable keys whose reservation was sealed or aborted: the
+  // chunk's bytes are final then, even on RDMA.
+  void RevokeEndedWrites();
   // Frees the replies delivered; drops clients whose replies are stuck.
   void ReapReplies();
   void CloseFailedEndpoints();
