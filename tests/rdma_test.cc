@@ -172,6 +172,33 @@ class GrantTest : public RemoteTest {
     last_ = out;
     return rc;
   }
+  // Runs grant_client `how` (stall, odd-ids) and meanwhile serves others.
+  void Misbehaving(const std::string &how) {
+    ASSERT_EQ(maru_test::RunClient(server_->address(), "store /g/busy 1048576"), 0);
+    maru_test::TempDir dir;
+    const std::string log = dir.path() + "/staller.log", go = dir.path() + "/go";
+    pid_t staller = fork();
+    if (staller == 0) {
+      execl("/bin/sh", "sh", "-c",
+            ("exec env UCX_TLS=tcp " + ns_.Exec() + maru_test::BinDir("tests/grant_client") +
+             " tcp://" + ns_.host_ip() + ":" + std::to_string(port_) + " " + how + " /g/busy " +
+             go + " >" + log + " 2>&1")
+                .c_str(),
+            static_cast<char *>(nullptr));
+      _exit(127);
+    }
+    ASSERT_TRUE(
+        maru_test::WaitFor([&] { return Slurp(log).find("stalled") != std::string::npos; }, 30000))
+        << Slurp(log);
+    // Others are served meanwhile, again and again.
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(Grant("ok", "/g/busy"), 0);
+      EXPECT_EQ(RunRemote("fetch /g/busy 1048576"), 0);
+    }
+    std::ofstream(go).put('x');
+    EXPECT_EQ(maru_test::Wait(staller), 0) << Slurp(log);
+    fprintf(stderr, "%s", Slurp(log).c_str());
+  }
   std::string last_;
 };
 
@@ -225,6 +252,16 @@ TEST_F(GrantTest, AGrantEndsWithItsLease) {
   ASSERT_EQ(maru_test::RunClient(server_->address(), "store /g/gone 1048576"), 0);
   EXPECT_EQ(Grant("released", "/g/gone"), ESTALE);
   EXPECT_EQ(Grant("released", "/g/gone", true), ESTALE);
+}
+
+// A client that floods the agent and stops reading, or sends messages the
+// agent does not expect, stalls no one.
+TEST_F(GrantTest, AClientThatDoesNotDrainStallsNoOne) {
+  Misbehaving("stall");
+}
+
+TEST_F(GrantTest, MessagesTheAgentDoesNotExpectStallNoOne) {
+  Misbehaving("odd-ids");
 }
 
 TEST(Agent, ListensOnLoopbackByDefault) {
