@@ -254,6 +254,30 @@ TEST_F(GrantTest, AGrantEndsWithItsLease) {
   EXPECT_EQ(Grant("released", "/g/gone", true), ESTALE);
 }
 
+TEST_F(GrantTest, GrantsFromARestartedServerAreHonoured) {
+  ASSERT_EQ(maru_test::RunClient(server_->address(), "store /g/kept 1048576"), 0);
+  maru_test::TempDir dir;
+  const std::string log = dir.path() + "/reader.log", go = dir.path() + "/go";
+  pid_t reader = fork();
+  if (reader == 0) {
+    execl("/bin/sh", "sh", "-c",
+          ("exec " + Remote("hold-read /g/kept 1048576 " + go) + " >" + log + " 2>&1").c_str(),
+          static_cast<char *>(nullptr));
+    _exit(127);
+  }
+  ASSERT_TRUE(
+      maru_test::WaitFor([&] { return Slurp(log).find("opened") != std::string::npos; }, 30000))
+      << Slurp(log);
+  // A new server signs with a new key; the agent fetches it when a grant
+  // does not verify.
+  server_->Kill9();
+  ASSERT_TRUE(server_->Start());
+  std::ofstream(go).put('x');
+  EXPECT_EQ(maru_test::Wait(reader), 0) << Slurp(log);
+  EXPECT_NE(Slurp(log).find("read ok"), std::string::npos) << Slurp(log);
+  EXPECT_EQ(Slurp(log).find("WRONG"), std::string::npos) << Slurp(log);
+}
+
 // A client that floods the agent and stops reading, or sends messages the
 // agent does not expect, stalls no one.
 TEST_F(GrantTest, AClientThatDoesNotDrainStallsNoOne) {

@@ -112,6 +112,8 @@ int main(int argc, char **argv) {
     advertise = "tcp://" + host + ":" + std::to_string((*agent)->port());
   }
   registration.set_address(advertise);
+  // A grant the agent cannot verify may come from a restarted server.
+  (*agent)->set_key_refresher([&] { Register(*meta, registration, agent->get()); });
   if (int rc = Register(*meta, registration, agent->get()))
     return Fail("cannot register with " + server + ": " + strerror(-rc));
   LOG_INFO("serving %d device(s) at %s", registration.device_uuids_size(), advertise.c_str());

@@ -116,6 +116,15 @@ ucs_status_t UcxAgent::OnGrant(void *arg, const void *, size_t, void *data, size
   return UCS_OK;
 }
 
+bool UcxAgent::Authentic(const rpc::Grant &grant) {
+  if (GrantMacValid(grant_key_, grant)) return true;
+  const int64_t now_ms = MonotonicNs() / 1000000;
+  if (!refresh_key_ || now_ms - key_refreshed_ms_ < 1000) return false;
+  key_refreshed_ms_ = now_ms;
+  refresh_key_();
+  return GrantMacValid(grant_key_, grant);
+}
+
 size_t UcxAgent::Backlog(ucp_ep_h ep) const {
   return std::count_if(pending_.begin(), pending_.end(),
                        [&](const PendingGrant &g) { return g.reply_ep == ep; }) +
@@ -134,7 +143,7 @@ int UcxAgent::Admit(const std::vector<uint8_t> &request, std::vector<uint8_t> *o
     return EINVAL;
   // The server's signature, not the client's word: a forged or altered grant
   // (another session, other extents, write for read) fails here.
-  if (!GrantMacValid(grant_key_, grant)) {
+  if (!Authentic(grant)) {
     LOG_WARN("refused a grant with a bad MAC (session %016lx)", grant.session());
     return EKEYREJECTED;
   }

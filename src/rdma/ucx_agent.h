@@ -36,6 +36,8 @@ class UcxAgent {
   void Stop() { stop_ = true; }
   // The key maru-server signs grants with (from RegisterAgent).
   void set_grant_key(const std::string &key) { grant_key_ = key; }
+  // Registers again, for the server's current key (after its restart).
+  void set_key_refresher(std::function<void()> refresh) { refresh_key_ = std::move(refresh); }
   int port() const { return port_; }
 
  private:
@@ -62,6 +64,9 @@ class UcxAgent {
   void Answer(const PendingGrant &grant);
   // Verifies a grant and fills `out` with its keys; returns a positive errno.
   int Admit(const std::vector<uint8_t> &request, std::vector<uint8_t> *out);
+  // Whether `grant` carries the server's MAC; on a mismatch asks the server
+  // for its key again, at most once a second (it may have restarted).
+  bool Authentic(const rpc::Grant &grant);
   // Requests and replies queued or in flight for `ep`.
   size_t Backlog(ucp_ep_h ep) const;
   // Unmaps the writable keys whose reservation was sealed or aborted: the
@@ -76,6 +81,8 @@ class UcxAgent {
   std::map<uint32_t, std::unique_ptr<PoolDevice>> devices_;
   std::unique_ptr<ExtentRegistry> registry_;
   std::string grant_key_;
+  std::function<void()> refresh_key_;
+  int64_t key_refreshed_ms_ = 0;
   ucp_listener_h listener_ = nullptr;
   std::vector<ucp_ep_h> endpoints_;
   std::vector<ucp_ep_h> failed_;
