@@ -27,6 +27,11 @@ Result<std::unique_ptr<UcxAgent>> UcxAgent::Start(
   // Extents are registered one by one as grants name them.
   agent->registry_ = std::make_unique<ExtentRegistry>(agent->ucx_->context());
 
+  // Every other id gets a handler that drops the message: UCX 1.13 crashed
+  // the agent on a message under an id with no handler (a test sends some).
+  for (unsigned id = 0; id <= UINT16_MAX; ++id)
+    if (id != wire::kGrantRequestId)
+      MARU_RETURN_IF_ERROR(agent->ucx_->SetHandler(id, OnStray, nullptr));
   MARU_RETURN_IF_ERROR(agent->ucx_->SetHandler(wire::kGrantRequestId, OnGrant, agent.get()));
 
   addrinfo hints{}, *res = nullptr;
@@ -116,6 +121,11 @@ ucs_status_t UcxAgent::OnGrant(void *arg, const void *, size_t, void *data, size
   return UCS_OK;
 }
 
+ucs_status_t UcxAgent::OnStray(void *, const void *, size_t, void *, size_t,
+                               const ucp_am_recv_param_t *) {
+  return UCS_OK;  // not ours to answer
+}
+
 bool UcxAgent::Authentic(const rpc::Grant &grant) {
   if (GrantMacValid(grant_key_, grant)) return true;
   const int64_t now_ms = MonotonicNs() / 1000000;
@@ -132,32 +142,38 @@ size_t UcxAgent::Backlog(ucp_ep_h ep) const {
                        [&](const Sending &s) { return s.ep == ep; });
 }
 
-int UcxAgent::Admit(const std::vector<uint8_t> &request, std::vector<uint8_t> *out) {
+int UcxAgent::Verify(const std::vector<uint8_t> &request, rpc::Grant *grant) {
   wire::GrantRequest head;
   if (request.size() < sizeof(head)) return EINVAL;
   memcpy(&head, request.data(), sizeof(head));
   if (head.grant_bytes > wire::kMaxGrantBytes || request.size() < sizeof(head) + head.grant_bytes)
     return EINVAL;
-  rpc::Grant grant;
-  if (!grant.ParseFromArray(request.data() + sizeof(head), static_cast<int>(head.grant_bytes)))
+  if (!grant->ParseFromArray(request.data() + sizeof(head), static_cast<int>(head.grant_bytes)))
     return EINVAL;
   // The server's signature, not the client's word: a forged or altered grant
   // (another session, other extents, write for read) fails here.
-  if (!Authentic(grant)) {
-    LOG_WARN("refused a grant with a bad MAC (session %016lx)", grant.session());
+  if (!Authentic(*grant)) {
+    LOG_WARN("refused a grant with a bad MAC (session %016lx)", grant->session());
     return EKEYREJECTED;
   }
-  const int64_t now_ms = RealtimeNs() / 1000000;
-  if (grant.expires_ms() <= now_ms) return EKEYEXPIRED;
-  auto dev = devices_.find(grant.device());
+  if (grant->expires_ms() <= RealtimeNs() / 1000000) return EKEYEXPIRED;
+  auto dev = devices_.find(grant->device());
   if (dev == devices_.end()) return ENODEV;
-  if (grant.extents_size() == 0 || grant.extents_size() > static_cast<int>(wire::kMaxGrantExtents))
+  if (grant->extents_size() == 0 ||
+      grant->extents_size() > static_cast<int>(wire::kMaxGrantExtents))
     return EINVAL;
   const uint64_t size = dev->second->mapped_bytes();
-  for (const rpc::Extent &e : grant.extents())
-    if (e.device() != grant.device() || e.length() == 0 || e.offset() >= size ||
+  for (const rpc::Extent &e : grant->extents())
+    if (e.device() != grant->device() || e.length() == 0 || e.offset() >= size ||
         e.length() > size - e.offset())
       return EINVAL;
+  return 0;
+}
+
+int UcxAgent::Admit(const std::vector<uint8_t> &request, std::vector<uint8_t> *out) {
+  rpc::Grant grant;
+  if (int error = Verify(request, &grant)) return error;
+  PoolDevice *dev = devices_.at(grant.device()).get();
   // Still held? A lease released or a reservation sealed or aborted revokes
   // the grant before it expires.
   rpc::CheckExtentsRequest check;
@@ -170,20 +186,18 @@ int UcxAgent::Admit(const std::vector<uint8_t> &request, std::vector<uint8_t> *o
   // Keys outlive the grant by one more TTL: transfers posted just before it
   // expires must be able to finish.
   const int64_t until_ms = grant.expires_ms() + kMaxGrantTtlMs;
-  std::vector<uint8_t> keys;
   for (const rpc::Extent &e : grant.extents()) {
-    auto key = registry_->Key(grant.device(), dev->second->base(), e.offset(), e.length(),
-                              grant.writable(), until_ms, grant.writable() ? grant.session() : 0);
+    auto key = registry_->Key(grant.device(), dev->base(), e.offset(), e.length(), grant.writable(),
+                              until_ms, grant.writable() ? grant.session() : 0);
     if (!key.ok()) return key.status().errnum();
     const uint32_t n = static_cast<uint32_t>((*key)->size());
-    keys.insert(keys.end(), reinterpret_cast<const uint8_t *>(&n),
+    out->insert(out->end(), reinterpret_cast<const uint8_t *>(&n),
                 reinterpret_cast<const uint8_t *>(&n) + sizeof(n));
-    keys.insert(keys.end(), (*key)->begin(), (*key)->end());
+    out->insert(out->end(), (*key)->begin(), (*key)->end());
   }
-  out->insert(out->end(), keys.begin(), keys.end());
   auto *reply = reinterpret_cast<wire::GrantReply *>(out->data());
   reply->count = static_cast<uint32_t>(grant.extents_size());
-  reply->remote_base = reinterpret_cast<uint64_t>(dev->second->base());
+  reply->remote_base = reinterpret_cast<uint64_t>(dev->base());
   return 0;
 }
 

@@ -61,8 +61,14 @@ class UcxAgent {
   static ucs_status_t OnGrant(void *arg, const void *header, size_t header_length, void *data,
                               size_t length, const ucp_am_recv_param_t *param);
   static void OnEndpointError(void *arg, ucp_ep_h ep, ucs_status_t status);
+  static ucs_status_t OnStray(void *arg, const void *header, size_t header_length, void *data,
+                              size_t length, const ucp_am_recv_param_t *param);
   void Answer(const PendingGrant &grant);
-  // Verifies a grant and fills `out` with its keys; returns a positive errno.
+  // Parses the grant of a request and checks its MAC, expiry and extents;
+  // returns a positive errno.
+  int Verify(const std::vector<uint8_t> &request, rpc::Grant *grant);
+  // Verifies a grant, checks it was not revoked, and fills `out` with its
+  // keys; returns a positive errno.
   int Admit(const std::vector<uint8_t> &request, std::vector<uint8_t> *out);
   // Whether `grant` carries the server's MAC; on a mismatch asks the server
   // for its key again, at most once a second (it may have restarted).
