@@ -11,6 +11,7 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "alloc/extent_map.h"
@@ -22,6 +23,7 @@
 #include "util/checksum.h"
 #include "util/path.h"
 
+#include "c_conversions.h"
 #include "maru_direct_internal.h"
 
 using maru::MetaClient;
@@ -41,6 +43,8 @@ struct maru_chunk {
   uint8_t *data = nullptr;
   std::unique_ptr<maru::ChunkView> view;
   bool writing = false;
+  bool allocated = false;  // from maru_alloc(): published, not sealed
+  uint32_t mode = 0644;    // an allocation's, applied at publish
   int checksum = MARU_CHECKSUM_NONE;
   maru::rpc::ChecksumType recorded_type = maru::rpc::CHECKSUM_NONE;
   uint64_t recorded = 0;
@@ -53,6 +57,8 @@ struct maru_chunk {
 };
 
 namespace {
+
+constexpr size_t kMaxInstanceName = 64;
 
 int64_t EnvInt(const char *name, int64_t fallback) {
   const char *v = getenv(name);
@@ -135,6 +141,85 @@ int MakeChunk(maru_t *m, const maru::rpc::ChunkReply &rep, bool writing, maru_ch
   return 0;
 }
 
+// Before a seal or publish: a remote writer's staging buffer goes to the
+// reserved extents; the request gets the size and the checksum.
+int PrepareSeal(maru_chunk_t *c, maru::rpc::SealRequest *req) {
+  if (c->remote && c->size) {
+    std::vector<maru::RemotePool::Transfer> transfers;
+    AddTransfers(c, 0, c->size, c->staging.get(), &transfers);
+    maru::Status s = c->m->remote->Put(c->m->client->session(), transfers);
+    if (!s.ok()) return -s.errnum();
+  }
+  req->set_ino(c->ino);
+  req->set_gen(c->gen);
+  req->set_size(c->size);
+  req->set_keep_lease(true);
+  if (c->checksum != MARU_CHECKSUM_NONE) {
+    maru::ChecksumKind kind = maru::ChecksumFromC(c->checksum);
+    req->set_checksum_type(maru::ToWire(kind));
+    req->set_checksum(maru::Checksum(kind, c->data, c->size));
+  }
+  return 0;
+}
+
+// After a seal or publish went through: the handle reads, with a lease.
+void Sealed(maru_chunk_t *c, maru::rpc::ChecksumType type, uint64_t checksum,
+            const maru::rpc::ChunkReply &rep) {
+  c->writing = false;
+  c->ino = rep.attr().ino();
+  c->gen = rep.attr().gen();
+  c->recorded_type = type;
+  c->recorded = checksum;
+  c->lease_handle = c->m->client->TrackLease(rep.lease(), c->ino, c->gen);
+}
+
+// Options of a create or alloc that make the whole call fail.
+int CheckCreateOpts(maru_t *m, const maru_create_opts_t *opts) {
+  if (m->pool && !m->pool->writable()) return -EROFS;
+  if (opts && (opts->checksum < MARU_CHECKSUM_NONE || opts->checksum > MARU_CHECKSUM_CRC32C))
+    return -EINVAL;
+  if (opts && (opts->flags & ~MARU_CREATE_CONTIGUOUS)) return -EINVAL;
+  return 0;
+}
+
+int BuildCreate(maru_t *m, const char *path, uint64_t size, const char *parent,
+                const maru_create_opts_t *opts, maru::rpc::CreateRequest *req) {
+  if (int rc = CheckPath(path); rc < 0) return rc;
+  if (size == 0) return -EINVAL;
+  if (parent)
+    if (int rc = CheckPath(parent); rc < 0) return rc;
+  req->mutable_ref()->set_path(path);
+  req->set_size(size);
+  req->set_mode(opts && opts->mode ? opts->mode & 07777 : 0644);
+  req->set_parents(true);
+  req->set_request_id(m->next_request++);
+  if (parent) req->set_parent_chunk(parent);
+  req->set_contiguous(opts && (opts->flags & MARU_CREATE_CONTIGUOUS));
+  return 0;
+}
+
+// Gives a reservation back (best effort: the session's end would too).
+void Abort(maru_t *m, uint64_t ino, uint64_t gen) {
+  maru::rpc::HandleRequest abort;
+  abort.set_ino(ino);
+  abort.set_gen(gen);
+  maru::rpc::ErrorReply ignored;
+  m->client->Call(&Stub::Abort, abort, &ignored);
+}
+
+// The writable handle for a reservation the server made.
+int Writable(maru_t *m, const maru::rpc::ChunkReply &rep, uint64_t size,
+             const maru_create_opts_t *opts, maru_chunk_t **out) {
+  int rc = MakeChunk(m, rep, true, out);
+  if (rc < 0) {
+    Abort(m, rep.attr().ino(), rep.attr().gen());
+    return rc;
+  }
+  (*out)->size = size;
+  (*out)->checksum = opts ? opts->checksum : MARU_CHECKSUM_NONE;
+  return 0;
+}
+
 void ReleaseRead(maru_chunk_t *c) {
   if (c->lease_handle) c->m->client->ReleaseLease(c->lease_handle);
   c->lease_handle = 0;
@@ -145,12 +230,18 @@ void ReleaseRead(maru_chunk_t *c) {
 extern "C" {
 
 int maru_connect(const char *target, maru_t **out) {
+  return maru_connect_ex(target, nullptr, out);
+}
+
+int maru_connect_ex(const char *target, const maru_connect_opts_t *opts, maru_t **out) {
   if (!out) return -EINVAL;
   *out = nullptr;
+  if (opts && opts->instance && strlen(opts->instance) > kMaxInstanceName) return -ENAMETOOLONG;
   if (!target) target = getenv("MARU_SERVER");
   if (!target || !*target) target = maru::kDefaultServerAddress;
   maru::ClientOptions options;
   options.client_name = "libmaru_direct";
+  if (opts && opts->instance) options.instance = opts->instance;
   options.call_timeout_ms = EnvInt("MARU_TIMEOUT_MS", options.call_timeout_ms);
   options.connect_timeout_ms = std::min(options.connect_timeout_ms, options.call_timeout_ms);
   options.retry_window_ms = EnvInt("MARU_RETRY_MS", options.retry_window_ms);
@@ -217,35 +308,14 @@ int maru_create_ex(maru_t *m, const char *path, uint64_t size, const maru_create
                    maru_chunk_t **out) {
   if (out) *out = nullptr;  // on every error, as the header says
   if (!m || !out) return -EINVAL;
-  if (int rc = CheckPath(path); rc < 0) return rc;
-  if (size == 0) return -EINVAL;
-  if (m->pool && !m->pool->writable()) return -EROFS;
-  if (opts && opts->parent)
-    if (int rc = CheckPath(opts->parent); rc < 0) return rc;
-  if (opts && (opts->checksum < MARU_CHECKSUM_NONE || opts->checksum > MARU_CHECKSUM_CRC32C))
-    return -EINVAL;
+  if (int rc = CheckCreateOpts(m, opts); rc < 0) return rc;
   maru::rpc::CreateRequest req;
-  req.mutable_ref()->set_path(path);
-  req.set_size(size);
-  req.set_mode(opts && opts->mode ? opts->mode & 07777 : 0644);
-  req.set_parents(true);
-  req.set_request_id(m->next_request++);
-  if (opts && opts->parent) req.set_parent_chunk(opts->parent);
-  maru::rpc::ChunkReply rep;
-  int rc = m->client->CallFast(maru::fastlane::kCreate, &Stub::Create, req, &rep);
-  if (rc < 0) return rc;
-  rc = MakeChunk(m, rep, true, out);
-  if (rc < 0) {
-    maru::rpc::HandleRequest abort;
-    abort.set_ino(rep.attr().ino());
-    abort.set_gen(rep.attr().gen());
-    maru::rpc::ErrorReply ignored;
-    m->client->Call(&Stub::Abort, abort, &ignored);
+  if (int rc = BuildCreate(m, path, size, opts ? opts->parent : nullptr, opts, &req); rc < 0)
     return rc;
-  }
-  (*out)->size = size;
-  (*out)->checksum = opts ? opts->checksum : MARU_CHECKSUM_NONE;
-  return 0;
+  maru::rpc::ChunkReply rep;
+  int rc = m->client->Create(req, &rep);
+  if (rc < 0) return rc;
+  return Writable(m, rep, size, opts, out);
 }
 
 int maru_create(maru_t *m, const char *path, uint64_t size, maru_chunk_t **out) {
@@ -260,31 +330,13 @@ int maru_create_child(maru_t *m, const char *path, const char *parent, uint64_t 
 }
 
 int maru_seal(maru_chunk_t *c) {
-  if (!c || !c->writing) return -EINVAL;
-  if (c->remote && c->size) {
-    // The staging buffer goes to the reserved extents first, then publish.
-    std::vector<maru::RemotePool::Transfer> transfers;
-    AddTransfers(c, 0, c->size, c->staging.get(), &transfers);
-    maru::Status s = c->m->remote->Put(c->m->client->session(), transfers);
-    if (!s.ok()) return -s.errnum();
-  }
+  if (!c || !c->writing || c->allocated) return -EINVAL;
   maru::rpc::SealRequest req;
-  req.set_ino(c->ino);
-  req.set_gen(c->gen);
-  req.set_size(c->size);
-  req.set_keep_lease(true);
-  if (c->checksum != MARU_CHECKSUM_NONE) {
-    auto kind = static_cast<maru::ChecksumKind>(c->checksum);
-    req.set_checksum_type(static_cast<maru::rpc::ChecksumType>(c->checksum));
-    req.set_checksum(maru::Checksum(kind, c->data, c->size));
-  }
+  if (int rc = PrepareSeal(c, &req); rc < 0) return rc;
   maru::rpc::ChunkReply rep;
-  int rc = c->m->client->CallFast(maru::fastlane::kSeal, &Stub::Seal, req, &rep);
+  int rc = c->m->client->Seal(req, &rep);
   if (rc < 0) return rc;
-  c->writing = false;
-  c->recorded_type = req.checksum_type();
-  c->recorded = req.checksum();
-  c->lease_handle = c->m->client->TrackLease(rep.lease(), c->ino, c->gen);
+  Sealed(c, req.checksum_type(), req.checksum(), rep);
   return 0;
 }
 
@@ -295,7 +347,7 @@ int maru_open(maru_t *m, const char *path, maru_chunk_t **out) {
   maru::rpc::RefRequest req;
   req.mutable_ref()->set_path(path);
   maru::rpc::ChunkReply rep;
-  int rc = m->client->CallFast(maru::fastlane::kOpen, &Stub::Open, req, &rep);
+  int rc = m->client->Open(req, &rep);
   if (rc < 0) return rc;
   rc = MakeChunk(m, rep, false, out);
   if (rc < 0) {
@@ -322,7 +374,7 @@ int maru_lookup_prefix(maru_t *m, const char *const *paths, size_t n, maru_chunk
     req.add_paths(paths[i]);
   }
   if (n == 0) return 0;
-  int rc = m->client->CallFast(maru::fastlane::kLookupPrefix, &Stub::LookupPrefix, req, &rep);
+  int rc = m->client->LookupPrefix(req, &rep);
   if (rc < 0) return rc;
   size_t i = 0;
   for (; i < static_cast<size_t>(rep.hits_size()); ++i) {
@@ -391,7 +443,7 @@ int maru_verify(maru_chunk_t *c) {
   if (c->recorded_type == maru::rpc::CHECKSUM_NONE) return 0;
   if (c->remote && !c->data)
     if (int rc = Fetch(c); rc < 0) return rc;
-  auto kind = static_cast<maru::ChecksumKind>(c->recorded_type);
+  maru::ChecksumKind kind = maru::FromWire(c->recorded_type);
   return maru::Checksum(kind, c->data, c->size) == c->recorded ? 0 : -EBADMSG;
 }
 
@@ -403,7 +455,7 @@ int maru_release(maru_chunk_t *c) {
     req.set_ino(c->ino);
     req.set_gen(c->gen);
     maru::rpc::ErrorReply rep;
-    rc = c->m->client->CallFast(maru::fastlane::kAbort, &Stub::Abort, req, &rep);
+    rc = c->m->client->Abort(req, &rep);
     if (rc == -ESTALE) rc = 0;  // already gone with an expired session
   } else {
     ReleaseRead(c);
@@ -476,6 +528,215 @@ const char *maru_strerror(int err) {
       return "connection to the pool's agent lost";
   }
   return strerror(err);
+}
+
+}  // extern "C"
+
+// --- Batched, lease-free and allocate-then-publish calls (issue #13) ---------
+
+namespace {
+
+// The checks every batched call makes before it does anything.
+int CheckBatch(const void *items, size_t n) {
+  if (!items && n) return -EINVAL;
+  return n > MARU_BATCH_MAX ? -E2BIG : 0;
+}
+
+// One round trip for per-path operations: paths that fail the client's
+// checks get their error here and are not sent.
+template <typename Req>
+int PathBatch(maru_t *m, const char *const *paths, size_t n, int *results, Req &req,
+              int (*call)(maru_t *, Req &, maru::rpc::ErrorsReply *)) {
+  if (!m || (!results && n)) return -EINVAL;
+  if (int rc = CheckBatch(paths, n); rc < 0) return rc;
+  std::vector<size_t> sent;
+  for (size_t i = 0; i < n; ++i) {
+    results[i] = CheckPath(paths[i]);
+    if (results[i] == 0) {
+      req.add_paths(paths[i]);
+      sent.push_back(i);
+    }
+  }
+  if (sent.empty()) return 0;
+  maru::rpc::ErrorsReply rep;
+  if (int rc = call(m, req, &rep); rc < 0) return rc;
+  if (rep.errors_size() != static_cast<int>(sent.size())) return -EPROTO;
+  for (size_t j = 0; j < sent.size(); ++j) results[sent[j]] = -rep.errors(static_cast<int>(j));
+  return 0;
+}
+
+int CallPinBatch(maru_t *m, maru::rpc::PinBatchRequest &req, maru::rpc::ErrorsReply *rep) {
+  return m->client->Call(&Stub::PinBatch, req, rep);
+}
+
+int CallUnlinkBatch(maru_t *m, maru::rpc::PathsRequest &req, maru::rpc::ErrorsReply *rep) {
+  return m->client->Call(&Stub::UnlinkBatch, req, rep);
+}
+
+}  // namespace
+
+extern "C" {
+
+int maru_create_batch(maru_t *m, maru_create_req_t *reqs, size_t n,
+                      const maru_create_opts_t *opts) {
+  if (!m) return -EINVAL;
+  if (int rc = CheckBatch(reqs, n); rc < 0) return rc;
+  for (size_t i = 0; i < n; ++i) reqs[i].chunk = nullptr, reqs[i].result = 0;
+  if (n == 0) return 0;
+  if (int rc = CheckCreateOpts(m, opts); rc < 0) return rc;
+  google::protobuf::Arena arena;
+  auto &req = *google::protobuf::Arena::CreateMessage<rpc::CreateBatchRequest>(&arena);
+  auto &rep = *google::protobuf::Arena::CreateMessage<rpc::ChunkBatchReply>(&arena);
+  std::vector<size_t> sent;
+  for (size_t i = 0; i < n; ++i) {
+    maru_create_req_t &r = reqs[i];
+    r.result = BuildCreate(m, r.path, r.size, r.parent, opts, req.add_creates());
+    if (r.result < 0)
+      req.mutable_creates()->RemoveLast();
+    else
+      sent.push_back(i);
+  }
+  if (sent.empty()) return 0;
+  int rc = m->client->CreateBatch(req, &rep);
+  if (rc < 0) return rc;
+  if (rep.chunks_size() != static_cast<int>(sent.size())) return -EPROTO;
+  for (size_t j = 0; j < sent.size(); ++j) {
+    const rpc::ChunkReply &one = rep.chunks(static_cast<int>(j));
+    maru_create_req_t &r = reqs[sent[j]];
+    r.result = one.error() ? -one.error() : Writable(m, one, r.size, opts, &r.chunk);
+  }
+  return 0;
+}
+
+int maru_seal_batch(maru_chunk_t *const *chunks, size_t n, int *results) {
+  if (int rc = CheckBatch(chunks, n); rc < 0) return rc;
+  if (!results && n) return -EINVAL;
+  for (size_t i = 0; i < n; ++i)
+    if (!chunks[i] || chunks[i]->m != chunks[0]->m) return -EINVAL;  // one maru_t per batch
+  if (n == 0) return 0;
+  maru_t *m = chunks[0]->m;
+  google::protobuf::Arena arena;
+  auto &req = *google::protobuf::Arena::CreateMessage<rpc::SealBatchRequest>(&arena);
+  auto &rep = *google::protobuf::Arena::CreateMessage<rpc::ChunkBatchReply>(&arena);
+  std::vector<size_t> sent;
+  std::unordered_set<const maru_chunk_t *> seen;
+  for (size_t i = 0; i < n; ++i) {
+    maru_chunk_t *c = chunks[i];
+    results[i] = !seen.insert(c).second        ? -EEXIST
+                 : !c->writing || c->allocated ? -EINVAL
+                                               : PrepareSeal(c, req.add_seals());
+    if (results[i] == 0)
+      sent.push_back(i);
+    else if (req.seals_size() > static_cast<int>(sent.size()))
+      req.mutable_seals()->RemoveLast();
+  }
+  if (sent.empty()) return 0;
+  int rc = m->client->SealBatch(req, &rep);
+  if (rc < 0) return rc;
+  if (rep.chunks_size() != static_cast<int>(sent.size())) return -EPROTO;
+  for (size_t j = 0; j < sent.size(); ++j) {
+    const int k = static_cast<int>(j);
+    results[sent[j]] = -rep.chunks(k).error();
+    if (rep.chunks(k).error() == 0)
+      Sealed(chunks[sent[j]], req.seals(k).checksum_type(), req.seals(k).checksum(), rep.chunks(k));
+  }
+  return 0;
+}
+
+int maru_alloc(maru_t *m, uint64_t size, const maru_create_opts_t *opts, maru_chunk_t **out) {
+  if (out) *out = nullptr;
+  if (!m || !out || size == 0) return -EINVAL;
+  if (int rc = CheckCreateOpts(m, opts); rc < 0) return rc;
+  rpc::AllocRequest req;
+  req.set_size(size);
+  req.set_contiguous(opts && (opts->flags & MARU_CREATE_CONTIGUOUS));
+  rpc::ChunkReply rep;
+  int rc = m->client->Alloc(req, &rep);
+  if (rc < 0) return rc;
+  if (int err = Writable(m, rep, size, opts, out); err < 0) return err;
+  (*out)->allocated = true;
+  (*out)->mode = opts && opts->mode ? opts->mode & 07777 : 0644;
+  return 0;
+}
+
+int maru_publish(maru_chunk_t *c, const char *path, const char *parent) {
+  if (!c || !c->allocated || !c->writing) return -EINVAL;
+  if (int rc = CheckPath(path); rc < 0) return rc;
+  if (parent)
+    if (int rc = CheckPath(parent); rc < 0) return rc;
+  rpc::SealRequest seal;
+  if (int rc = PrepareSeal(c, &seal); rc < 0) return rc;
+  rpc::PublishRequest req;
+  req.set_gen(c->gen);
+  req.set_path(path);
+  if (parent) req.set_parent_chunk(parent);
+  req.set_mode(c->mode);
+  req.set_size(c->size);
+  req.set_checksum_type(seal.checksum_type());
+  req.set_checksum(seal.checksum());
+  rpc::ChunkReply rep;
+  int rc = c->m->client->Publish(req, &rep);
+  if (rc == -EEXIST || rc == -ESTALE) {
+    // The server freed the space (or lost it): nothing is held any more.
+    c->writing = false;
+    c->data = nullptr;
+    c->view.reset();
+    c->staging.reset();
+  }
+  if (rc < 0) return rc;
+  Sealed(c, seal.checksum_type(), seal.checksum(), rep);
+  return 0;
+}
+
+int maru_count_prefix(maru_t *m, const char *const *paths, size_t n, size_t *count) {
+  if (count) *count = 0;
+  if (!m || !count) return -EINVAL;
+  if (int rc = CheckBatch(paths, n); rc < 0) return rc;
+  google::protobuf::Arena arena;
+  auto &req = *google::protobuf::Arena::CreateMessage<rpc::LookupPrefixRequest>(&arena);
+  for (size_t i = 0; i < n; ++i) {
+    if (int rc = CheckPath(paths[i]); rc < 0) return rc;
+    req.add_paths(paths[i]);
+  }
+  if (n == 0) return 0;
+  rpc::CountPrefixReply rep;
+  int rc = m->client->CountPrefix(req, &rep);
+  if (rc < 0) return rc;
+  *count = std::min<size_t>(rep.count(), n);
+  return 0;
+}
+
+int maru_pin_batch(maru_t *m, const char *const *paths, size_t n, uint64_t ttl_ms, int *results) {
+  rpc::PinBatchRequest req;
+  req.set_pin(true);
+  req.set_ttl_ms(ttl_ms);
+  return PathBatch(m, paths, n, results, req, CallPinBatch);
+}
+
+int maru_unpin_batch(maru_t *m, const char *const *paths, size_t n, int *results) {
+  rpc::PinBatchRequest req;
+  req.set_pin(false);
+  return PathBatch(m, paths, n, results, req, CallPinBatch);
+}
+
+int maru_unlink_batch(maru_t *m, const char *const *paths, size_t n, int *results) {
+  rpc::PathsRequest req;
+  return PathBatch(m, paths, n, results, req, CallUnlinkBatch);
+}
+
+int maru_pool_regions(maru_t *m, maru_region_t *out, size_t max, size_t *count) {
+  if (count) *count = 0;
+  if (!m || !count || (!out && max)) return -EINVAL;
+  if (!m->pool) return 0;  // reached through agents: nothing mapped here
+  size_t found = 0;
+  for (uint32_t i = 0; i < m->pool->device_slots(); ++i) {
+    const maru::PoolDevice *d = m->pool->device(i);
+    if (!d) continue;
+    if (found < max) out[found] = maru_region_t{d->base(), d->mapped_bytes(), i};
+    ++found;
+  }
+  *count = found;
+  return 0;
 }
 
 }  // extern "C"

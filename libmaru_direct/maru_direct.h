@@ -83,7 +83,8 @@ int maru_connect(const char *target, maru_t **out);
 typedef struct maru_connect_opts {
   const char *instance; /* this client's name ("vllm-0"), shown by maructl
                          * sessions, marutop and /metrics; NULL for none;
-                         * at most 64 bytes (-ENAMETOOLONG) */
+                         * at most 64 bytes (-ENAMETOOLONG), printable
+                         * (control characters: -EINVAL) */
 } maru_connect_opts_t;
 
 /* maru_connect() with options; `opts` may be NULL. */
@@ -112,8 +113,9 @@ typedef struct maru_create_opts {
 /* One extent: maru_chunk_data() then points inside a region that
  * maru_pool_regions() lists. Without it a chunk may be split over several
  * extents when no free run fits it, and its bytes are then shown through a
- * private view of this process. -ENOSPC if no free run (after eviction)
- * fits. */
+ * private view of this process. -ENOSPC if no free run fits (eviction
+ * makes room when the pool is full; it does not defragment). Other flags:
+ * -EINVAL. */
 #define MARU_CREATE_CONTIGUOUS 0x1u
 
 /* maru_create() with options; `opts` may be NULL. */
@@ -129,7 +131,9 @@ int maru_create_child(maru_t *m, const char *path, const char *parent, uint64_t 
  * read handle (with a lease) until maru_release(). */
 int maru_seal(maru_chunk_t *c);
 
-/* The most requests one batched call takes; more is -E2BIG. */
+/* The most requests one batched call takes; more is -E2BIG and nothing is
+ * done. For every batched call: n == 0 does nothing and returns 0; a path
+ * (or chunk) named twice in one batch gets -EEXIST the second time. */
 #define MARU_BATCH_MAX 4096
 
 typedef struct maru_create_req {
@@ -150,19 +154,25 @@ int maru_create_batch(maru_t *m, maru_create_req_t *reqs, size_t n, const maru_c
 
 /* maru_seal() of n chunks of one maru_t in one round trip; results[i] gets
  * 0 or a negative errno for chunks[i]. Returns 0 when the call went
- * through, else a negative errno for the whole call. */
+ * through, else a negative errno for the whole call (-EINVAL for a NULL
+ * chunk or chunks of different maru_t). A chunk that is not being written
+ * (or is from maru_alloc()) gets -EINVAL. */
 int maru_seal_batch(maru_chunk_t *const *chunks, size_t n, int *results);
 
 /* Allocate first, name later: reserves `size` bytes under no name (opts as
  * for maru_create_ex(); its parent is ignored). Fill maru_chunk_data(*out),
- * then maru_publish(), or maru_release() to give the space back. */
+ * then maru_publish(), or maru_release() to give the space back. Held by
+ * the session like any reservation: gone when the process dies (after the
+ * session timeout), kept across a server restart. maru_seal() of it is
+ * -EINVAL. */
 int maru_alloc(maru_t *m, uint64_t size, const maru_create_opts_t *opts, maru_chunk_t **out);
 
 /* Names a chunk from maru_alloc() at `path` (extending `parent`, or NULL)
  * and seals it, in one step. First writer wins: if `path` exists or is
  * being written, -EEXIST and the reserved space is freed (the handle then
- * holds nothing; release it). On success the handle is a read handle, as
- * after maru_seal(). */
+ * holds nothing; release it). Other errors (-EACCES, -ENOENT, ...) keep
+ * the reservation. A handle not from maru_alloc(), or already published:
+ * -EINVAL. On success the handle is a read handle, as after maru_seal(). */
 int maru_publish(maru_chunk_t *c, const char *path, const char *parent);
 
 /* --- Loading ------------------------------------------------------------ */

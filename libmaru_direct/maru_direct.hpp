@@ -39,6 +39,10 @@ class Chunk {
   void *data() { return maru_chunk_data(c_); }
   uint64_t size() const { return maru_chunk_size(c_); }
   int Seal() { return maru_seal(c_); }
+  // An allocation (Client::Alloc) named and sealed in one step.
+  int Publish(const std::string &path, const char *parent = nullptr) {
+    return maru_publish(c_, path.c_str(), parent);
+  }
   int ReadInto(void *dst, uint64_t off, uint64_t len) { return maru_read_into(c_, dst, off, len); }
   int Verify() { return maru_verify(c_); }
   // Drops the lease (or abandons an unsealed chunk) now.
@@ -65,9 +69,9 @@ class Client {
   Client &operator=(const Client &) = delete;
 
   // nullptr target: $MARU_SERVER, else the default socket.
-  int Connect(const char *target = nullptr) {
+  int Connect(const char *target = nullptr, const maru_connect_opts_t *opts = nullptr) {
     Disconnect();
-    return maru_connect(target, &m_);
+    return maru_connect_ex(target, opts, &m_);
   }
   void Disconnect() {
     if (m_) maru_disconnect(std::exchange(m_, nullptr));
@@ -77,6 +81,13 @@ class Client {
              const maru_create_opts_t *opts = nullptr) {
     maru_chunk_t *c = nullptr;
     int rc = maru_create_ex(m_, path.c_str(), size, opts, &c);
+    if (rc == 0) *out = Chunk(c);
+    return rc;
+  }
+  // Space under no name; Chunk::Publish() names it.
+  int Alloc(uint64_t size, Chunk *out, const maru_create_opts_t *opts = nullptr) {
+    maru_chunk_t *c = nullptr;
+    int rc = maru_alloc(m_, size, opts, &c);
     if (rc == 0) *out = Chunk(c);
     return rc;
   }
@@ -97,6 +108,12 @@ class Client {
     hits->clear();
     for (size_t i = 0; i < n; ++i) hits->emplace_back(out[i]);
     return rc;
+  }
+  // How many of `paths` from the start exist, without leases.
+  int CountPrefix(const std::vector<std::string> &paths, size_t *count) {
+    std::vector<const char *> p;
+    for (const std::string &s : paths) p.push_back(s.c_str());
+    return maru_count_prefix(m_, p.data(), p.size(), count);
   }
   int Unlink(const std::string &path) { return maru_unlink(m_, path.c_str()); }
   int Pin(const std::string &path) { return maru_pin(m_, path.c_str()); }

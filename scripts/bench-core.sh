@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
-trace=${2:-../shared/traces/mooncake_conversation_trace.jsonl}
+trace=${2:-bench/traces/mooncake_conversation_trace.jsonl}
 scripts/install-deps.sh
 scripts/build.sh "$build" >/dev/null
 

@@ -2,7 +2,8 @@
 # The main job: installs what is missing, builds, starts maru-server on an
 # emulated pool in /dev/shm, lets several worker processes share KV chunks
 # through it (prefill stores, decode reads in place), then shows what is
-# cached. Leaves nothing behind.
+# cached, and lets instances of a tiny transformer reuse each other's KV
+# (examples/tiny_llm). Leaves nothing behind.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -57,7 +58,7 @@ $bin/src/fs/maru-fuse "$sock" "$work/mnt"
 ls -l "$work/mnt/llama-3.1-8b" | head -4
 getfattr -d -m user.maru "$work/mnt/llama-3.1-8b/chat-alpha@0001" 2>/dev/null | sed 's/^/  /' || true
 
-trace=${MARU_TRACE:-../shared/traces/mooncake_conversation_trace.jsonl}
+trace=${MARU_TRACE:-bench/traces/mooncake_conversation_trace.jsonl}
 if [ -r "$trace" ]; then
   echo
   echo "== a production trace (Mooncake conversation): four inference instances share KV"
@@ -76,6 +77,17 @@ if [ -d "$work/mnt/mooncake" ]; then
     parent=$(getfattr --only-values -n user.maru.parent "$work/mnt/mooncake/$f" 2>/dev/null || true)
     printf '   %s <- %s\n' "$f" "${parent:-(the first block of its prompt)}"
   done
+fi
+
+echo
+echo "== a real model: tiny transformer instances (processes) share KV through Maru"
+echo "   each turn goes to the next instance: it maps the blocks others stored, computes the rest"
+if /usr/bin/python3 -c 'import torch' 2>/dev/null && [ -d "$bin/python/maru" ]; then
+  PYTHONPATH=$bin/python /usr/bin/python3 examples/tiny_llm/demo.py --server "$sock" --dir /tiny_llm
+  echo "   the model's blocks on the mount (one chunk per 32-token block, all layers' K and V):"
+  ls -l "$work/mnt/tiny_llm" | sed -n 2,4p || true
+else
+  echo "(needs Debian's python3-torch and the maru package in $bin/python)"
 fi
 fusermount3 -u "$work/mnt"
 echo

@@ -12,6 +12,17 @@
 //     lookup HITS PATH...         maru_lookup_prefix must find HITS, with patterns
 //     offset PATH POOL            print where the chunk lies in the POOL file
 //     create-and-die PATH SIZE    reserve, write a little, then SIGKILL itself
+//     alloc-and-die SIZE          maru_alloc (checking the pool's free bytes drop),
+//                                 write a little, then SIGKILL itself
+//     count N PATH...             maru_count_prefix must count N
+//     create-batch ERR PATH...    maru_create_batch: every path's result must be -ERR
+//     store-batch SIZE PATH...    maru_create_batch, fill with each PATH's pattern,
+//                                 maru_seal_batch: all must succeed
+//     publish PATH SIZE           maru_alloc, fill with PATH's pattern, maru_publish
+//     publish-errno PATH ERR      maru_alloc, then maru_publish must return -ERR; an
+//                                 allocation still held after an error is released
+//     pin-batch ERR PATH...       maru_pin_batch: every path's result must be -ERR
+//     unlink-batch ERR PATH...    maru_unlink_batch: every path's result must be -ERR
 //     fetch PATH SIZE             open and check the pattern through maru_chunk_data
 //     read-into PATH SIZE         open and check the pattern read with maru_read_into
 //                                 (in three pieces) and maru_read_into_batch
@@ -272,6 +283,85 @@ int RunCommand(const std::vector<std::string> &cmd) {
     if (rc) return Fail("create " + arg(1) + ": " + maru_strerror(rc), 60);
     memset(maru_chunk_data(c), 1, 4096);
     kill(getpid(), SIGKILL);
+  }
+  if (op == "alloc-and-die") {
+    maru_pool_info_t before, after;
+    if (maru_pool_info(M(), &before)) return Fail("pool info", 61);
+    int rc = maru_alloc(M(), num(1), nullptr, &c);
+    if (rc) return Fail(std::string("alloc: ") + maru_strerror(rc), 62);
+    if (maru_pool_info(M(), &after) || after.free + num(1) > before.free)
+      return Fail("the allocation took no space", 63);
+    memset(maru_chunk_data(c), 1, 4096);
+    kill(getpid(), SIGKILL);
+  }
+  if (op == "create-batch") {
+    std::vector<maru_create_req_t> reqs;
+    for (size_t i = 2; i < cmd.size(); ++i)
+      reqs.push_back({cmd[i].c_str(), 4096, nullptr, nullptr, 0});
+    int rc = maru_create_batch(M(), reqs.data(), reqs.size(), nullptr);
+    if (rc) return Fail(std::string("create-batch: ") + maru_strerror(rc), 67);
+    int result = 0;
+    for (auto &r : reqs) {
+      if (r.result != -static_cast<int>(num(1)))
+        result =
+            Fail(std::string("create-batch ") + r.path + " gave " + std::to_string(r.result), 68);
+      if (r.chunk) maru_release(r.chunk);
+    }
+    return result;
+  }
+  if (op == "store-batch") {
+    std::vector<maru_create_req_t> reqs;
+    for (size_t i = 2; i < cmd.size(); ++i)
+      reqs.push_back({cmd[i].c_str(), num(1), nullptr, nullptr, 0});
+    int rc = maru_create_batch(M(), reqs.data(), reqs.size(), nullptr);
+    if (rc) return Fail(std::string("create-batch: ") + maru_strerror(rc), 71);
+    std::vector<maru_chunk_t *> chunks;
+    for (auto &r : reqs) {
+      if (r.result)
+        return Fail(std::string("create ") + r.path + ": " + maru_strerror(r.result), 72);
+      maru_test::FillPattern(maru_chunk_data(r.chunk), num(1), r.path);
+      chunks.push_back(r.chunk);
+    }
+    std::vector<int> results(chunks.size());
+    rc = maru_seal_batch(chunks.data(), chunks.size(), results.data());
+    for (maru_chunk_t *h : chunks) maru_release(h);
+    if (rc) return Fail(std::string("seal-batch: ") + maru_strerror(rc), 73);
+    for (int r : results)
+      if (r) return Fail(std::string("seal: ") + maru_strerror(r), 74);
+    return 0;
+  }
+  if (op == "publish") {
+    int rc = maru_alloc(M(), num(2), nullptr, &c);
+    if (rc) return Fail(std::string("alloc: ") + maru_strerror(rc), 75);
+    maru_test::FillPattern(maru_chunk_data(c), num(2), arg(1));
+    rc = maru_publish(c, arg(1).c_str(), nullptr);
+    maru_release(c);
+    return rc ? Fail("publish " + arg(1) + ": " + maru_strerror(rc), 76) : 0;
+  }
+  if (op == "publish-errno") {
+    int rc = maru_alloc(M(), 4096, nullptr, &c);
+    if (rc) return Fail(std::string("alloc: ") + maru_strerror(rc), 69);
+    rc = maru_publish(c, arg(1).c_str(), nullptr);
+    maru_release(c);
+    return rc == -static_cast<int>(num(2))
+               ? 0
+               : Fail("publish " + arg(1) + " gave " + std::to_string(rc), 70);
+  }
+  if (op == "count" || op == "pin-batch" || op == "unlink-batch") {
+    std::vector<const char *> paths;
+    for (size_t i = 2; i < cmd.size(); ++i) paths.push_back(cmd[i].c_str());
+    std::vector<int> results(paths.size());
+    size_t count = 0;
+    int rc = op == "count" ? maru_count_prefix(M(), paths.data(), paths.size(), &count)
+             : op == "pin-batch"
+                 ? maru_pin_batch(M(), paths.data(), paths.size(), 0, results.data())
+                 : maru_unlink_batch(M(), paths.data(), paths.size(), results.data());
+    if (rc) return Fail(op + ": " + maru_strerror(rc), 64);
+    if (op == "count") return count == num(1) ? 0 : Fail("counted " + std::to_string(count), 65);
+    for (size_t i = 0; i < paths.size(); ++i)
+      if (results[i] != -static_cast<int>(num(1)))
+        return Fail(op + " " + paths[i] + " gave " + std::to_string(results[i]), 66);
+    return 0;
   }
   if (op == "fetch" || op == "read-into") {
     int rc = maru_open(M(), arg(1).c_str(), &c);

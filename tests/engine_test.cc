@@ -7,6 +7,7 @@
 #include "alloc/pool_device.h"
 #include "harness.h"
 #include "meta/meta_engine.h"
+#include "meta/metrics_server.h"
 
 namespace maru {
 namespace {
@@ -239,6 +240,12 @@ TEST_F(EngineTest, ReleasesRideOnTheNextRequest) {
 TEST_F(EngineTest, ExpiredSessionAbortsReservationsAndDropsLeases) {
   uint64_t writer = NewSession(root_);
   ASSERT_EQ(Create("/w", 1 << 20, root_, writer).error(), 0);
+  // The writer also reads a chunk that is then unlinked: its lease defers
+  // the space until the lease goes.
+  ASSERT_EQ(Seal(Create("/read", 2 << 20, root_, session_), root_, session_).error(), 0);
+  ASSERT_EQ(Open("/read", root_, writer).error(), 0);
+  ASSERT_EQ(Unlink("/read", root_, session_), 0);
+  ASSERT_EQ(Statfs().deferred(), 2u << 20);
   uint64_t free_during = Statfs().free();
   // Keep our own session alive while the writer falls silent.
   ASSERT_TRUE(maru_test::WaitFor(
@@ -248,7 +255,8 @@ TEST_F(EngineTest, ExpiredSessionAbortsReservationsAndDropsLeases) {
         return Create("/w", 1 << 20, root_, session_).error() == 0;
       },
       5000));
-  EXPECT_EQ(Statfs().free(), free_during);  // the old reservation went back
+  EXPECT_EQ(Statfs().free(), free_during + (2u << 20));  // the old reservation went back
+  EXPECT_EQ(Statfs().deferred(), 0u);                    // and the lease with it
   EXPECT_TRUE(Fsck().empty());
 }
 
@@ -283,7 +291,10 @@ TEST_F(EngineTest, PoolEpochChangeDropsChunksLoudly) {
   options.size = 64ull << 20;
   options.force = true;
   ASSERT_TRUE(FormatPool(pool_.path(), options).ok());
+  testing::internal::CaptureStderr();
   Reopen();
+  const std::string said = testing::internal::GetCapturedStderr();
+  EXPECT_NE(said.find("dropped the metadata of its 1 chunks"), std::string::npos) << said;
   EXPECT_EQ(Open("/gone/a", root_, session_).error(), ENOENT);
   auto st = With<rpc::RefRequest>(session_);
   st.mutable_ref()->set_path("/gone");
@@ -638,6 +649,150 @@ TEST_F(EngineTest, SurvivesRandomRequests) {
   // And all of it comes back from RocksDB the same.
   Reopen();
   EXPECT_TRUE(Fsck().empty());
+}
+
+// --- Batched and lease-free operations (issue #13) ---------------------------
+
+TEST_F(EngineTest, OversizedBatchesAreRefusedBeforeAnyWork) {
+  auto creates = With<rpc::CreateBatchRequest>(session_);
+  for (int i = 0; i <= MetaEngine::kBatchMax; ++i) {
+    rpc::CreateRequest *one = creates.add_creates();
+    one->mutable_ref()->set_path("/big/c" + std::to_string(i));
+    one->set_size(4096);
+    one->set_parents(true);
+  }
+  rpc::ChunkBatchReply created;
+  engine_->CreateBatch(root_, creates, &created);
+  EXPECT_EQ(created.error(), E2BIG);
+  EXPECT_EQ(created.chunks_size(), 0);
+  EXPECT_EQ(Open("/big/c0", root_, session_).error(), ENOENT);  // nothing was made
+  auto seals = With<rpc::SealBatchRequest>(session_);
+  for (int i = 0; i <= MetaEngine::kBatchMax; ++i) seals.add_seals();
+  rpc::ChunkBatchReply sealed;
+  engine_->SealBatch(root_, seals, &sealed);
+  EXPECT_EQ(sealed.error(), E2BIG);
+  auto paths = With<rpc::PathsRequest>(session_);
+  auto pins = With<rpc::PinBatchRequest>(session_);
+  auto lookups = With<rpc::LookupPrefixRequest>(session_);
+  for (int i = 0; i <= MetaEngine::kBatchMax; ++i) {
+    paths.add_paths("/x");
+    pins.add_paths("/x");
+    lookups.add_paths("/x");
+  }
+  rpc::ErrorsReply unlinked, pinned;
+  engine_->UnlinkBatch(root_, paths, &unlinked);
+  engine_->PinBatch(root_, pins, &pinned);
+  rpc::CountPrefixReply counted;
+  engine_->CountPrefix(root_, lookups, &counted);
+  EXPECT_EQ(unlinked.error(), E2BIG);
+  EXPECT_EQ(pinned.error(), E2BIG);
+  EXPECT_EQ(counted.error(), E2BIG);
+}
+
+TEST_F(EngineTest, AllocationIsHeldThroughAReloadUntilItsWriterIsGone) {
+  uint64_t writer = NewSession(alice_);
+  auto req = With<rpc::AllocRequest>(writer);
+  req.set_size(4 << 20);
+  rpc::ChunkReply got;
+  engine_->Alloc(alice_, req, &got);
+  ASSERT_EQ(got.error(), 0);
+  const uint64_t free_during = Statfs().free();
+  EXPECT_LE(free_during + (4 << 20), Statfs().total());
+  Reopen();
+  EXPECT_EQ(Statfs().free(), free_during);
+  EXPECT_TRUE(Fsck().empty());
+  ASSERT_TRUE(maru_test::WaitFor(
+      [&] {
+        engine_->Tick();
+        return Statfs().free() == Statfs().total();
+      },
+      5000));
+}
+
+TEST_F(EngineTest, AllocationIsPublishedAfterARestartByItsResumedSession) {
+  uint64_t writer = NewSession(alice_);
+  auto alloc = With<rpc::AllocRequest>(writer);
+  alloc.set_size(1 << 20);
+  rpc::ChunkReply got;
+  engine_->Alloc(alice_, alloc, &got);
+  ASSERT_EQ(got.error(), 0);
+  Reopen();
+  rpc::OpenSessionRequest resume;
+  resume.set_resume(writer);
+  rpc::OpenSessionReply resumed;
+  engine_->OpenSession(alice_, resume, &resumed);
+  ASSERT_TRUE(resumed.resumed());
+  auto publish = With<rpc::PublishRequest>(writer);
+  publish.set_gen(got.attr().gen());
+  publish.set_path("/after-restart");
+  publish.set_size(1 << 20);
+  rpc::ChunkReply published;
+  engine_->Publish(alice_, publish, &published);
+  ASSERT_EQ(published.error(), 0);
+  // The chunk holds the allocated extents, and survives the next reload.
+  ASSERT_EQ(published.extents_size(), got.extents_size());
+  EXPECT_EQ(published.extents(0).offset(), got.extents(0).offset());
+  Reopen();
+  EXPECT_EQ(Open("/after-restart", root_, session_).error(), 0);
+  EXPECT_TRUE(Fsck().empty());
+}
+
+TEST_F(EngineTest, PublishLinksAndSealsOnlyTheSessionsOwnAllocation) {
+  auto alloc = With<rpc::AllocRequest>(session_);
+  alloc.set_size(1 << 20);
+  rpc::ChunkReply got;
+  engine_->Alloc(root_, alloc, &got);
+  ASSERT_EQ(got.error(), 0);
+  // Another session cannot publish it.
+  uint64_t other = NewSession(root_);
+  auto publish = With<rpc::PublishRequest>(other);
+  publish.set_gen(got.attr().gen());
+  publish.set_path("/pub/a");
+  publish.set_size(1 << 20);
+  rpc::ChunkReply published;
+  engine_->Publish(root_, publish, &published);
+  EXPECT_EQ(published.error(), ESTALE);
+  publish.mutable_header()->set_session(session_);
+  engine_->Publish(root_, publish, &published);
+  ASSERT_EQ(published.error(), 0);
+  EXPECT_NE(published.lease(), 0u);
+  EXPECT_EQ(Open("/pub/a", root_, session_).error(), 0);
+  engine_->Publish(root_, publish, &published);  // twice
+  EXPECT_EQ(published.error(), ESTALE);
+  EXPECT_TRUE(Fsck().empty());
+}
+
+TEST_F(EngineTest, InstanceNamesLabelSessionsWithBoundedCardinality) {
+  auto open = [&](const std::string &instance) {
+    rpc::OpenSessionRequest req;
+    req.set_instance(instance);
+    rpc::OpenSessionReply rep;
+    engine_->OpenSession(root_, req, &rep);
+    return rep.error();
+  };
+  EXPECT_EQ(open(std::string(65, 'x')), ENAMETOOLONG);
+  EXPECT_EQ(open("two\nlines"), EINVAL);
+  ASSERT_EQ(open("vllm-0"), 0);
+  ASSERT_EQ(open("vllm-0"), 0);
+  ASSERT_EQ(open("say \"hi\" \\"), 0);
+  ASSERT_EQ(open("say \"hi\" \\"), 0);
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(open("many-" + std::to_string(i)), 0);
+  rpc::StatsReply st;
+  engine_->Snapshot(&st);
+  const std::string text = RenderPrometheus(st);
+  EXPECT_NE(text.find("maru_sessions{client_instance=\"vllm-0\"} 2\n"), std::string::npos);
+  EXPECT_NE(text.find("maru_sessions{client_instance=\"\"} 1\n"), std::string::npos);  // ours
+  EXPECT_NE(text.find("maru_sessions{client_instance=\"(other)\"}"), std::string::npos);
+  size_t series = 0;
+  for (size_t at = text.find("\nmaru_sessions{"); at != std::string::npos;
+       at = text.find("\nmaru_sessions{", at + 1))
+    ++series;
+  EXPECT_LE(series, 33u);
+  uint64_t total = 0;
+  for (const auto &[name, n] : st.sessions_by_instance()) total += n;
+  EXPECT_EQ(total, st.sessions());
+  // Names the tools show, escaped in the label.
+  EXPECT_NE(text.find("client_instance=\"say \\\"hi\\\" \\\\\""), std::string::npos);
 }
 
 }  // namespace

@@ -26,6 +26,7 @@
 #include "rdma/remote_pool.h"
 #include "rdma/ucx_wire.h"
 #include "util/address.h"
+#include "util/clock.h"
 #include "util/units.h"
 
 using namespace maru;

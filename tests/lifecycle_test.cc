@@ -170,6 +170,8 @@ TEST(Lifecycle, PinsHoldUntilUnpinnedOrTheirTtl) {
   EXPECT_EQ(RunClient(server.address(), "open-errno /p/b " + std::to_string(ENOENT)), 0);
   EXPECT_EQ(RunClient(server.address(), "open-errno /p/a 0"), 0);
   ASSERT_EQ(maru_unpin(m, "/p/a"), 0);
+  EXPECT_NE(Maructl("stat /p/a --json --server " + server.address()).find("\"pinned\":false"),
+            std::string::npos);
   EXPECT_EQ(maru_pin(m, "/p/missing"), -ENOENT);
   maru_disconnect(m);
 }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Operating Maru: --help of every binary, man pages, an install into a
 # temporary root with a client built from pkg-config alone, the Prometheus
-# endpoint, maructl --json, marutop in a real terminal (tmux), the
-# configuration file.
+# endpoint, maructl and maru-bench --json (names beyond ASCII too), marutop
+# in a real terminal (tmux), the configuration file, readiness and stopping
+# told to systemd (sd_notify), trace files that are not JSON.
 #   tests/ops_test.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
 build=$(cd "$1" && pwd)
@@ -13,12 +14,15 @@ check() { local what=$1; shift; "$@" >/dev/null 2>&1 || fail "$what"; }
 
 work=$(mktemp -d /tmp/maru-ops-test.XXXXXX)
 pool=/dev/shm/maru-ops-test-$$.pool
+odd_pool=/dev/shm/maru-ops-test-$$-$'\xff'.pool  # a device path that is not UTF-8
 tmux_session=maru-ops-test-$$
 server_pid=
+notify_pid=
 cleanup() {
   tmux kill-session -t "$tmux_session" 2>/dev/null
   [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
-  rm -f "$pool"
+  [ -n "$notify_pid" ] && kill "$notify_pid" 2>/dev/null && wait "$notify_pid" 2>/dev/null
+  rm -f "$pool" "$odd_pool"
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -40,7 +44,9 @@ for c in mkpool df ls stat pin unpin evict fsck verify sessions stats; do
 done
 check "maructl pool show --help" "$bin_ctl" pool show --help
 for c in chunks lookup replay share files suite fill scale; do check "maru-bench $c --help" "$bin_bench" $c --help; done
-check "mount.fuse.maru usage" test -x "$src/src/fs/mount.fuse.maru"
+check "mount.fuse.maru is executable" test -x "$src/src/fs/mount.fuse.maru"
+out=$("$src/src/fs/mount.fuse.maru" 2>&1); rc=$?
+[ $rc -ne 0 ] && grep -q '^usage: mount.fuse.maru' <<<"$out" || fail "mount.fuse.maru usage: '$out' ($rc)"
 
 # --- bad input: one line, non-zero exit ----------------------------------------
 out=$("$bin_ctl" df --server unix://$work/none.sock 2>&1); rc=$?
@@ -53,6 +59,14 @@ for bad in "share --consumers 0" "files" "scale --chunks 5 --wide 10" "fill --pr
 done
 out=$("$bin_server" --pool /nonexistent.pool --db $work/x 2>&1); rc=$?
 [ $rc -ne 0 ] && [ "$(echo "$out" | wc -l)" -eq 1 ] || fail "server on a missing pool: '$out'"
+printf '{"timestamp": 0, "hash_ids": [1, 2]}\n\n{"timestamp": 1, "hash_ids": [1, 2\n' > $work/bad.jsonl
+out=$("$bin_bench" replay --trace $work/bad.jsonl 2>&1); rc=$?
+[ $rc -ne 0 ] && [ "$(echo "$out" | wc -l)" -eq 1 ] && grep -q "bad.jsonl:3: not JSON" <<<"$out" ||
+  fail "maru-bench replay of a malformed trace line: '$out' ($rc)"
+printf '{"timestamp": 0, "hash_ids": [1, "two"]}\n' > $work/bad.jsonl
+out=$("$bin_bench" replay --trace $work/bad.jsonl 2>&1); rc=$?
+[ $rc -ne 0 ] && [ "$(echo "$out" | wc -l)" -eq 1 ] && grep -q 'bad.jsonl:1: .*"two"' <<<"$out" ||
+  fail "maru-bench replay of a trace with a bad block number: '$out' ($rc)"
 
 # --- man pages render without warnings ------------------------------------------
 for page in "$src"/man/*.[1-8]; do
@@ -73,9 +87,45 @@ metrics-listen = 127.0.0.1:$port
 log-level = warn
 EOF
 addr=unix://$work/maru.sock
-"$bin_server" --config $work/server.conf --eviction prefix 2>$work/server.log &
+# What systemd would hear (Type=notify): the server must answer the moment
+# READY=1 arrives. The listener then connects to both sockets at once (no
+# retry: they must be listening already) and runs maructl df.
+cat > $work/notify.py <<'PY'
+import socket, subprocess, sys
+path, ctl, addr = sys.argv[1:4]
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind(path)
+print("listening", flush=True)
+def connects(where):
+    try:
+        socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).connect(where)
+        return "ok"
+    except OSError as e:
+        return e.strerror
+while True:
+    lines = s.recv(4096).decode(errors="replace").split("\n")
+    for line in lines:
+        print(line, flush=True)
+        if line == "READY=1":
+            sock = addr[len("unix://"):]
+            print("connect at READY=1: %s, fast lane %s" % (connects(sock), connects(sock + ".fast")),
+                  flush=True)
+            rc = subprocess.run([ctl, "df", "--server", addr], stdout=subprocess.DEVNULL).returncode
+            print("df at READY=1: exit %d" % rc, flush=True)
+    if "STOPPING=1" in lines:
+        break
+PY
+/usr/bin/python3 $work/notify.py $work/notify.sock "$bin_ctl" $addr > $work/notify.log 2>&1 &
+notify_pid=$!
+logged() { for _ in $(seq 200); do grep -q "$1" $work/notify.log && return 0; sleep 0.05; done; return 1; }
+logged '^listening$' || fail "notify listener did not start: $(cat $work/notify.log)"
+NOTIFY_SOCKET=$work/notify.sock "$bin_server" --config $work/server.conf --eviction prefix 2>$work/server.log &
 server_pid=$!
-for _ in $(seq 200); do "$bin_ctl" df --server $addr >/dev/null 2>&1 && break; sleep 0.05; done
+logged '^df at READY=1' || fail "no READY=1 from maru-server: $(cat $work/notify.log $work/server.log)"
+grep -q '^connect at READY=1: ok, fast lane ok$' $work/notify.log ||
+  fail "server not listening at READY=1: $(cat $work/notify.log)"
+grep -q '^df at READY=1: exit 0$' $work/notify.log || fail "server not answering at READY=1: $(cat $work/notify.log)"
+grep -q '^STOPPING=1$' $work/notify.log && fail "STOPPING=1 before any signal"
 check "server from its configuration file" "$bin_ctl" df --server $addr
 
 metrics() {
@@ -115,6 +165,46 @@ done
 "$bin_ctl" stat /ops/a --json --server $addr | jq -e '.pinned == true and (.extents | length) == 1' >/dev/null ||
   fail "stat --json content"
 "$bin_ctl" ls / --json --server $addr | jq -e 'map(.path) | index("/ops/a") != null' >/dev/null || fail "ls --json content"
+
+# --- names beyond ASCII in --json --------------------------------------------------
+# Strict UTF-8 on input: bytes that are not UTF-8 in the output fail json.load.
+valid_json() { PYTHONIOENCODING=utf-8:strict /usr/bin/python3 -c 'import json,sys; json.load(sys.stdin)'; }
+# json_has FIELD VALUE: the object, or an element of the array, has FIELD == VALUE.
+json_has() {
+  PYTHONIOENCODING=utf-8:strict /usr/bin/python3 -c '
+import json, sys
+j = json.load(sys.stdin)
+sys.exit(0 if any(o.get(sys.argv[1]) == sys.argv[2] for o in (j if isinstance(j, list) else [j])) else 1)' "$@"
+}
+utf8=$'/ops/caf\xc3\xa9-\xe2\x82\xac'
+"$client" $addr store "$utf8" 65536 >/dev/null || fail "store a UTF-8 name"
+"$bin_ctl" ls /ops --json --server $addr | valid_json || fail "ls --json with a UTF-8 name: not JSON"
+"$bin_ctl" ls /ops --json --server $addr | json_has path "$utf8" || fail "ls --json: UTF-8 name changed"
+"$bin_ctl" stat "$utf8" --json --server $addr | valid_json || fail "stat --json with a UTF-8 name: not JSON"
+"$bin_ctl" stat "$utf8" --json --server $addr | json_has path "$utf8" || fail "stat --json: UTF-8 name changed"
+# A byte that is not UTF-8 becomes U+FFFD. Chunk names cross gRPC in proto3
+# strings, which take UTF-8 only, so the server refuses such a name today;
+# should it take one, ls and stat are checked; the same writer is checked on
+# a pool's label and device path in any case.
+raw=$'/ops/raw\xff'
+if "$client" $addr store "$raw" 65536 >/dev/null 2>&1; then
+  "$bin_ctl" ls /ops --json --server $addr | valid_json || fail "ls --json with byte 0xff: not JSON"
+  "$bin_ctl" ls /ops --json --server $addr | json_has path $'/ops/raw\xef\xbf\xbd' || fail "ls --json: 0xff"
+  "$bin_ctl" stat "$raw" --json --server $addr | valid_json || fail "stat --json with byte 0xff: not JSON"
+fi
+"$bin_ctl" mkpool "$odd_pool" --size 16M --label $'lab\xffel' >/dev/null || fail "mkpool with a 0xff label"
+"$bin_ctl" pool show "$odd_pool" --json | valid_json || fail "pool show --json with byte 0xff: not JSON"
+"$bin_ctl" pool show "$odd_pool" --json | json_has label $'lab\xef\xbf\xbdel' || fail "pool show --json: 0xff label"
+"$bin_ctl" pool show "$odd_pool" --json | json_has device "/dev/shm/maru-ops-test-$$-"$'\xef\xbf\xbd'.pool ||
+  fail "pool show --json: 0xff in the device path"
+rm -f "$odd_pool"
+
+# --- maru-bench --json lines parse ---------------------------------------------------
+out=$("$bin_bench" lookup --server $addr --keys 4 --threads 1,2 --seconds 1 --dir /ops-bench --json) ||
+  fail "maru-bench lookup"
+tail -1 <<<"$out" | valid_json || fail "maru-bench lookup --json: not JSON: $out"
+out=$("$bin_bench" files --dir $work --size 1M --count 1 --json) || fail "maru-bench files"
+tail -1 <<<"$out" | json_has dir "$work" || fail "maru-bench files --json: $out"
 
 # --- marutop in an 80x24 terminal ----------------------------------------------
 once=$("$bin_top" --once --interval 0.2 --server $addr) || fail "marutop --once"
@@ -179,6 +269,14 @@ if grep -q __asan_ <<<"$(nm -D "$libdir"/libmaru_direct.so 2>/dev/null)"; then
 fi
 LD_PRELOAD=$preload ASAN_OPTIONS=detect_leaks=0 LD_LIBRARY_PATH=$libdir $work/client $addr ||
   fail "the pkg-config client against a live server"
+
+# --- STOPPING=1 when told to stop ---------------------------------------------------
+kill -TERM "$server_pid"
+wait "$server_pid" || fail "maru-server exit status after SIGTERM: $?"
+server_pid=
+logged '^STOPPING=1$' || fail "no STOPPING=1 from maru-server: $(cat $work/notify.log)"
+wait "$notify_pid"
+notify_pid=
 
 if [ $failures -ne 0 ]; then
   echo "$failures failures"

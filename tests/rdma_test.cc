@@ -12,6 +12,7 @@
 #include "harness.h"
 #include "rdma/extent_registry.h"
 #include "rdma/ucx_worker.h"
+#include "util/clock.h"
 #include "util/units.h"
 
 namespace {
@@ -91,6 +92,18 @@ TEST_F(RemoteTest, StoreRemotelyReadLocallyAndTheOtherWay) {
   // Prefix lookups and errors work the same way remotely.
   EXPECT_EQ(RunRemote("lookup 2 /local/b /local/c /local/none"), 0);
   EXPECT_EQ(RunRemote("open-errno /local/none " + std::to_string(ENOENT)), 0);
+}
+
+TEST_F(RemoteTest, BatchedAndAllocatedStoresGoThroughTheAgent) {
+  // Staging buffers go to the pool at seal and at publish, checked by the
+  // agent against what the session holds (reservations and allocations).
+  ASSERT_EQ(RunRemote("store-batch 1048576 /rb/a /rb/b + publish /rb/c 2097152 + "
+                      "count 3 /rb/a /rb/b /rb/c /rb/none"),
+            0);
+  EXPECT_EQ(maru_test::RunClient(server_->address(), "load /rb/a 1048576 " + pool_.path() +
+                                                         " + load /rb/b 1048576 " + pool_.path() +
+                                                         " + load /rb/c 2097152 " + pool_.path()),
+            0);
 }
 
 TEST_F(RemoteTest, AgentKilledMidTransferFailsCleanlyAndComesBack) {
@@ -374,6 +387,11 @@ TEST(RemotePools, OneAgentPerDeviceOfThePool) {
   std::string load;
   for (int i = 0; i < 12; ++i) load += " + load /two/c" + std::to_string(i) + " 8388608 /dev/shm/";
   EXPECT_EQ(maru_test::RunClient(server.address(), load.substr(3)), 0);
+  // Both devices hold chunks, so each agent served some of the transfers.
+  std::string df;
+  maru_test::Run(maru_test::MaructlBinary() + " df --json --server " + server.address(), &df);
+  EXPECT_NE(df.find("\"index\":1"), std::string::npos) << df;
+  EXPECT_EQ(df.find("\"used\":0}"), std::string::npos) << df;
 }
 
 }  // namespace

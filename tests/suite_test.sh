@@ -38,6 +38,7 @@ work=$(sed -n 's/.*work in \(\/tmp\/maru-suite\.[A-Za-z0-9]*\).*/\1/p' "$out/std
 [ -n "$work" ] && [ -e "$work" ] && fail "$work was left behind"
 mount | grep -q "$work" && fail "a mount under $work was left behind"
 pid_pool=$(sed -n 's/.*node on \(\/dev\/shm\/[^,]*\),.*/\1/p' "$out/stderr")
+[ -n "$pid_pool" ] || fail "the suite did not say where its pool was"
 [ -n "$pid_pool" ] && [ -e "$pid_pool" ] && fail "$pid_pool was left behind"
 
 [ $failures -eq 0 ] && echo "suite test: ok"

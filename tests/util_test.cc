@@ -1,16 +1,10 @@
-// Path rules, sizes, addresses, checksums, flags, frames.
+// Path rules, sizes, clocks, addresses, checksums, flags.
 #include <gtest/gtest.h>
-#include <malloc.h>
-#include <sys/ioctl.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <thread>
 
 #include "util/address.h"
 #include "util/checksum.h"
+#include "util/clock.h"
 #include "util/flags.h"
-#include "util/frame.h"
 #include "util/path.h"
 #include "util/units.h"
 
@@ -50,6 +44,23 @@ TEST(Units, ParsesAndFormatsSizes) {
   EXPECT_EQ(ParseSize("99999999999T").status().errnum(), ERANGE);
   EXPECT_EQ(FormatSize(32ull << 20), "32M");
   EXPECT_EQ(FormatSize(1536), "1.5K");
+}
+
+TEST(Clock, MillisecondsBecomeNanosecondsWithoutOverflow) {
+  EXPECT_EQ(MsToNs(0), 0);
+  EXPECT_EQ(MsToNs(1500), 1500000000);
+  EXPECT_EQ(MsToNs(-2), -2000000);
+  // Capped: a client's INT64_MAX timeout added to any clock stays positive.
+  EXPECT_GT(MonotonicNs() + MsToNs(INT64_MAX), MonotonicNs());
+  EXPECT_LT(RealtimeNs() + MsToNs(INT64_MIN), RealtimeNs());
+  EXPECT_EQ(MsToNs(INT64_MAX), -MsToNs(INT64_MIN));
+}
+
+TEST(Clock, DeadlinesInThePastHavePassedAndFarOnesHaveNot) {
+  EXPECT_TRUE(DeadlinePassed(DeadlineAfterMs(-1)));
+  EXPECT_FALSE(DeadlinePassed(DeadlineAfterMs(INT64_MAX)));
+  const int64_t a = MonotonicMs(), b = MonotonicMs();
+  EXPECT_LE(a, b);  // monotonic: never backwards
 }
 
 TEST(Address, ParsesUnixAndTcp) {
@@ -95,71 +106,6 @@ TEST(Flags, ParsesValuesRepeatsAndConfig) {
   const char *bad[] = {"t", "--nope"};
   Flags flags2("t", "test");
   EXPECT_FALSE(flags2.Parse(2, const_cast<char **>(bad), 1, &positional).ok());
-}
-
-TEST(Frame, RoundTripsAndRefusesOversize) {
-  int sv[2];
-  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-  std::string big(300 << 10, 'x');
-  big[12345] = 'y';
-  std::thread writer([&] {
-    EXPECT_TRUE(WriteFrame(sv[0], 7, big).ok());
-    EXPECT_TRUE(WriteFrame(sv[0], 9, "").ok());
-    EXPECT_TRUE(WriteFrame(sv[0], 1, std::string(100, 'z')).ok());
-  });
-  uint8_t code = 0;
-  std::string payload;
-  ASSERT_TRUE(ReadFrame(sv[1], &code, &payload, 1 << 20).ok());
-  EXPECT_EQ(code, 7);
-  EXPECT_EQ(payload, big);
-  ASSERT_TRUE(ReadFrame(sv[1], &code, &payload, 1 << 20).ok());
-  EXPECT_EQ(code, 9);
-  EXPECT_TRUE(payload.empty());
-  // The caller drops a connection after EMSGSIZE: the stream is out of step.
-  EXPECT_EQ(ReadFrame(sv[1], &code, &payload, 99).errnum(), EMSGSIZE);
-  writer.join();
-  close(sv[0]);
-  close(sv[1]);
-  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-  close(sv[0]);
-  EXPECT_EQ(ReadFrame(sv[1], &code, &payload, 1 << 20).errnum(), ECONNRESET);
-  close(sv[1]);
-}
-
-// Bytes malloc has handed out, from its arenas and as separate mappings.
-size_t HeapInUse() {
-  struct mallinfo2 mi = mallinfo2();
-  return mi.uordblks + mi.hblkhd;
-}
-
-// A header that announces a large payload must not make the reader allocate
-// it before the bytes arrive: idle connections would otherwise pin memory.
-TEST(Frame, AnnouncedLengthIsNotAllocatedUpFront) {
-  int sv[2];
-  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-  const uint32_t announced = 16u << 20;
-  uint8_t header[5 + 10] = {};
-  memcpy(header, &announced, 4);
-  header[4] = 1;
-  ASSERT_EQ(write(sv[0], header, sizeof(header)), static_cast<ssize_t>(sizeof(header)));
-  const size_t before = HeapInUse();
-  Status result;
-  std::thread reader([&] {
-    uint8_t code;
-    std::string payload;
-    result = ReadFrame(sv[1], &code, &payload, announced);
-  });
-  // Wait until the reader has taken every byte sent, and is blocked for more.
-  for (int queued = 1; queued > 0;) {
-    ASSERT_EQ(ioctl(sv[1], FIONREAD, &queued), 0);
-    if (queued > 0) std::this_thread::yield();
-  }
-  const size_t during = HeapInUse();
-  close(sv[0]);
-  reader.join();
-  EXPECT_EQ(result.errnum(), ECONNRESET);
-  EXPECT_LT(during > before ? during - before : 0, size_t{1} << 20);
-  close(sv[1]);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <cinttypes>
 
 #include "bench_common.h"
+#include "json_output.h"
 #include "util/flags.h"
 #include "util/units.h"
 
@@ -42,28 +43,28 @@ int RunChunks(int argc, char **argv) {
   Samples s_;
   for (int64_t i = -2; i < iterations; ++i) {  // two warm-up rounds
     const std::string path = dir + "/c" + std::to_string(i + 2);
-    int64_t t0 = NowNs();
+    int64_t t0 = MonotonicNs();
     memcpy(dst.data(), src.data(), size);
-    int64_t t1 = NowNs();
+    int64_t t1 = MonotonicNs();
 
     maru_chunk_t *c;
-    int64_t t2 = NowNs();
+    int64_t t2 = MonotonicNs();
     if (int rc = maru_create(m, path.c_str(), size, &c))
-      return Fail("create: " + std::string(maru_strerror(rc)));
-    int64_t t3 = NowNs();
+      return Fail("create " + path + ": " + maru_strerror(rc));
+    int64_t t3 = MonotonicNs();
     memcpy(maru_chunk_data(c), src.data(), size);
-    int64_t t4 = NowNs();
-    if (int rc = maru_seal(c)) return Fail("seal: " + std::string(maru_strerror(rc)));
+    int64_t t4 = MonotonicNs();
+    if (int rc = maru_seal(c)) return Fail("seal " + path + ": " + maru_strerror(rc));
     maru_release(c);
-    int64_t t5 = NowNs();
+    int64_t t5 = MonotonicNs();
 
     if (int rc = maru_open(m, path.c_str(), &c))
-      return Fail("open: " + std::string(maru_strerror(rc)));
-    int64_t t6 = NowNs();
+      return Fail("open " + path + ": " + maru_strerror(rc));
+    int64_t t6 = MonotonicNs();
     memcpy(dst.data(), maru_chunk_data(c), size);
-    int64_t t7 = NowNs();
+    int64_t t7 = MonotonicNs();
     maru_release(c);
-    int64_t t8 = NowNs();
+    int64_t t8 = MonotonicNs();
     maru_unlink(m, path.c_str());
     if (i < 0) continue;
     s_.memcpy_heap.push_back(GBps(size, static_cast<double>(t1 - t0)));
@@ -87,12 +88,14 @@ int RunChunks(int argc, char **argv) {
   printf("  load (open+copy out)     %6.2f  (%.2fx memcpy, %.2fx memcpy out of pool memory)\n",
          load, load / memcpy_gbps, load / read);
   if (json)
-    printf("{\"chunk_bytes\":%" PRIu64
-           ",\"memcpy_gbps\":%.3f,\"store_gbps\":%.3f,\"load_gbps\":%.3f,"
-           "\"store_vs_memcpy\":%.3f,\"load_vs_memcpy\":%.3f,\"store_vs_pool_memcpy\":%.3f,"
-           "\"load_vs_pool_memcpy\":%.3f}\n",
-           size, memcpy_gbps, store, load, store / memcpy_gbps, load / memcpy_gbps, store / fill,
-           load / read);
+    PrintJson({{"chunk_bytes", size},
+               {"memcpy_gbps", Rounded(memcpy_gbps, 3)},
+               {"store_gbps", Rounded(store, 3)},
+               {"load_gbps", Rounded(load, 3)},
+               {"store_vs_memcpy", Rounded(store / memcpy_gbps, 3)},
+               {"load_vs_memcpy", Rounded(load / memcpy_gbps, 3)},
+               {"store_vs_pool_memcpy", Rounded(store / fill, 3)},
+               {"load_vs_pool_memcpy", Rounded(load / read, 3)}});
   return 0;
 }
 

@@ -2,7 +2,6 @@
 #pragma once
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -10,15 +9,10 @@
 #include <vector>
 
 #include "maru_direct_internal.h"
+#include "util/clock.h"
 #include "util/flags.h"
 
 namespace maru::bench {
-
-inline int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 // The q-quantile of `v` (sorted in place).
 inline double Quantile(std::vector<double> &v, double q) {
@@ -53,6 +47,7 @@ inline int ParseFlags(Flags &flags, int argc, char **argv) {
 
 int RunChunks(int argc, char **argv);
 int RunLookup(int argc, char **argv);
+int RunBatch(int argc, char **argv);
 int RunReplay(int argc, char **argv);
 int RunShare(int argc, char **argv);
 int RunFiles(int argc, char **argv);

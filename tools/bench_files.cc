@@ -7,6 +7,7 @@
 #include <cinttypes>
 
 #include "bench_common.h"
+#include "json_output.h"
 #include "util/units.h"
 
 namespace maru::bench {
@@ -76,11 +77,11 @@ int RunFiles(int argc, char **argv) {
   std::vector<double> write_gbps, read_gbps;
   for (int64_t i = 0; i < count; ++i) {
     const std::string path = dir + "/f" + std::to_string(i);
-    int64_t t0 = NowNs();
+    int64_t t0 = MonotonicNs();
     Status s = WriteFile(path, data);
-    const int64_t t1 = NowNs();
+    const int64_t t1 = MonotonicNs();
     if (s.ok()) s = ReadFile(path, &into);
-    const int64_t t2 = NowNs();
+    const int64_t t2 = MonotonicNs();
     if (s.ok() && memcmp(into.data(), data.data(), size) != 0)
       s = Status::Error(EIO, path + " reads back wrong");
     if (!s.ok()) {
@@ -95,8 +96,10 @@ int RunFiles(int argc, char **argv) {
   printf("%s: write %.2f GB/s, cold read %.2f GB/s (%s files)\n", dir.c_str(), w, r,
          FormatSize(size).c_str());
   if (json)
-    printf("{\"dir\":\"%s\",\"size\":%" PRIu64 ",\"write_gbps\":%.3f,\"read_gbps\":%.3f}\n",
-           dir.c_str(), size, w, r);
+    PrintJson({{"dir", dir},
+               {"size", size},
+               {"write_gbps", Rounded(w, 3)},
+               {"read_gbps", Rounded(r, 3)}});
   return 0;
 }
 

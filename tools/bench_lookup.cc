@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "bench_common.h"
+#include "json_output.h"
 #include "util/flags.h"
 
 namespace maru::bench {
@@ -40,7 +41,7 @@ int RunLookup(int argc, char **argv) {
   std::vector<const char *> paths;
   for (auto &n : names) paths.push_back(n.c_str());
 
-  std::string json_runs;
+  Json runs = Json::array();
   printf("batched prefix lookup of %ld keys (latency in microseconds)\n", static_cast<long>(keys));
   size_t pos = 0;
   while (pos < thread_list.size()) {
@@ -50,16 +51,16 @@ int RunLookup(int argc, char **argv) {
     if (threads <= 0) return Fail("bad --threads");
     std::vector<std::vector<double>> lat(static_cast<size_t>(threads));
     std::atomic<bool> failed{false};
-    const int64_t end = NowNs() + seconds * 1000000000;
+    const int64_t end = MonotonicNs() + seconds * 1000000000;
     std::vector<std::thread> workers;
     for (int t = 0; t < threads; ++t) {
       workers.emplace_back([&, t] {
         std::vector<maru_chunk_t *> out(paths.size());
-        while (NowNs() < end) {
+        while (MonotonicNs() < end) {
           size_t hits = 0;
-          int64_t t0 = NowNs();
+          int64_t t0 = MonotonicNs();
           int rc = maru_lookup_prefix(m, paths.data(), paths.size(), out.data(), &hits);
-          int64_t t1 = NowNs();
+          int64_t t1 = MonotonicNs();
           if (rc || hits != paths.size()) failed = true;
           for (size_t i = 0; i < hits; ++i) maru_release(out[i]);
           lat[static_cast<size_t>(t)].push_back(static_cast<double>(t1 - t0) / 1000.0);
@@ -74,15 +75,13 @@ int RunLookup(int argc, char **argv) {
     double rate = static_cast<double>(all.size()) / static_cast<double>(seconds);
     printf("  %d thread%s: p50 %7.1f  p99 %7.1f  (%.0f lookups/s)\n", threads,
            threads > 1 ? "s" : " ", p50, p99, rate);
-    if (!json_runs.empty()) json_runs += ",";
-    char buf[200];
-    snprintf(buf, sizeof(buf),
-             "{\"threads\":%d,\"p50_us\":%.1f,\"p99_us\":%.1f,\"lookups_per_s\":%.0f}", threads,
-             p50, p99, rate);
-    json_runs += buf;
+    runs.push_back({{"threads", threads},
+                    {"p50_us", Rounded(p50, 1)},
+                    {"p99_us", Rounded(p99, 1)},
+                    {"lookups_per_s", Rounded(rate, 0)}});
   }
   maru_disconnect(m);
-  if (json) printf("{\"keys\":%ld,\"runs\":[%s]}\n", static_cast<long>(keys), json_runs.c_str());
+  if (json) PrintJson({{"keys", keys}, {"runs", runs}});
   return 0;
 }
 

@@ -14,6 +14,9 @@
 #include <sstream>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+#include "util/clock.h"
+
 namespace maru::bench {
 namespace {
 
@@ -27,7 +30,7 @@ bool Executable(const std::string &p) {
   for (const std::string &a : argv) args.push_back(const_cast<char *>(a.c_str()));
   args.push_back(nullptr);
   execvp(args[0], args.data());
-  fprintf(stderr, "cannot run %s: %s\n", args[0], strerror(errno));
+  fprintf(stderr, "maru-bench: cannot run %s: %s\n", args[0], strerror(errno));
   _exit(127);
 }
 
@@ -117,8 +120,8 @@ int Processes::Run(const std::vector<std::string> &argv, std::string *out,
 }
 
 bool WaitUntil(const std::function<bool()> &ready, int seconds) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  while (std::chrono::steady_clock::now() < deadline) {
+  const int64_t deadline = DeadlineAfterMs(int64_t{seconds} * 1000);
+  while (!DeadlinePassed(deadline)) {
     if (ready()) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -131,10 +134,16 @@ std::string LastJson(const std::string &out) {
   return out.rfind('{', 0) == 0 ? out : "";
 }
 
-double Field(const std::string &json, const std::string &name, size_t from) {
-  size_t at = json.find("\"" + name + "\":", from);
-  if (at == std::string::npos) return std::nan("");
-  return strtod(json.c_str() + at + name.size() + 3, nullptr);
+double Field(const std::string &json, const std::string &pointer) {
+  const double none = std::nan("");
+  const nlohmann::json j = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return none;
+  try {
+    const nlohmann::json &v = j.at(nlohmann::json::json_pointer(pointer));
+    return v.is_number() ? v.get<double>() : none;
+  } catch (const nlohmann::json::exception &) {  // no such field, or a bad pointer
+    return none;
+  }
 }
 
 std::string Fmt(const char *format, double v) {

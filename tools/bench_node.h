@@ -43,8 +43,10 @@ bool WaitUntil(const std::function<bool()> &ready, int seconds);
 
 // The last JSON line of a command's output.
 std::string LastJson(const std::string &out);
-// The number after "name": in `json`, from `from` on; NaN when absent.
-double Field(const std::string &json, const std::string &name, size_t from = 0);
+// The number at the JSON pointer `pointer` ("/runs/0/p50_us") in the JSON
+// text `json`; NaN when it is absent, not a number (null: a figure that
+// could not be measured), or `json` is not JSON.
+double Field(const std::string &json, const std::string &pointer);
 // `v` formatted, or "–" for NaN (a figure that could not be measured).
 std::string Fmt(const char *format, double v);
 // Replaces (or appends) the section between <!-- maru-bench NAME: begin -->

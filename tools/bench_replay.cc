@@ -12,6 +12,7 @@
 #include <set>
 
 #include "bench_common.h"
+#include "json_output.h"
 #include "kv_trace.h"
 #include "redis_client.h"
 #include "util/flags.h"
@@ -65,7 +66,7 @@ int RunRedisClient(int port, const std::string &dir, const std::vector<TraceRequ
     const std::vector<uint64_t> &blocks = trace[i].blocks;
     keys.clear();
     for (uint64_t b : blocks) keys.push_back(BlockPath(dir, b));
-    const int64_t asked = NowNs();
+    const int64_t asked = MonotonicNs();
     size_t hits = 0;
     Status s = redis->Exists(keys, &found);
     while (s.ok() && hits < keys.size() && found[hits]) ++hits;
@@ -86,7 +87,7 @@ int RunRedisClient(int port, const std::string &dir, const std::vector<TraceRequ
           values[j].find_first_not_of(static_cast<char>(BlockByte(blocks[j]))) != std::string::npos)
         shared->corrupt++;
     shared->prefix_us[i] =
-        static_cast<uint32_t>(std::min<int64_t>((NowNs() - asked) / 1000, UINT32_MAX));
+        static_cast<uint32_t>(std::min<int64_t>((MonotonicNs() - asked) / 1000, UINT32_MAX));
     shared->blocks += blocks.size();
     shared->hits += hits;
     for (size_t j = hits; j < blocks.size(); ++j) {
@@ -120,7 +121,7 @@ int RunClient(const std::string &server, const std::string &dir,
     for (auto &n : names) paths.push_back(n.c_str());
     out.resize(paths.size());
     size_t hits = 0;
-    const int64_t asked = NowNs();
+    const int64_t asked = MonotonicNs();
     if (maru_lookup_prefix(m, paths.data(), paths.size(), out.data(), &hits)) {
       shared->errors++;
       shared->done++;
@@ -130,7 +131,7 @@ int RunClient(const std::string &server, const std::string &dir,
     for (size_t j = 0; j < hits; ++j)
       if (!HoldsBlock(out[j], blocks[j], block_bytes)) shared->corrupt++;
     shared->prefix_us[i] =
-        static_cast<uint32_t>(std::min<int64_t>((NowNs() - asked) / 1000, UINT32_MAX));
+        static_cast<uint32_t>(std::min<int64_t>((MonotonicNs() - asked) / 1000, UINT32_MAX));
     for (size_t j = 0; j < hits; ++j) maru_release(out[j]);
     shared->blocks += blocks.size();
     shared->hits += hits;
@@ -210,7 +211,7 @@ int RunReplay(int argc, char **argv) {
       mmap(nullptr, shared_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (mem == MAP_FAILED) return Fail("cannot map the clients' shared counters");
   auto *shared = new (mem) Shared{};
-  const int64_t start = NowNs();
+  const int64_t start = MonotonicNs();
   std::vector<pid_t> pids;
   for (int64_t c = 0; c < clients; ++c) {
     fflush(nullptr);
@@ -234,11 +235,11 @@ int RunReplay(int argc, char **argv) {
     const uint64_t b = shared->blocks, h = shared->hits, done = shared->done;
     fprintf(stderr, "\r  %" PRIu64 "/%zu requests, hit ratio %.3f, %.0f requests/s   ", done,
             trace->size(), b ? static_cast<double>(h) / static_cast<double>(b) : 0.0,
-            static_cast<double>(done) / (static_cast<double>(NowNs() - start) / 1e9));
+            static_cast<double>(done) / (static_cast<double>(MonotonicNs() - start) / 1e9));
     usleep(250000);
   }
   if (progress) fprintf(stderr, "\n");
-  const double seconds = static_cast<double>(NowNs() - start) / 1e9;
+  const double seconds = static_cast<double>(MonotonicNs() - start) / 1e9;
   if (client_failed) return Fail("a client failed");
 
   if (capacity_blocks == 0) {
@@ -281,16 +282,22 @@ int RunReplay(int argc, char **argv) {
   printf("  served without a copy     %s in %" PRIu64 " blocks, %" PRIu64 " wrong\n",
          FormatSize(hits * block_bytes).c_str(), hits, shared->corrupt.load());
   if (json)
-    printf("{\"requests\":%zu,\"block_references\":%" PRIu64 ",\"block_bytes\":%" PRIu64
-           ",\"capacity_blocks\":%" PRId64 ",\"clients\":%" PRId64
-           ",\"hit_ratio\":%.5f,"
-           "\"offline_lru_hit_ratio\":%.5f,\"belady_hit_ratio\":%.5f,\"requests_per_s\":%.2f,"
-           "\"stored_blocks\":%" PRIu64 ",\"not_stored_blocks\":%" PRIu64 ",\"errors\":%" PRIu64
-           ",\"prefix_p50_us\":%.0f,\"prefix_p99_us\":%.0f,\"zero_copy_bytes\":%" PRIu64
-           ",\"wrong_blocks\":%" PRIu64 "}\n",
-           trace->size(), blocks, block_bytes, capacity_blocks, clients, hit_ratio, lru.hit_ratio(),
-           belady.hit_ratio(), rps, shared->stored.load(), shared->not_stored.load(),
-           shared->errors.load(), p50, p99, hits * block_bytes, shared->corrupt.load());
+    PrintJson({{"requests", trace->size()},
+               {"block_references", blocks},
+               {"block_bytes", block_bytes},
+               {"capacity_blocks", capacity_blocks},
+               {"clients", clients},
+               {"hit_ratio", Rounded(hit_ratio, 5)},
+               {"offline_lru_hit_ratio", Rounded(lru.hit_ratio(), 5)},
+               {"belady_hit_ratio", Rounded(belady.hit_ratio(), 5)},
+               {"requests_per_s", Rounded(rps, 2)},
+               {"stored_blocks", shared->stored.load()},
+               {"not_stored_blocks", shared->not_stored.load()},
+               {"errors", shared->errors.load()},
+               {"prefix_p50_us", Rounded(p50, 0)},
+               {"prefix_p99_us", Rounded(p99, 0)},
+               {"zero_copy_bytes", hits * block_bytes},
+               {"wrong_blocks", shared->corrupt.load()}});
   return shared->errors.load() || shared->corrupt.load() ? 1 : 0;
 }
 

@@ -17,6 +17,7 @@
 
 #include "bench_common.h"
 #include "bench_node.h"
+#include "json_output.h"
 #include "util/units.h"
 
 namespace maru::bench {
@@ -39,7 +40,8 @@ int FillWorker(const std::string &server, const std::string &dir, int64_t first,
       rc = maru_seal(c);
       maru_release(c);
     }
-    if (rc && ++failures <= 3) fprintf(stderr, "%s: %s\n", path, maru_strerror(rc));
+    if (rc && ++failures <= 3)
+      fprintf(stderr, "maru-bench fill: %s: %s\n", path, maru_strerror(rc));
   }
   maru_disconnect(m);
   return failures ? 1 : 0;
@@ -54,7 +56,7 @@ int64_t RssKiB(pid_t pid) {
 }
 
 double Seconds(int64_t since_ns) {
-  return static_cast<double>(NowNs() - since_ns) / 1e9;
+  return static_cast<double>(MonotonicNs() - since_ns) / 1e9;
 }
 
 // The server measured with a given number of chunks in its namespace.
@@ -86,8 +88,8 @@ std::string Report(const Figures &f) {
     const Point &p = f.points[i];
     md << "| " << p.chunks << (i == 3 ? " (after a restart)" : "") << " | "
        << Fmt("%.0f MiB", p.rss_mib) << " | " << Fmt("%.0f MiB", p.db_mib) << " | "
-       << Fmt("%.0f", Field(p.lookup, "p50_us")) << " / "
-       << Fmt("%.0f µs", Field(p.lookup, "p99_us")) << " |\n";
+       << Fmt("%.0f", Field(p.lookup, "/runs/0/p50_us")) << " / "
+       << Fmt("%.0f µs", Field(p.lookup, "/runs/0/p99_us")) << " |\n";
   }
   const double per_chunk =
       (f.points[2].rss_mib - f.points[0].rss_mib) * 1048576.0 / static_cast<double>(f.chunks);
@@ -98,7 +100,8 @@ std::string Report(const Figures &f) {
      << "-entry directory through the mount: " << Fmt("%.2f s", f.ls_f)
      << "; `ls -l` (a stat each): " << Fmt("%.2f s", f.ls_l) << ".\n"
      << "- Lookup latency at " << f.chunks << " against " << f.small << " chunks: "
-     << Fmt("%.2f×", Field(f.points[2].lookup, "p50_us") / Field(f.points[1].lookup, "p50_us"))
+     << Fmt("%.2f×", Field(f.points[2].lookup, "/runs/0/p50_us") /
+                         Field(f.points[1].lookup, "/runs/0/p50_us"))
      << " (p50).\n"
      << SectionEnd("scale") << "\n";
   return md.str();
@@ -125,7 +128,7 @@ int RunFill(int argc, char **argv) {
   if (int rc = ParseFlags(flags, argc, argv); rc >= 0) return rc;
   if (count <= 0 || first < 0 || per_dir <= 0 || procs <= 0 || procs > 64 || size == 0)
     return Fail("--count, --per-dir, --procs (up to 64) and --size must be positive");
-  const int64_t start = NowNs();
+  const int64_t start = MonotonicNs();
   std::vector<pid_t> pids;
   for (int64_t w = 0; w < procs; ++w) {
     fflush(nullptr);
@@ -143,8 +146,7 @@ int RunFill(int argc, char **argv) {
   printf("created %" PRId64 " chunks in %.1f s (%.0f/s)\n", count, seconds,
          static_cast<double>(count) / seconds);
   if (json)
-    printf("{\"chunks\":%" PRId64 ",\"per_s\":%.1f}\n", count,
-           static_cast<double>(count) / seconds);
+    PrintJson({{"chunks", count}, {"per_s", Rounded(static_cast<double>(count) / seconds, 1)}});
   return failed ? Fail("some chunks could not be created") : 0;
 }
 
@@ -197,7 +199,7 @@ int RunScale(int argc, char **argv) {
                              std::to_string(per_dir), "--procs", std::to_string(procs), "--json"},
                             &r);
     if (rc != 0) fprintf(stderr, "%s", r.c_str());
-    return rc == 0 ? Field(LastJson(r), "per_s") : std::nan("");
+    return rc == 0 ? Field(LastJson(r), "/per_s") : std::nan("");
   };
   auto lookup = [&](std::string *json) {
     std::string r;
@@ -228,17 +230,17 @@ int RunScale(int argc, char **argv) {
 
   // ls of the wide directory through the mount: names only, then with stat.
   const std::string wide_dir = node.mountpoint() + "/scale/wide/d00000";
-  int64_t t0 = NowNs();
+  int64_t t0 = MonotonicNs();
   Processes::Run({"sh", "-c", "ls -f '" + wide_dir + "' | wc -l"}, &o);
   f.ls_f = Seconds(t0);
   f.listed = strtod(o.c_str(), nullptr) - 2;  // "." and ".."
-  t0 = NowNs();
+  t0 = MonotonicNs();
   Processes::Run({"sh", "-c", "ls -l '" + wide_dir + "' > /dev/null"}, &o);
   f.ls_l = Seconds(t0);
 
   // A restart: everything is loaded from RocksDB again.
   node.StopServer();
-  t0 = NowNs();
+  t0 = MonotonicNs();
   if (!node.StartServer({"--high-watermark", "1", "--low-watermark", "1"}, &error))
     return cleanup(Fail(error));
   f.restart = Seconds(t0);

@@ -16,6 +16,7 @@
 #include <memory>
 
 #include "bench_common.h"
+#include "json_output.h"
 #include "redis_client.h"
 #include "util/units.h"
 
@@ -152,7 +153,7 @@ int Consumer(const std::string &server, int redis_port, const std::string &dir, 
       Bump(&shared->done[r]);
       return Fail(s.message());
     }
-    int64_t now = NowNs(), seen = shared->last_done_ns[r].load();
+    int64_t now = MonotonicNs(), seen = shared->last_done_ns[r].load();
     while (now > seen && !shared->last_done_ns[r].compare_exchange_weak(seen, now)) {
     }
     Bump(&shared->done[r]);
@@ -221,13 +222,13 @@ int RunShare(int argc, char **argv) {
   std::vector<uint8_t> src = TouchedBuffer(size, 1), dst = TouchedBuffer(size, 2);
   std::vector<double> memcpy_gbps, store_gbps, load_gbps;
   for (int r = 0; r < rounds; ++r) {
-    int64_t t0 = NowNs();
+    int64_t t0 = MonotonicNs();
     memcpy(dst.data(), src.data(), size);
-    memcpy_gbps.push_back(static_cast<double>(size) / static_cast<double>(NowNs() - t0));
+    memcpy_gbps.push_back(static_cast<double>(size) / static_cast<double>(MonotonicNs() - t0));
     const std::string key = dir + "/r" + std::to_string(r);
-    t0 = NowNs();
+    t0 = MonotonicNs();
     Status s = (*b)->Store(key, src);
-    const int64_t t1 = NowNs();
+    const int64_t t1 = MonotonicNs();
     if (!s.ok()) return finish(Fail(s.message()));
     store_gbps.push_back(static_cast<double>(size) / static_cast<double>(t1 - t0));
     Bump(&shared->published);
@@ -249,9 +250,12 @@ int RunShare(int argc, char **argv) {
          backend, consumers, consumers > 1 ? "s" : "", FormatSize(size).c_str(), st, st / mc, ld,
          ld / mc, mc);
   if (json)
-    printf("{\"backend\":\"%s\",\"consumers\":%" PRId64 ",\"size\":%" PRIu64
-           ",\"memcpy_gbps\":%.3f,\"store_gbps\":%.3f,\"load_gbps\":%.3f}\n",
-           backend, consumers, size, mc, st, ld);
+    PrintJson({{"backend", backend},
+               {"consumers", consumers},
+               {"size", size},
+               {"memcpy_gbps", Rounded(mc, 3)},
+               {"store_gbps", Rounded(st, 3)},
+               {"load_gbps", Rounded(ld, 3)}});
   return rc;
 }
 

@@ -126,12 +126,12 @@ std::string Suite::Bench(const std::string &what, std::vector<std::string> args,
   args.insert(args.begin(), Sibling("maru-bench", "tools"));
   args.push_back("--json");
   fprintf(stderr, "  %-34s", what.c_str());
-  const int64_t t0 = NowNs();
+  const int64_t t0 = MonotonicNs();
   std::string out;
   int rc = Processes::Run(args, &out, env);
   std::string json = LastJson(out);
   fprintf(stderr, "%s (%.0f s)\n", rc == 0 ? "done" : "FAILED",
-          static_cast<double>(NowNs() - t0) / 1e9);
+          static_cast<double>(MonotonicNs() - t0) / 1e9);
   if (rc != 0 || json.empty()) {
     notes_.push_back(what + " failed: " + out.substr(out.rfind('\n', out.size() - 2) + 1));
     return "";
@@ -176,7 +176,7 @@ void Suite::Measure() {
   std::string json = Bench("replay maru", maru);
   if (redis_port_ && !json.empty()) {
     // The same capacity in bytes: Redis's maxmemory, as blocks.
-    const double blocks = Field(json, "capacity_blocks"), bytes = Field(json, "block_bytes");
+    const double blocks = Field(json, "/capacity_blocks"), bytes = Field(json, "/block_bytes");
     std::string out;
     Result<RedisClient *> c = RedisClient::Connect("127.0.0.1", redis_port_);
     if (c.ok()) {
@@ -194,7 +194,7 @@ void Suite::Measure() {
 
 double Suite::Get(const std::string &what, const std::string &field) const {
   auto it = results_.find(what);
-  return it == results_.end() ? std::nan("") : Field(it->second, field);
+  return it == results_.end() ? std::nan("") : Field(it->second, "/" + field);
 }
 
 std::string Suite::TransferTable() const {
@@ -237,14 +237,16 @@ std::string Suite::MetadataTable() const {
   std::ostringstream md;
   md << "| metadata | |\n|---|---|\n"
      << "| batched prefix lookup, 128 keys, p50 / p99 | "
-     << Fmt("%.0f", Get("lookup 128", "p50_us")) << " / "
-     << Fmt("%.0f µs", Get("lookup 128", "p99_us")) << " |\n";
+     << Fmt("%.0f", Get("lookup 128", "runs/0/p50_us")) << " / "
+     << Fmt("%.0f µs", Get("lookup 128", "runs/0/p99_us")) << " |\n";
   if (auto it = results_.find("ops"); it != results_.end())
-    for (int t : {1, 2, 4, 8}) {
-      size_t at = it->second.find("{\"threads\":" + std::to_string(t) + ",");
-      if (at != std::string::npos)
-        md << "| lookup + release of 1 key, " << t << " thread" << (t > 1 ? "s" : "") << " | "
-           << Fmt("%.0f ops/s", Field(it->second, "lookups_per_s", at)) << " |\n";
+    for (int i = 0;; ++i) {  // one run per thread count
+      const std::string run = "/runs/" + std::to_string(i);
+      const double threads = Field(it->second, run + "/threads");
+      if (std::isnan(threads)) break;
+      const int t = static_cast<int>(threads);
+      md << "| lookup + release of 1 key, " << t << " thread" << (t > 1 ? "s" : "") << " | "
+         << Fmt("%.0f ops/s", Field(it->second, run + "/lookups_per_s")) << " |\n";
     }
   md << "\n";
   return md.str();
@@ -347,7 +349,7 @@ int Suite::Run() {
 }  // namespace
 
 int RunSuite(int argc, char **argv) {
-  std::string trace = "../shared/traces/mooncake_conversation_trace.jsonl", out = "docs";
+  std::string trace = "bench/traces/mooncake_conversation_trace.jsonl", out = "docs";
   bool quick = false, tiny = false;
   Flags flags("maru-bench suite [--quick] [--out DIR] [--trace FILE]",
               "Starts a Maru node on a pool in /dev/shm (server, mount, agent) and a\n"

@@ -7,16 +7,47 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include <nlohmann/json.hpp>
+
 namespace maru::bench {
 namespace {
 
-// Finds `"key":` and returns the position after the colon, or npos.
-size_t FindKey(const std::string &line, const char *key) {
-  std::string quoted = std::string("\"") + key + "\"";
-  size_t at = line.find(quoted);
-  if (at == std::string::npos) return at;
-  at = line.find(':', at + quoted.size());
-  return at == std::string::npos ? at : at + 1;
+// nlohmann's message without its "[json.exception...] parse error at line 1, "
+// prefix: the line number is ours to give.
+std::string ParseErrorText(const nlohmann::json::parse_error &e) {
+  std::string what = e.what();
+  const std::string marker = "line 1, ";
+  size_t at = what.find(marker);
+  return at == std::string::npos ? what : what.substr(at + marker.size());
+}
+
+// One request of the trace; an error says what is wrong with the line.
+Result<TraceRequest> ParseRequest(const std::string &line) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(line);
+  } catch (const nlohmann::json::parse_error &e) {
+    return Status::Error(EINVAL, "not JSON: " + ParseErrorText(e));
+  }
+  if (!j.is_object()) return Status::Error(EINVAL, "not a JSON object");
+  TraceRequest r;
+  auto ts = j.find("timestamp");
+  if (ts != j.end()) {
+    if (!ts->is_number()) return Status::Error(EINVAL, "\"timestamp\" is not a number");
+    r.timestamp_ms =
+        ts->is_number_float() ? static_cast<int64_t>(ts->get<double>()) : ts->get<int64_t>();
+  }
+  auto ids = j.find("hash_ids");
+  if (ids == j.end() || !ids->is_array()) return Status::Error(EINVAL, "no \"hash_ids\" list");
+  r.blocks.reserve(ids->size());
+  for (const auto &id : *ids) {
+    if (!id.is_number_unsigned()) {
+      const std::string shown = id.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      return Status::Error(EINVAL, "\"hash_ids\" holds " + shown + ", not a block number");
+    }
+    r.blocks.push_back(id.get<uint64_t>());
+  }
+  return r;
 }
 
 }  // namespace
@@ -30,26 +61,11 @@ Result<std::vector<TraceRequest>> ReadTrace(const std::string &path, size_t limi
   while (std::getline(in, line)) {
     ++lineno;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    TraceRequest r;
-    size_t ts = FindKey(line, "timestamp");
-    if (ts != std::string::npos) r.timestamp_ms = strtoll(line.c_str() + ts, nullptr, 10);
-    size_t ids = FindKey(line, "hash_ids");
-    size_t open = ids == std::string::npos ? ids : line.find('[', ids);
-    size_t close = open == std::string::npos ? open : line.find(']', open);
-    if (close == std::string::npos)
-      return Status::Error(EINVAL, path + ":" + std::to_string(lineno) + ": no \"hash_ids\" list");
-    const char *p = line.c_str() + open + 1, *end = line.c_str() + close;
-    while (p < end) {
-      char *next;
-      unsigned long long v = strtoull(p, &next, 10);
-      if (next == p) {
-        ++p;
-        continue;
-      }
-      r.blocks.push_back(v);
-      p = next;
-    }
-    out.push_back(std::move(r));
+    Result<TraceRequest> r = ParseRequest(line);
+    if (!r.ok())
+      return Status::Error(EINVAL,
+                           path + ":" + std::to_string(lineno) + ": " + r.status().message());
+    out.push_back(std::move(*r));
     if (limit && out.size() == limit) break;
   }
   return out;

@@ -16,7 +16,8 @@ struct TraceRequest {
   std::vector<uint64_t> blocks;
 };
 
-// Reads a trace; `limit` > 0 keeps the first `limit` requests.
+// Reads a trace; `limit` > 0 keeps the first `limit` requests. A line that
+// is not such an object is an error naming the file and the line number.
 Result<std::vector<TraceRequest>> ReadTrace(const std::string &path, size_t limit = 0);
 
 struct SimResult {

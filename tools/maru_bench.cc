@@ -8,6 +8,7 @@ int main(int argc, char **argv) {
   std::string cmd = argc > 1 ? argv[1] : "";
   if (cmd == "chunks") return RunChunks(argc, argv);
   if (cmd == "lookup") return RunLookup(argc, argv);
+  if (cmd == "batch") return RunBatch(argc, argv);
   if (cmd == "replay") return RunReplay(argc, argv);
   if (cmd == "share") return RunShare(argc, argv);
   if (cmd == "files") return RunFiles(argc, argv);
@@ -21,6 +22,7 @@ int main(int argc, char **argv) {
         "Commands:\n"
         "  chunks   store/load throughput of whole chunks, as ratios to memcpy\n"
         "  lookup   latency of batched prefix lookups\n"
+        "  batch    per-key cost of batched store and exists calls against one by one\n"
         "  replay   replay a Mooncake-format KV-cache trace: hit ratios and requests/s\n"
         "  share    one producer, N consumer processes sharing chunks (Maru or Redis)\n"
         "  files    write and cold-read files in a directory (a mount, or tmpfs)\n"

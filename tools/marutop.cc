@@ -15,6 +15,7 @@
 
 #include "client/meta_client.h"
 #include "util/address.h"
+#include "util/clock.h"
 #include "util/flags.h"
 #include "util/histogram.h"
 #include "util/units.h"
@@ -81,6 +82,19 @@ std::string Uptime(int64_t ns) {
   return buf;
 }
 
+// "instances vllm-0 vllm-1 x2 ...": the sessions that gave a name, most first.
+std::string Instances(const rpc::StatsReply &st) {
+  std::vector<std::pair<uint64_t, std::string>> named;
+  for (const auto &[name, n] : st.sessions_by_instance())
+    if (!name.empty()) named.emplace_back(n, name);
+  std::sort(named.begin(), named.end(), [](const auto &a, const auto &b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  });
+  std::string line = named.empty() ? "" : "instances";
+  for (const auto &[n, name] : named) line += " " + name + (n > 1 ? " x" + std::to_string(n) : "");
+  return line;
+}
+
 // The screen, as lines of at most 80 columns; at most `height` lines.
 std::vector<std::string> Render(const std::string &server, const Sample &now, const Sample &before,
                                 SortKey sort, int height) {
@@ -118,6 +132,7 @@ std::vector<std::string> Render(const std::string &server, const Sample &now, co
                .c_str(),
            st.chunks(), st.leases(), FormatSize(now.statfs.reserved()).c_str());
   lines.push_back(buf);
+  if (std::string named = Instances(st); !named.empty()) lines.push_back(named);
   lines.push_back("");
   const char *sort_name = sort == SortKey::kP99 ? "p99" : sort == SortKey::kName ? "name" : "ops/s";
   snprintf(buf, sizeof(buf), "%-16s %10s %10s %10s %8s   sorted by %s", "OPERATION", "OPS/S",

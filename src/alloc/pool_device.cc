@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "alloc/dax_device.h"
+#include "util/clock.h"
 #include "util/units.h"
 
 namespace maru {

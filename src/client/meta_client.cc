@@ -6,9 +6,10 @@
 #include <cstring>
 
 #include "fast_lane.h"
+#include "proto/conversions.h"
 #include "util/address.h"
+#include "util/clock.h"
 #include "util/log.h"
-#include "util/units.h"
 
 namespace maru {
 namespace {
@@ -23,10 +24,6 @@ std::string Hostname() {
 }
 
 }  // namespace
-
-int64_t MonotonicMs() {
-  return MonotonicNs() / 1000000;
-}
 
 int GrpcErrno(const grpc::Status &status) {
   switch (status.error_code()) {
@@ -106,6 +103,7 @@ rpc::OpenSessionReply MetaClient::session_info() const {
 int MetaClient::OpenSession(bool resume) {
   rpc::OpenSessionRequest req;
   req.set_client(options_.client_name);
+  req.set_instance(options_.instance);
   req.set_hostname(Hostname());
   req.set_pid(static_cast<uint32_t>(getpid()));
   if (resume) {
@@ -129,7 +127,10 @@ int MetaClient::OpenSession(bool resume) {
     // Leases were renewed under new ids; ones not renewed are gone, and
     // their readers find out when they next check (never silently reuse).
     std::unordered_map<uint64_t, uint64_t> renewed;
-    for (const rpc::HeldLease &r : rep.renewed()) renewed[r.lease()] = r.ino();
+    for (const rpc::HeldLease &r : rep.renewed()) {
+      RenewedLease lease = RenewedFromWire(r);
+      renewed[lease.old_lease] = lease.new_lease;
+    }
     std::lock_guard<std::mutex> lock(lease_mu_);
     for (auto &[handle, t] : tracked_) {
       if (t.lease == 0) continue;

@@ -23,13 +23,16 @@
 #include <vector>
 
 #include "client/fast_lane_client.h"
+#include "fast_lane.h"
 #include "maru.grpc.pb.h"
+#include "util/clock.h"
 #include "util/status.h"
 
 namespace maru {
 
 struct ClientOptions {
   std::string client_name = "maru-client";
+  std::string instance;               // this client's own name ("vllm-0"), shown by the tools
   int64_t connect_timeout_ms = 3000;  // to reach the server at connect time
   int64_t call_timeout_ms = 10000;    // one attempt of one call
   int64_t retry_window_ms = 30000;    // how long a call waits for a restarting server
@@ -38,7 +41,6 @@ struct ClientOptions {
 
 // Converts a gRPC transport failure into a negative errno.
 int GrpcErrno(const grpc::Status &status);
-int64_t MonotonicMs();
 
 class MetaClient {
  public:
@@ -62,6 +64,7 @@ class MetaClient {
   // offers one here; gRPC when not, or when the lane breaks.
   template <typename Req, typename Rep>
   int CallFast(uint8_t op, Method<Req, Rep> method, Req &req, Rep *rep);
+  // CallFast() of each fast-lane operation: see the end of the class.
 
   // Leases this client holds. Tracking them lets a resumed session renew
   // them; the handle stays valid across renewals.
@@ -124,6 +127,13 @@ class MetaClient {
   std::condition_variable bg_cv_;
   bool stopping_ = false;
   std::thread background_;
+
+ public:
+  // CallFast() of each fast-lane operation (src/proto/fast_lane_ops.inc):
+  // LookupPrefix(req, &rep), Open(req, &rep), ...
+#define MARU_FAST_OP(Code, Name, Req, Rep) int Name(rpc::Req &req, rpc::Rep *rep);
+#include "fast_lane_ops.inc"
+#undef MARU_FAST_OP
 };
 
 // --- Implementation of the call template ---------------------------------------
@@ -157,6 +167,13 @@ int MetaClient::CallFast(uint8_t op, Method<Req, Rep> method, Req &req, Rep *rep
   }
   return Call(method, req, rep);  // also resumes a session the server forgot
 }
+
+#define MARU_FAST_OP(Code, Name, Req, Rep)                     \
+  inline int MetaClient::Name(rpc::Req &req, rpc::Rep *rep) {  \
+    return CallFast(fastlane::k##Name, &Stub::Name, req, rep); \
+  }
+#include "fast_lane_ops.inc"
+#undef MARU_FAST_OP
 
 template <typename Req, typename Rep>
 int MetaClient::Call(Method<Req, Rep> method, Req &req, Rep *rep, const rpc::Caller *as) {

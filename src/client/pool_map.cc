@@ -8,13 +8,6 @@ ChunkView::~ChunkView() {
   munmap(base_, length_);
 }
 
-ExtentList FromWire(const google::protobuf::RepeatedPtrField<rpc::Extent> &extents) {
-  ExtentList out;
-  out.reserve(extents.size());
-  for (const rpc::Extent &e : extents) out.push_back(Extent{e.device(), e.offset(), e.length()});
-  return out;
-}
-
 Result<std::unique_ptr<PoolMap>> PoolMap::Open(const rpc::OpenSessionReply &session,
                                                bool populate) {
   auto map = std::make_unique<PoolMap>();

@@ -11,6 +11,7 @@
 #include "alloc/extent.h"
 #include "alloc/pool_device.h"
 #include "maru.pb.h"
+#include "proto/conversions.h"  // FromWire(extents): what Address() takes
 #include "util/status.h"
 
 namespace maru {
@@ -40,6 +41,8 @@ class PoolMap {
   // is made and returned through `view`, which must outlive the address.
   Result<uint8_t *> Address(const ExtentList &extents, std::unique_ptr<ChunkView> *view) const;
   const PoolDevice *device(uint32_t index) const;
+  // One past the highest device index (device() of some may be null).
+  uint32_t device_slots() const { return static_cast<uint32_t>(devices_.size()); }
   // False when this process may only read the pool (no write permission on
   // a device): it can load chunks but not store them.
   bool writable() const { return writable_; }
@@ -53,7 +56,5 @@ class PoolMap {
   std::vector<std::unique_ptr<PoolDevice>> devices_;  // by device index
   bool writable_ = true;
 };
-
-ExtentList FromWire(const google::protobuf::RepeatedPtrField<rpc::Extent> &extents);
 
 }  // namespace maru

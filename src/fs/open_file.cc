@@ -219,7 +219,7 @@ int OpenFile::Seal() {
     map_.ForEachPiece(0, size_, [&](uint32_t dev, uint64_t at, uint64_t n, uint64_t) {
       sum.Update(env_->pool->device(dev)->base() + at, n);
     });
-    r.set_checksum_type(static_cast<rpc::ChecksumType>(env_->checksum));
+    r.set_checksum_type(ToWire(env_->checksum));
     r.set_checksum(sum.Digest());
   }
   rpc::ChunkReply rep;

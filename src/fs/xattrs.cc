@@ -4,6 +4,7 @@
 #include <cinttypes>
 #include <cstdio>
 
+#include "conversions.h"
 #include "util/checksum.h"
 
 namespace maru {
@@ -54,8 +55,8 @@ int ValueOf(const std::string &n, const rpc::AttrReply &rep, std::string *value)
   } else if (n == "checksum") {
     if (a.checksum_type() == rpc::CHECKSUM_NONE) return -ENODATA;
     char buf[64];
-    snprintf(buf, sizeof(buf), "%s:%016" PRIx64,
-             ChecksumName(static_cast<ChecksumKind>(a.checksum_type())), a.checksum());
+    snprintf(buf, sizeof(buf), "%s:%016" PRIx64, ChecksumName(FromWire(a.checksum_type())),
+             a.checksum());
     *value = buf;
   } else if (n == "parent") {
     if (rep.parent_path().empty()) return -ENODATA;

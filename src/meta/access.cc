@@ -1,12 +1,6 @@
 #include "meta/access.h"
 
-#include <algorithm>
-
 namespace maru {
-
-bool Caller::InGroup(uint32_t g) const {
-  return g == gid || std::find(groups.begin(), groups.end(), g) != groups.end();
-}
 
 bool MayAccess(const Inode &inode, const Caller &caller, int mask) {
   if (caller.is_root()) {

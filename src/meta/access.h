@@ -1,23 +1,11 @@
-// Who is asking, and what the mode bits let them do. The server enforces
+// What the mode bits let a caller (meta/identity.h) do. The server enforces
 // POSIX permissions for every door (library, FUSE, tools) in one place.
 #pragma once
 
-#include <cstdint>
-#include <vector>
-
+#include "meta/identity.h"
 #include "meta/inode.h"
 
 namespace maru {
-
-struct Caller {
-  uint32_t uid = 0;
-  uint32_t gid = 0;
-  std::vector<uint32_t> groups;
-  uint32_t pid = 0;
-
-  bool is_root() const { return uid == 0; }
-  bool InGroup(uint32_t g) const;
-};
 
 constexpr int kMayRead = 4;
 constexpr int kMayWrite = 2;

@@ -1,13 +1,24 @@
 #include "meta/eviction_policy.h"
 
-#include "meta/lru_policy.h"
-#include "meta/prefix_policy.h"
+#include "meta/eviction_lru.h"
+#include "meta/eviction_prefix_lru.h"
 
 namespace maru {
 
-Result<std::unique_ptr<EvictionPolicy>> MakeEvictionPolicy(const std::string &name) {
-  if (name == "lru") return std::unique_ptr<EvictionPolicy>(new LruPolicy());
-  if (name == "prefix") return std::unique_ptr<EvictionPolicy>(new PrefixPolicy());
+uint64_t EvictionPolicy::Victim(const std::function<bool(uint64_t)> &evictable) const {
+  uint64_t victim = 0;
+  InOrder([&](uint64_t ino) {
+    if (!evictable(ino)) return true;
+    victim = ino;
+    return false;
+  });
+  return victim;
+}
+
+Result<std::unique_ptr<EvictionPolicy>> MakeEvictionPolicy(const std::string &name,
+                                                           const ChunkChains &chains) {
+  if (name == "lru") return std::unique_ptr<EvictionPolicy>(new LruEviction());
+  if (name == "prefix") return std::unique_ptr<EvictionPolicy>(new PrefixLruEviction(chains));
   return Status::Error(EINVAL, "unknown eviction policy '" + name + "' (lru, prefix)");
 }
 

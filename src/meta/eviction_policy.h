@@ -1,16 +1,16 @@
-// Which sealed chunk to evict next. The engine tells the policy when
-// chunks appear, are read and go away; the policy orders them. Whether a
-// chunk may be evicted at all (pins, leases, open handles) is the engine's
-// call, passed in as a predicate.
+// Which sealed chunk to evict next. The Evictor tells the policy when
+// chunks are sealed, read and go away; the policy orders them. Whether a
+// chunk may be evicted at all (pins, leases, open handles) is the
+// Evictor's call, passed in as a predicate. Policies that care which
+// chunks extend which read the ChunkChains they were made with.
 #pragma once
 
 #include <cstdint>
 #include <functional>
-#include <list>
 #include <memory>
 #include <string>
-#include <unordered_map>
 
+#include "meta/chunk_chains.h"
 #include "util/status.h"
 
 namespace maru {
@@ -18,18 +18,34 @@ namespace maru {
 class EvictionPolicy {
  public:
   virtual ~EvictionPolicy() = default;
-  // A sealed chunk appeared; `parent` is the chunk it extends (0 if none).
-  virtual void OnInsert(uint64_t ino, uint64_t parent) = 0;
+  // A chunk was sealed: a new one, or a new version of one already known
+  // (which counts as a use). A chunk whose parent changes is removed
+  // before and inserted again after.
+  virtual void OnInsert(uint64_t ino) = 0;
   virtual void OnAccess(uint64_t ino) = 0;
   virtual void OnRemove(uint64_t ino) = 0;
+  // Offers chunks to `visit` in eviction order until it returns false;
+  // false if it did. A chunk may be offered twice. Choosing several
+  // victims in one walk gives what repeated Victim calls, each leaving out
+  // those chosen before, would give while nothing changes: a walk costs
+  // O(chunks passed), where repeated calls cost O(victims x chunks).
+  virtual bool InOrder(const std::function<bool(uint64_t)> &visit) const = 0;
   // The next chunk to evict among those `evictable` accepts; 0 if none.
-  virtual uint64_t Victim(const std::function<bool(uint64_t)> &evictable) = 0;
+  uint64_t Victim(const std::function<bool(uint64_t)> &evictable) const;
+  // Leaves `ino` out of InOrder until UnparkAll. For a chunk one eviction
+  // found it may not take: whether a chunk may go does not change while an
+  // eviction runs, so the rest of it need not walk past that chunk again,
+  // and each victim costs O(log n) however many chunks are held.
+  virtual void Park(uint64_t ino) = 0;
+  virtual void UnparkAll() = 0;
   // Whether evicting a chunk also evicts the chunks that extend it.
   virtual bool EvictsDescendants() const = 0;
   virtual const char *name() const = 0;
 };
 
-// "lru" or "prefix"; EINVAL for anything else.
-Result<std::unique_ptr<EvictionPolicy>> MakeEvictionPolicy(const std::string &name);
+// "lru" or "prefix"; EINVAL for anything else. `chains` must outlive the
+// policy.
+Result<std::unique_ptr<EvictionPolicy>> MakeEvictionPolicy(const std::string &name,
+                                                           const ChunkChains &chains);
 
 }  // namespace maru

@@ -8,21 +8,19 @@
 #include <system_error>
 
 #include "fast_lane.h"
+#include "util/clock.h"
 #include "util/frame.h"
 #include "util/log.h"
-#include "util/units.h"
 
 namespace maru {
 
 FastLaneServer::FastLaneServer(std::string path, MetaEngine *engine, IdentityPolicy policy)
     : path_(std::move(path)), engine_(engine), policy_(policy) {
   // Counted with the same operations over gRPC.
-  slots_[fastlane::kLookupPrefix] = engine_->op_stats().Register("LookupPrefix");
-  slots_[fastlane::kOpen] = engine_->op_stats().Register("Open");
-  slots_[fastlane::kRelease] = engine_->op_stats().Register("Release");
-  slots_[fastlane::kCreate] = engine_->op_stats().Register("Create");
-  slots_[fastlane::kSeal] = engine_->op_stats().Register("Seal");
-  slots_[fastlane::kAbort] = engine_->op_stats().Register("Abort");
+#define MARU_FAST_OP(Code, Name, Req, Rep) \
+  slots_[fastlane::k##Name] = engine_->op_stats().Register(#Name);
+#include "fast_lane_ops.inc"
+#undef MARU_FAST_OP
 }
 
 FastLaneServer::~FastLaneServer() {
@@ -81,9 +79,7 @@ void FastLaneServer::Accept(int fd) {
   // connection closed, so dropping idle ones costs it nothing.
   timeval idle{kIdleTimeoutSeconds, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &idle, sizeof(idle));
-  auto c = std::make_unique<Connection>();
-  c->fd = fd;
-  c->peer = *peer;
+  auto c = std::unique_ptr<Connection>(new Connection{fd, Peer::Unix(*peer), {}});
   Connection *raw = c.get();
   try {
     c->thread = std::thread([this, raw] { Serve(raw); });
@@ -95,48 +91,30 @@ void FastLaneServer::Accept(int fd) {
   connections_.push_back(std::move(c));
 }
 
-namespace {
-
-// Parses a request, runs it on the engine as its caller, serializes the reply.
 template <typename Req, typename Rep>
-bool RunOne(MetaEngine *engine, void (MetaEngine::*op)(const Caller &, const Req &, Rep *),
-            const PeerCredentials &peer, const IdentityPolicy &policy, const std::string &in,
-            std::string *out, int *error) {
+bool FastLaneServer::RunOne(void (MetaEngine::*op)(const Caller &, const Req &, Rep *),
+                            const Peer &peer, const std::string &in, std::string *out, int *error) {
   Req req;
   Rep rep;
   if (!req.ParseFromString(in)) return false;
-  (engine->*op)(ResolveCaller(peer, req.header(), policy), req, &rep);
+  (engine_->*op)(ResolveCaller(peer, req.header(), policy_), req, &rep);
   rep.SerializeToString(out);
   *error = rep.error();
   return true;
 }
 
-}  // namespace
-
-bool FastLaneServer::Dispatch(const PeerCredentials &peer, uint8_t op, const std::string &in,
+bool FastLaneServer::Dispatch(const Peer &peer, uint8_t op, const std::string &in,
                               std::string *out) {
   const int64_t start = MonotonicNs();
   int error = 0;
   bool parsed;
   switch (op) {
-    case fastlane::kLookupPrefix:
-      parsed = RunOne(engine_, &MetaEngine::LookupPrefix, peer, policy_, in, out, &error);
-      break;
-    case fastlane::kOpen:
-      parsed = RunOne(engine_, &MetaEngine::Open, peer, policy_, in, out, &error);
-      break;
-    case fastlane::kRelease:
-      parsed = RunOne(engine_, &MetaEngine::Release, peer, policy_, in, out, &error);
-      break;
-    case fastlane::kCreate:
-      parsed = RunOne(engine_, &MetaEngine::Create, peer, policy_, in, out, &error);
-      break;
-    case fastlane::kSeal:
-      parsed = RunOne(engine_, &MetaEngine::Seal, peer, policy_, in, out, &error);
-      break;
-    case fastlane::kAbort:
-      parsed = RunOne(engine_, &MetaEngine::Abort, peer, policy_, in, out, &error);
-      break;
+#define MARU_FAST_OP(Code, Name, Req, Rep)                                         \
+  case fastlane::k##Name:                                                          \
+    parsed = RunOne<rpc::Req, rpc::Rep>(&MetaEngine::Name, peer, in, out, &error); \
+    break;
+#include "fast_lane_ops.inc"
+#undef MARU_FAST_OP
     default:
       return false;
   }

@@ -1,6 +1,7 @@
 // The server side of the fast lane (src/proto/fast_lane.h): a Unix socket
 // beside the gRPC one, a thread per connection, the same engine calls and
-// the same identity rules (SO_PEERCRED) as MetaService.
+// the same identity rules (meta/identity.h) as MetaService. The operations
+// served, and their stats, come from src/proto/fast_lane_ops.inc.
 #pragma once
 
 #include <memory>
@@ -9,9 +10,10 @@
 #include <thread>
 #include <vector>
 
+#include "fast_lane.h"
 #include "meta/acceptor.h"
+#include "meta/identity.h"
 #include "meta/meta_engine.h"
-#include "meta/meta_service.h"
 
 namespace maru {
 
@@ -33,18 +35,22 @@ class FastLaneServer {
 
   struct Connection {
     int fd;
-    PeerCredentials peer;
+    Peer peer;
     std::thread thread;
   };
   void Accept(int fd);
   void Serve(Connection *conn);
   // Runs one request; false if it could not be parsed.
-  bool Dispatch(const PeerCredentials &peer, uint8_t op, const std::string &in, std::string *out);
+  bool Dispatch(const Peer &peer, uint8_t op, const std::string &in, std::string *out);
+  // Parses a request, runs it on the engine as its caller, serializes the reply.
+  template <typename Req, typename Rep>
+  bool RunOne(void (MetaEngine::*op)(const Caller &, const Req &, Rep *), const Peer &peer,
+              const std::string &in, std::string *out, int *error);
 
   std::string path_;
   MetaEngine *engine_;
   IdentityPolicy policy_;
-  int slots_[8] = {};  // op -> OpStats slot
+  int slots_[fastlane::kOpLimit] = {};  // op -> OpStats slot
   std::unique_ptr<Acceptor> acceptor_;
   std::mutex mu_;
   std::vector<std::unique_ptr<Connection>> connections_;

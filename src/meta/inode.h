@@ -1,5 +1,5 @@
 // In-memory form of a file or directory. The namespace owns inodes; the
-// durable form is schema::Inode, written through MetaDb.
+// durable form is schema::Inode (meta/records.h), written through MetaDb.
 #pragma once
 
 #include <sys/stat.h>
@@ -11,7 +11,6 @@
 
 #include "alloc/extent.h"
 #include "maru.pb.h"
-#include "schema.pb.h"
 
 namespace maru {
 
@@ -47,15 +46,6 @@ struct Inode {
 
   bool is_dir() const { return S_ISDIR(mode); }
   bool is_file() const { return S_ISREG(mode); }
-  // A file nobody can open yet: created, not sealed.
-  bool writing_only() const { return !current && pending; }
 };
-
-schema::Inode ToRecord(const Inode &inode);
-Inode FromRecord(const schema::Inode &record);
-void ToRecordExtents(const ExtentList &extents,
-                     google::protobuf::RepeatedPtrField<schema::Extent> *out);
-ExtentList FromRecordExtents(const google::protobuf::RepeatedPtrField<schema::Extent> &in);
-void ToWireExtents(const ExtentList &extents, google::protobuf::RepeatedPtrField<rpc::Extent> *out);
 
 }  // namespace maru

@@ -26,10 +26,6 @@ class LeaseTable {
   std::optional<Lease> Take(uint64_t id, uint64_t session);
   const Lease *Find(uint64_t id) const;
   size_t size() const { return leases_.size(); }
-  template <typename F>
-  void ForEach(F &&f) const {
-    for (const auto &[id, lease] : leases_) f(lease);
-  }
 
  private:
   uint64_t next_id_ = 1;

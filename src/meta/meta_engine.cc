@@ -8,6 +8,9 @@
 
 #include "alloc/pool_device.h"
 #include "grant_mac.h"
+#include "meta/engine_op.h"
+#include "meta/pool_identity.h"
+#include "util/clock.h"
 #include "util/log.h"
 #include "util/path.h"
 #include "util/units.h"
@@ -18,6 +21,34 @@ namespace {
 constexpr uint64_t kCounterStep = 1 << 16;
 constexpr uint32_t kReaddirDefault = 1024;
 constexpr uint32_t kReaddirMax = 16384;
+constexpr size_t kMaxInstanceName = 64;
+
+// An instance name is shown by tools and in metric labels: printable only.
+int CheckInstanceName(const std::string &name) {
+  if (name.size() > kMaxInstanceName) return ENAMETOOLONG;
+  for (unsigned char ch : name)
+    if (ch < 0x20 || ch == 0x7f) return EINVAL;
+  return 0;
+}
+
+// Cuts `extents` to their first `keep` bytes; returns what was cut off.
+ExtentList TrimTo(ExtentList *extents, uint64_t keep) {
+  uint64_t offset = 0;
+  ExtentList kept, trimmed;
+  for (const Extent &e : *extents) {
+    if (offset >= keep)
+      trimmed.push_back(e);
+    else if (offset + e.length > keep) {
+      kept.push_back(Extent{e.device, e.offset, keep - offset});
+      trimmed.push_back(Extent{e.device, e.offset + keep - offset, e.length - (keep - offset)});
+    } else {
+      kept.push_back(e);
+    }
+    offset += e.length;
+  }
+  *extents = std::move(kept);
+  return trimmed;
+}
 
 uint64_t RandomSessionId() {
   uint64_t id = 0;
@@ -27,41 +58,7 @@ uint64_t RandomSessionId() {
   return id;
 }
 
-std::string UuidBytes(const Uuid &u) {
-  return std::string(u.begin(), u.end());
-}
-
 }  // namespace
-
-// The changes of one operation: inodes touched are written once at commit.
-class MetaEngine::Txn {
- public:
-  explicit Txn(MetaEngine *engine) : engine_(engine) {}
-  void Dirty(const Inode *inode) { dirty_.insert(inode->ino); }
-  void Deleted(uint64_t ino) {
-    dirty_.erase(ino);
-    batch.DeleteInode(ino);
-  }
-  Status Commit() {
-    for (uint64_t ino : dirty_)
-      if (const Inode *inode = engine_->tree_.Find(ino)) batch.PutInode(ToRecord(*inode));
-    dirty_.clear();
-    if (batch.empty()) return Status::Ok();
-    Status s = engine_->db_->Write(batch);
-    if (!s.ok()) {
-      // Memory already holds the change; carrying on would let the two
-      // disagree. Stop, and let the restart load what was written.
-      LOG_ERROR("metadata write failed, stopping: %s", s.ToString().c_str());
-      std::_Exit(EXIT_FAILURE);
-    }
-    return s;
-  }
-  MetaDb::Batch batch;
-
- private:
-  MetaEngine *engine_;
-  std::set<uint64_t> dirty_;
-};
 
 MetaEngine::MetaEngine(const EngineOptions &options)
     : options_(options), grant_key_(NewGrantKey()) {}
@@ -73,220 +70,13 @@ Result<std::unique_ptr<MetaEngine>> MetaEngine::Open(const EngineOptions &option
       options.low_watermark <= 0)
     return Status::Error(EINVAL, "watermarks must satisfy 0 < low <= high <= 1");
   std::unique_ptr<MetaEngine> engine(new MetaEngine(options));
-  Result<std::unique_ptr<EvictionPolicy>> policy = MakeEvictionPolicy(options.eviction);
-  if (!policy.ok()) return policy.status();
-  engine->eviction_ = std::move(*policy);
+  Result<std::unique_ptr<Evictor>> evictor =
+      Evictor::Make(options.eviction, {options.high_watermark, options.low_watermark},
+                    &engine->tree_, &engine->space_);
+  if (!evictor.ok()) return evictor.status();
+  engine->evictor_ = std::move(*evictor);
   MARU_RETURN_IF_ERROR(engine->Load());
   return engine;
-}
-
-// --- Start: pool identity, inodes, space --------------------------------------
-
-Status MetaEngine::CheckPoolIdentity(MetaDb::Contents *contents, MetaDb::Batch *batch) {
-  std::vector<std::pair<std::string, Superblock>> found;
-  for (const std::string &path : options_.pool_paths) {
-    Result<Superblock> sb = ReadSuperblock(path);
-    if (!sb.ok()) return sb.status();
-    for (const auto &[other, osb] : found)
-      if (osb.device_uuid == sb->device_uuid)
-        return Status::Error(EINVAL, path + " and " + other + " are the same device");
-    // One unit for the pool: clients size and align every chunk by it.
-    if (!found.empty() && found[0].second.unit != sb->unit)
-      return Status::Error(EINVAL, path + " has allocation unit " + std::to_string(sb->unit) +
-                                       " but " + found[0].first + " has " +
-                                       std::to_string(found[0].second.unit) +
-                                       "; format the pool's devices with one unit");
-    found.emplace_back(path, *sb);
-  }
-
-  schema::PoolIdentity identity;
-  if (contents->identity) identity = *contents->identity;
-  std::map<uint32_t, std::string> reset;  // device index -> what to say about it
-  std::vector<bool> placed(found.size(), false);
-  for (schema::DeviceIdentity &rec : *identity.mutable_devices()) {
-    size_t match = found.size();
-    for (size_t i = 0; i < found.size(); ++i) {
-      if (UuidBytes(found[i].second.device_uuid) == rec.device_uuid()) match = i;
-    }
-    for (size_t i = 0; match == found.size() && i < found.size(); ++i)
-      if (!placed[i] && found[i].first == rec.path()) match = i;
-    if (match == found.size())
-      return Status::Error(ENODEV, "pool device " + rec.path() + " (index " +
-                                       std::to_string(rec.index()) +
-                                       ") holds chunks in this database but was not given; pass "
-                                       "--pool " +
-                                       rec.path());
-    const Superblock &sb = found[match].second;
-    placed[match] = true;
-    if (UuidBytes(sb.device_uuid) != rec.device_uuid() || sb.epoch != rec.epoch()) {
-      char what[512];
-      snprintf(what, sizeof(what), "pool device %s was reset (epoch %016lx -> %016lx)",
-               found[match].first.c_str(), rec.epoch(), sb.epoch);
-      reset[rec.index()] = what;
-    }
-    rec.set_device_uuid(UuidBytes(sb.device_uuid));
-    rec.set_epoch(sb.epoch);
-    rec.set_path(found[match].first);
-    space_.AddDevice(rec.index(), found[match].first, sb);
-  }
-  uint32_t next_index = 0;
-  for (const auto &rec : identity.devices()) next_index = std::max(next_index, rec.index() + 1);
-  for (size_t i = 0; i < found.size(); ++i) {
-    if (placed[i]) continue;
-    schema::DeviceIdentity *rec = identity.add_devices();
-    rec->set_index(next_index++);
-    rec->set_device_uuid(UuidBytes(found[i].second.device_uuid));
-    rec->set_epoch(found[i].second.epoch);
-    rec->set_path(found[i].first);
-    space_.AddDevice(rec->index(), found[i].first, found[i].second);
-  }
-  if (identity.pool_uuid().empty()) identity.set_pool_uuid(UuidBytes(found[0].second.pool_uuid));
-  pool_uuid_ = identity.pool_uuid();
-  batch->PutIdentity(identity);
-
-  if (reset.empty()) return Status::Ok();
-  auto on_reset = [&](const google::protobuf::RepeatedPtrField<schema::Extent> &extents) {
-    for (const auto &e : extents)
-      if (reset.count(e.device())) return true;
-    return false;
-  };
-  std::map<uint32_t, size_t> dropped;
-  std::vector<schema::Inode> kept;
-  for (schema::Inode &r : contents->inodes) {
-    if (on_reset(r.current().extents()) || on_reset(r.pending().extents())) {
-      batch->DeleteInode(r.ino());
-      const auto &any =
-          r.current().extents_size() ? r.current().extents(0) : r.pending().extents(0);
-      ++dropped[any.device()];
-    } else {
-      kept.push_back(std::move(r));
-    }
-  }
-  contents->inodes = std::move(kept);
-  std::vector<schema::Retired> retired;
-  for (schema::Retired &r : contents->retired) {
-    if (on_reset(r.extents()))
-      batch->DeleteRetired(r.gen());
-    else
-      retired.push_back(std::move(r));
-  }
-  contents->retired = std::move(retired);
-  for (const auto &[index, what] : reset)
-    LOG_WARN("%s: dropped the metadata of its %zu chunks; directories are kept", what.c_str(),
-             dropped[index]);
-  return Status::Ok();
-}
-
-void MetaEngine::RestoreInodes(MetaDb::Contents &contents, MetaDb::Batch *batch) {
-  const int64_t now = RealtimeNs();
-  uint64_t max_ino = kRootIno, max_gen = 0;
-  for (const schema::Inode &r : contents.inodes) {
-    auto inode = std::make_unique<Inode>(FromRecord(r));
-    max_ino = std::max(max_ino, inode->ino);
-    if (inode->current) max_gen = std::max(max_gen, inode->current->gen);
-    if (inode->pending) max_gen = std::max(max_gen, inode->pending->gen);
-    tree_.Adopt(std::move(inode));
-  }
-  for (const schema::Retired &r : contents.retired) max_gen = std::max(max_gen, r.gen());
-  if (!tree_.root()) {
-    auto root = std::make_unique<Inode>();
-    root->ino = kRootIno;
-    root->mode = S_IFDIR | options_.root_mode;
-    root->atime_ns = root->mtime_ns = root->ctime_ns = now;
-    batch->PutInode(ToRecord(*root));
-    tree_.Adopt(std::move(root));
-  }
-  next_ino_ = std::max(max_ino + 1, contents.counters.ino_limit());
-  next_gen_ = std::max(max_gen + 1, contents.counters.gen_limit());
-  ino_limit_ = gen_limit_ = 0;  // the first allocation writes new limits
-
-  std::vector<Inode *> orphans = tree_.LinkAll();
-  if (!orphans.empty()) {
-    Inode *root = tree_.root();
-    Inode *lost = tree_.Child(*root, "lost+found");
-    if (!lost || !lost->is_dir()) {
-      auto dir = std::make_unique<Inode>();
-      dir->ino = next_ino_++;
-      dir->mode = S_IFDIR | 0700;
-      dir->atime_ns = dir->mtime_ns = dir->ctime_ns = now;
-      lost = tree_.Adopt(std::move(dir));
-      tree_.Link(root, lost, "lost+found");
-      batch->PutInode(ToRecord(*lost));
-    }
-    for (Inode *inode : orphans) {
-      std::string name = "#" + std::to_string(inode->ino);
-      tree_.Link(lost, inode, name);
-      batch->PutInode(ToRecord(*inode));
-    }
-    LOG_WARN("%zu inodes had no directory; moved them to /lost+found", orphans.size());
-  }
-
-  tree_.ForEach([&](const Inode &cinode) {
-    Inode &inode = const_cast<Inode &>(cinode);
-    for (std::optional<Version> *v : {&inode.current, &inode.pending}) {
-      if (!*v) continue;
-      Status s = space_.MarkUsed((*v)->extents);
-      if (!s.ok())
-        LOG_ERROR("%s (generation %lu): %s; run maructl fsck", tree_.PathOf(inode).c_str(),
-                  (*v)->gen, s.ToString().c_str());
-    }
-    if (inode.parent_chunk) extensions_[inode.parent_chunk].insert(inode.ino);
-    if (inode.current) eviction_->OnInsert(inode.ino, inode.parent_chunk);
-    if (inode.pinned) ++pins_;
-    if (inode.pending) {
-      Session *s = OrphanedSession(inode.pending->writer_session, inode.pending->writer_uid);
-      s->reservations.insert(inode.ino);
-      space_.Ref(inode.pending->gen);
-      reserved_bytes_ += TotalLength(inode.pending->extents);
-    }
-  });
-  for (const schema::Retired &r : contents.retired) {
-    ExtentList extents = FromRecordExtents(r.extents());
-    Status s = space_.MarkUsed(extents);
-    if (!s.ok()) LOG_ERROR("retired generation %lu: %s", r.gen(), s.ToString().c_str());
-    space_.RestoreRetired(r.gen(), extents);
-    if (r.writer_session()) {
-      OrphanedSession(r.writer_session(), r.writer_uid())->orphan_gens.insert(r.gen());
-      space_.Ref(r.gen());
-    }
-  }
-}
-
-// A session known only from what the database says it was writing; it
-// waits for its client to come back (resume) until it times out.
-Session *MetaEngine::OrphanedSession(uint64_t id, uint32_t uid) {
-  if (Session *s = sessions_.Find(id)) return s;
-  Session *s = sessions_.Create(id);
-  s->orphaned = true;
-  s->uid = uid;
-  s->client = "(from before restart)";
-  s->since_ns = RealtimeNs();
-  s->last_seen_ns = MonotonicNs();
-  return s;
-}
-
-Status MetaEngine::Load() {
-  Result<std::unique_ptr<MetaDb>> db = MetaDb::Open(options_.db_dir, options_.sync_writes);
-  if (!db.ok()) return db.status();
-  db_ = std::move(*db);
-  Result<MetaDb::Contents> contents = db_->Load();
-  if (!contents.ok()) return contents.status();
-  started_ns_ = MonotonicNs();
-  Txn txn(this);
-  MARU_RETURN_IF_ERROR(CheckPoolIdentity(&*contents, &txn.batch));
-  RestoreInodes(*contents, &txn.batch);
-  int64_t grace_ms = options_.grace_ms >= 0 ? options_.grace_ms : options_.session_timeout_ms;
-  if (!contents->inodes.empty() || !contents->retired.empty())
-    space_.SetGraceUntil(started_ns_ + grace_ms * 1000000);
-  // Reserve counters now so that numbers are never handed out twice.
-  NextIno(txn);
-  NextGen(txn);
-  MARU_RETURN_IF_ERROR(txn.Commit());
-  LOG_INFO("metadata loaded: %zu inodes, %s of %s free, %zu unfinished writes, %zu retired",
-           tree_.size(), FormatSize(space_.free_bytes()).c_str(),
-           FormatSize(space_.capacity()).c_str(), static_cast<size_t>(sessions_.size()),
-           space_.retired().size());
-  return Status::Ok();
 }
 
 uint64_t MetaEngine::NextIno(Txn &txn) {
@@ -415,31 +205,14 @@ void MetaEngine::UnrefGen(Txn &txn, uint64_t gen) {
   space_.Unref(gen, &txn.batch);
 }
 
-void MetaEngine::SetParentChunk(Inode *inode, uint64_t parent) {
-  if (inode->parent_chunk == parent) return;
-  if (inode->parent_chunk) {
-    auto it = extensions_.find(inode->parent_chunk);
-    if (it != extensions_.end()) {
-      it->second.erase(inode->ino);
-      if (it->second.empty()) extensions_.erase(it);
-    }
-  }
-  if (parent) extensions_[parent].insert(inode->ino);
-  // A re-insert keeps what the policy knows about the chunk's extensions.
-  if (inode->current) eviction_->OnInsert(inode->ino, parent);
-  inode->parent_chunk = parent;
-}
-
 // Takes a file's content out of reach: the sealed version is retired, and a
 // reservation still being written becomes an orphan its writer can only
 // abort.
 void MetaEngine::RemoveFile(Txn &txn, Inode *inode) {
   tree_.Unlink(inode);
-  SetParentChunk(inode, 0);
-  extensions_.erase(inode->ino);  // what extends it keeps a dangling parent
+  evictor_->Removed(*inode);
   if (inode->pinned) --pins_;
   if (inode->current) {
-    eviction_->OnRemove(inode->ino);
     space_.Retire(inode->current->gen, inode->current->extents, &txn.batch);
   }
   if (inode->pending) {
@@ -500,123 +273,17 @@ void MetaEngine::ExpireSession(Txn &txn, uint64_t id) {
   sessions_.Remove(id);
 }
 
-uint64_t MetaEngine::Used() const {
-  return space_.capacity() - space_.free_bytes();
+Evictor::Scope MetaEngine::EvictionScope(Txn &txn) {
+  return Evictor::Scope{[this, &txn](Inode *inode) { RemoveFile(txn, inode); }, &txn.batch};
 }
 
-uint64_t MetaEngine::ReclaimableUse(Txn &txn) {
-  // Retired versions nobody reads are freed first; those still read stay
-  // whatever is evicted, so they do not count.
-  space_.Tick(MonotonicNs(), &txn.batch);
-  return Used() - std::min(Used(), space_.retired_bytes());
-}
-
-void MetaEngine::EvictToLowWatermark(Txn &txn) {
-  // During the grace after a restart evicted space is not freed, so
-  // evicting would only empty the cache.
-  if (space_.in_grace(MonotonicNs())) return;
-  const double capacity = static_cast<double>(space_.capacity());
-  const uint64_t use = ReclaimableUse(txn);
-  if (static_cast<double>(use) <= options_.high_watermark * capacity) return;
-  const uint64_t target = static_cast<uint64_t>(options_.low_watermark * capacity);
-  if (use > target) EvictBytes(txn, use - target, "watermark");
-}
-
-bool MetaEngine::Evictable(const Inode &inode, int64_t now_ns) const {
-  if (!inode.current || inode.pending || inode.ino == protected_ino_) return false;
-  if (inode.pinned && (inode.pin_expiry_ns == 0 || inode.pin_expiry_ns > now_ns)) return false;
-  return space_.refs(inode.current->gen) == 0;
-}
-
-uint64_t MetaEngine::EvictChunk(Txn &txn, Inode *inode, const char *reason) {
-  uint64_t bytes = TotalLength(inode->current->extents);
-  std::vector<uint64_t> descendants;
-  if (eviction_->EvictsDescendants()) {
-    // Chunks extending this one are useless without it.
-    const int64_t now = RealtimeNs();
-    std::vector<uint64_t> frontier{inode->ino};
-    std::unordered_set<uint64_t> seen{inode->ino};  // chains set by hand may loop
-    while (!frontier.empty()) {
-      uint64_t at = frontier.back();
-      frontier.pop_back();
-      auto it = extensions_.find(at);
-      if (it == extensions_.end()) continue;
-      for (uint64_t child : it->second) {
-        if (!seen.insert(child).second) continue;
-        frontier.push_back(child);
-        if (const Inode *other = tree_.Find(child); other && Evictable(*other, now))
-          descendants.push_back(child);
-      }
-    }
-  }
-  RemoveFile(txn, inode);
-  ++evictions_;
-  evicted_bytes_ += bytes;
-  ++evictions_by_reason_[reason];
-  for (uint64_t ino : descendants) {
-    Inode *d = tree_.Find(ino);
-    if (!d || !d->current) continue;
-    bytes += TotalLength(d->current->extents);
-    evicted_bytes_ += TotalLength(d->current->extents);
-    ++evictions_;
-    ++evictions_by_reason_["prefix_gone"];
-    RemoveFile(txn, d);
-  }
-  return bytes;
-}
-
-uint64_t MetaEngine::EvictBytes(Txn &txn, uint64_t bytes, const char *reason) {
-  uint64_t evicted = 0;
-  const int64_t now = RealtimeNs();
-  while (evicted < bytes) {
-    uint64_t victim = eviction_->Victim([&](uint64_t ino) {
-      const Inode *inode = tree_.Find(ino);
-      return inode && Evictable(*inode, now);
-    });
-    if (!victim) break;
-    evicted += EvictChunk(txn, tree_.Find(victim), reason);
-  }
-  return evicted;
-}
-
-Result<ExtentList> MetaEngine::AllocateWithEviction(Txn &txn, uint64_t bytes) {
+Result<ExtentList> MetaEngine::AllocateWithEviction(Txn &txn, uint64_t bytes, uint64_t spared) {
   Result<ExtentList> extents = space_.Allocate(bytes);
-  if (!extents.ok() && extents.status().errnum() == ENOSPC) {
-    const int64_t mono = MonotonicNs();
-    // Space waiting for readers that are gone is free for the taking first.
-    if (space_.Tick(mono, &txn.batch) > 0) extents = space_.Allocate(bytes);
-  }
-  if (!extents.ok() && extents.status().errnum() == ENOSPC) {
-    const int64_t mono = MonotonicNs();
-    if (space_.in_grace(mono))
-      return Status::Error(ENOSPC,
-                           "pool full, and space freed before the restart is still held "
-                           "for returning readers");
-    // Choose victims until they cover the shortfall; if they cannot, evict
-    // nothing: a request that cannot fit must not empty the cache.
-    const uint64_t unit = space_.unit();
-    const uint64_t need = (bytes + unit - 1) / unit * unit;
-    const uint64_t shortfall = need - std::min(need, space_.free_bytes());
-    const int64_t now = RealtimeNs();
-    std::unordered_set<uint64_t> chosen;
-    uint64_t covered = 0;
-    while (covered < shortfall) {
-      uint64_t victim = eviction_->Victim([&](uint64_t ino) {
-        const Inode *inode = tree_.Find(ino);
-        return !chosen.count(ino) && inode && Evictable(*inode, now);
-      });
-      if (!victim) {
-        LOG_DEBUG(
-            "no room for %lu bytes: %lu free, %lu retired, %lu reserved, %zu chosen covering %lu",
-            bytes, space_.free_bytes(), space_.retired_bytes(), reserved_bytes_, chosen.size(),
-            covered);
-        return Status::Error(ENOSPC, "pool full of pinned, open or unsealed chunks");
-      }
-      chosen.insert(victim);
-      covered += TotalLength(tree_.Find(victim)->current->extents);
-    }
-    for (uint64_t ino : chosen)
-      if (Inode *inode = tree_.Find(ino); inode && inode->current) EvictChunk(txn, inode, "full");
+  auto full = [&] { return !extents.ok() && extents.status().errnum() == ENOSPC; };
+  // Space waiting for readers that are gone is free for the taking first.
+  if (full() && space_.Tick(MonotonicNs(), &txn.batch) > 0) extents = space_.Allocate(bytes);
+  if (full()) {
+    MARU_RETURN_IF_ERROR(evictor_->MakeRoom(EvictionScope(txn), bytes, spared));
     extents = space_.Allocate(bytes);
   }
   if (extents.ok() && extents->size() > options_.max_fragments) {
@@ -632,6 +299,7 @@ void MetaEngine::OpenSession(const Caller &c, const rpc::OpenSessionRequest &req
                              rpc::OpenSessionReply *rep) {
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t id = req.resume();
+  if (int err = CheckInstanceName(req.instance())) return rep->set_error(err);
   Session *s = id ? sessions_.Find(id) : nullptr;
   // Only a session waiting for its client (orphaned by a restart) may be
   // taken back, and only by its uid. A live one is someone's: taking it
@@ -650,25 +318,11 @@ void MetaEngine::OpenSession(const Caller &c, const rpc::OpenSessionRequest &req
   s->orphaned = false;
   s->client = req.client();
   s->hostname = req.hostname();
+  s->instance = req.instance();
   s->pid = req.pid() ? req.pid() : c.pid;
   s->uid = c.uid;
   s->last_seen_ns = MonotonicNs();
-  // Leases held across a restart: renew those whose version still exists.
-  for (const rpc::HeldLease &held : req.held()) {
-    // A version still current, or retired but kept (readers may hold it;
-    // its file may be gone), can be leased again by a reader allowed to.
-    const Inode *inode = tree_.Find(held.ino());
-    bool live = (inode && inode->current && inode->current->gen == held.gen()) ||
-                space_.retired().count(held.gen());
-    if (!live || (inode && !MayAccess(*inode, c, kMayRead))) continue;
-    uint64_t lease = leases_.Grant(id, held.ino(), held.gen());
-    s->leases.insert(lease);
-    space_.Ref(held.gen());
-    rpc::HeldLease *r = rep->add_renewed();
-    r->set_lease(held.lease());
-    r->set_ino(lease);
-    r->set_gen(held.gen());
-  }
+  RenewHeldLeases(c, req, s, rep);
   txn.Commit();
   rep->set_session(id);
   rep->set_heartbeat_ms(options_.heartbeat_ms);
@@ -676,6 +330,23 @@ void MetaEngine::OpenSession(const Caller &c, const rpc::OpenSessionRequest &req
   rep->set_pool_uuid(pool_uuid_);
   rep->set_fast_lane(options_.fast_lane);
   for (const SpaceManager::Device &d : space_.devices()) FillDevice(d, rep->add_devices());
+}
+
+// Leases held across a restart: renews those whose version still exists.
+void MetaEngine::RenewHeldLeases(const Caller &c, const rpc::OpenSessionRequest &req, Session *s,
+                                 rpc::OpenSessionReply *rep) {
+  for (const rpc::HeldLease &held : req.held()) {
+    // A version still current, or retired but kept (readers may hold it;
+    // its file may be gone), can be leased again by a reader allowed to.
+    const Inode *inode = tree_.Find(held.ino());
+    bool live = (inode && inode->current && inode->current->gen == held.gen()) ||
+                space_.retired().count(held.gen());
+    if (!live || (inode && !MayAccess(*inode, c, kMayRead))) continue;
+    uint64_t lease = leases_.Grant(s->id, held.ino(), held.gen());
+    s->leases.insert(lease);
+    space_.Ref(held.gen());
+    ToWire(RenewedLease{held.lease(), lease, held.gen()}, rep->add_renewed());
+  }
 }
 
 void MetaEngine::Heartbeat(const Caller &, const rpc::HeartbeatRequest &req,
@@ -698,21 +369,6 @@ void MetaEngine::CloseSession(const Caller &, const rpc::HeartbeatRequest &req,
   Txn txn(this);
   ExpireSession(txn, req.header().session());
   rep->set_error(txn.Commit().errnum());
-}
-
-// Runs `op` under the lock for a live session, commits what it changed, and
-// reports the first error.
-template <typename Req, typename Rep, typename Op>
-void MetaEngine::RunOp(const Req &req, Rep *rep, Op &&op) {
-  std::lock_guard<std::mutex> lock(mu_);
-  Session *session = LiveSession(req.header().session());
-  if (!session) return rep->set_error(ENOTCONN);
-  Txn txn(this);
-  ReleaseLeases(txn, session, req.header().release());
-  Status status = op(txn, session);
-  Status committed = txn.Commit();
-  if (status.ok()) status = committed;
-  rep->set_error(status.errnum());
 }
 
 // --- Namespace ----------------------------------------------------------------
@@ -852,36 +508,44 @@ void MetaEngine::Readdir(const Caller &c, const rpc::ReaddirRequest &req, rpc::R
   });
 }
 
+// Whether `c` may change what `req` asks of `inode` (its parent chunk aside).
+Status MetaEngine::MaySetAttr(const Caller &c, const rpc::SetAttrRequest &req, const Inode &inode) {
+  const bool owner = IsOwnerOrRoot(inode, c);
+  if ((req.set_mode() || (req.set_atime() && req.atime_ns() != -1) ||
+       (req.set_mtime() && req.mtime_ns() != -1)) &&
+      !owner)
+    return Status::Error(EPERM);
+  if (((req.set_atime() && req.atime_ns() == -1) || (req.set_mtime() && req.mtime_ns() == -1)) &&
+      !owner && !MayAccess(inode, c, kMayWrite))
+    return Status::Error(EACCES);
+  if (req.set_uid() && req.uid() != inode.uid && !c.is_root()) return Status::Error(EPERM);
+  if (req.set_gid() && req.gid() != inode.gid && !(c.is_root() || (owner && c.InGroup(req.gid()))))
+    return Status::Error(EPERM);
+  return Status::Ok();
+}
+
+// The parent chunk `req` sets on `inode` (0: none), or what it had.
+Result<uint64_t> MetaEngine::NewParentChunk(const Caller &c, const rpc::SetAttrRequest &req,
+                                            const Inode &inode) {
+  if (!req.set_parent()) return inode.parent_chunk;
+  if (!IsOwnerOrRoot(inode, c) && !MayAccess(inode, c, kMayWrite)) return Status::Error(EACCES);
+  if (req.parent_path().empty()) return uint64_t{0};
+  rpc::Ref ref;
+  ref.set_path(req.parent_path());
+  Result<Inode *> parent = tree_.Resolve(ref, c);
+  if (!parent.ok()) return parent.status();
+  if (!(*parent)->is_file() || *parent == &inode) return Status::Error(EINVAL);
+  return (*parent)->ino;
+}
+
 void MetaEngine::SetAttr(const Caller &c, const rpc::SetAttrRequest &req, rpc::AttrReply *rep) {
-  RunOp(req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
+  RunOp(req, rep, [&](Txn &txn, Session *) -> Status {
     Result<Inode *> found = tree_.Resolve(req.ref(), c);
     if (!found.ok()) return found.status();
     Inode *inode = *found;
-    const bool owner = IsOwnerOrRoot(*inode, c);
-    if ((req.set_mode() || (req.set_atime() && req.atime_ns() != -1) ||
-         (req.set_mtime() && req.mtime_ns() != -1)) &&
-        !owner)
-      return Status::Error(EPERM);
-    if (((req.set_atime() && req.atime_ns() == -1) || (req.set_mtime() && req.mtime_ns() == -1)) &&
-        !owner && !MayAccess(*inode, c, kMayWrite))
-      return Status::Error(EACCES);
-    if (req.set_uid() && req.uid() != inode->uid && !c.is_root()) return Status::Error(EPERM);
-    if (req.set_gid() && req.gid() != inode->gid &&
-        !(c.is_root() || (owner && c.InGroup(req.gid()))))
-      return Status::Error(EPERM);
-    uint64_t parent_chunk = inode->parent_chunk;
-    if (req.set_parent()) {
-      if (!owner && !MayAccess(*inode, c, kMayWrite)) return Status::Error(EACCES);
-      parent_chunk = 0;
-      if (!req.parent_path().empty()) {
-        rpc::Ref ref;
-        ref.set_path(req.parent_path());
-        Result<Inode *> parent = tree_.Resolve(ref, c);
-        if (!parent.ok()) return parent.status();
-        if (!(*parent)->is_file() || *parent == inode) return Status::Error(EINVAL);
-        parent_chunk = (*parent)->ino;
-      }
-    }
+    MARU_RETURN_IF_ERROR(MaySetAttr(c, req, *inode));
+    Result<uint64_t> parent_chunk = NewParentChunk(c, req, *inode);
+    if (!parent_chunk.ok()) return parent_chunk.status();
     const int64_t now = RealtimeNs();
     if (req.set_mode()) {
       inode->mode = (inode->mode & S_IFMT) | (req.mode() & 07777);
@@ -892,7 +556,7 @@ void MetaEngine::SetAttr(const Caller &c, const rpc::SetAttrRequest &req, rpc::A
     if ((req.set_uid() || req.set_gid()) && !inode->is_dir()) inode->mode &= ~(S_ISUID | S_ISGID);
     if (req.set_atime()) inode->atime_ns = req.atime_ns() == -1 ? now : req.atime_ns();
     if (req.set_mtime()) inode->mtime_ns = req.mtime_ns() == -1 ? now : req.mtime_ns();
-    SetParentChunk(inode, parent_chunk);
+    evictor_->SetParent(inode, *parent_chunk);
     inode->ctime_ns = now;
     txn.Dirty(inode);
     FillAttr(*inode, rep->mutable_attr());
@@ -915,26 +579,87 @@ void MetaEngine::Statfs(const Caller &, const rpc::StatfsRequest &req, rpc::Stat
 
 // --- Chunks -------------------------------------------------------------------
 
+// Where a create puts its chunk: a path, or (FUSE O_TRUNC) an existing
+// file named by its inode, which only a truncating create may name.
+Result<NamespaceTree::ParentAndName> MetaEngine::CreateTarget(Txn &txn, const Caller &c,
+                                                              const rpc::CreateRequest &req) {
+  if (!req.ref().path().empty() || !req.ref().name().empty()) {
+    Result<NamespaceTree::ParentAndName> pn =
+        tree_.ResolveParent(req.ref(), c, req.parents() ? DirMaker(txn, c) : nullptr);
+    if (!pn.ok()) return pn.status().errnum() == EEXIST ? Status::Error(EISDIR) : pn.status();
+    if (!MayAccess(*pn->dir, c, kMayWrite | kMayExec)) return Status::Error(EACCES);
+    return pn;
+  }
+  Inode *inode = tree_.Find(req.ref().ino());
+  if (!inode) return Status::Error(ESTALE);
+  if (!req.truncate()) return Status::Error(EEXIST);
+  Inode *dir = tree_.Find(inode->parent);
+  if (!dir) return Status::Error(ESTALE);
+  return NamespaceTree::ParentAndName{dir, inode->name};
+}
+
+// Whether a create may replace what `inode` holds with a new version.
+Status MetaEngine::MayRewrite(const Caller &c, const rpc::CreateRequest &req, const Inode &inode) {
+  if (inode.is_dir()) return Status::Error(req.truncate() ? EISDIR : EEXIST);
+  if (!req.truncate()) return Status::Error(EEXIST);
+  if (inode.pending) return Status::Error(EBUSY);
+  if (!MayAccess(inode, c, kMayWrite)) return Status::Error(EACCES);
+  return Status::Ok();
+}
+
+// The chunk a create names as the one it extends; 0 for none.
+Result<uint64_t> MetaEngine::ParentChunk(const Caller &c, const std::string &path) {
+  if (path.empty()) return uint64_t{0};
+  rpc::Ref ref;
+  ref.set_path(path);
+  Result<Inode *> parent = tree_.Resolve(ref, c);
+  if (!parent.ok()) return parent.status();
+  if (!(*parent)->is_file()) return Status::Error(EINVAL, "a parent chunk must be a file");
+  return (*parent)->ino;
+}
+
+Inode *MetaEngine::NewFile(Txn &txn, const Caller &c, const NamespaceTree::ParentAndName &pn,
+                           uint32_t mode, int64_t now) {
+  auto fresh = std::make_unique<Inode>();
+  fresh->ino = NextIno(txn);
+  fresh->mode = S_IFREG | (mode & 07777);
+  fresh->uid = c.uid;
+  fresh->gid = (pn.dir->mode & S_ISGID) ? pn.dir->gid : c.gid;
+  fresh->atime_ns = fresh->mtime_ns = fresh->ctime_ns = now;
+  Inode *inode = tree_.Adopt(std::move(fresh));
+  tree_.Link(pn.dir, inode, pn.name);
+  TouchDir(txn, pn.dir);
+  return inode;
+}
+
+// Makes `extents` the reservation `session` writes into `inode`.
+void MetaEngine::Reserve(Txn &txn, Session *session, const rpc::CreateRequest &req, Inode *inode,
+                         ExtentList extents, int64_t now) {
+  Version v;
+  v.gen = NextGen(txn);
+  v.size = req.size();
+  v.extents = std::move(extents);
+  v.writer_session = session->id;
+  v.writer_uid = session->uid;
+  v.request_id = req.request_id();
+  v.created_ns = now;
+  space_.Ref(v.gen);
+  reserved_bytes_ += TotalLength(v.extents);
+  session->reservations.insert(inode->ino);
+  inode->pending = std::move(v);
+  txn.Dirty(inode);
+}
+
 void MetaEngine::Create(const Caller &c, const rpc::CreateRequest &req, rpc::ChunkReply *rep) {
-  RunOp(req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
-    const bool by_inode = req.ref().path().empty() && req.ref().name().empty();
-    NamespaceTree::ParentAndName pn_by_inode;
-    Result<NamespaceTree::ParentAndName> pn = pn_by_inode;
-    Inode *inode = nullptr;
-    if (by_inode) {
-      // A new version of an existing file, named by its inode (FUSE O_TRUNC).
-      inode = tree_.Find(req.ref().ino());
-      if (!inode) return Status::Error(ESTALE);
-      if (!req.truncate()) return Status::Error(EEXIST);
-      Inode *dir = tree_.Find(inode->parent);
-      if (!dir) return Status::Error(ESTALE);
-      pn = NamespaceTree::ParentAndName{dir, inode->name};
-    } else {
-      pn = tree_.ResolveParent(req.ref(), c, req.parents() ? DirMaker(txn, c) : nullptr);
-      if (!pn.ok()) return pn.status().errnum() == EEXIST ? Status::Error(EISDIR) : pn.status();
-      if (!MayAccess(*pn->dir, c, kMayWrite | kMayExec)) return Status::Error(EACCES);
-      inode = tree_.Child(*pn->dir, pn->name);
-    }
+  RunOp(req, rep, CreateOp(c, req, rep));
+}
+
+MetaEngine::TxnOp MetaEngine::CreateOp(const Caller &c, const rpc::CreateRequest &req,
+                                       rpc::ChunkReply *rep) {
+  return [this, &c, &req, rep](Txn &txn, Session *session) -> Status {
+    Result<NamespaceTree::ParentAndName> pn = CreateTarget(txn, c, req);
+    if (!pn.ok()) return pn.status();
+    Inode *inode = tree_.Child(*pn->dir, pn->name);
     if (inode) {
       const std::optional<Version> &p = inode->pending;
       if (p && p->writer_session == session->id && req.request_id() &&
@@ -942,61 +667,31 @@ void MetaEngine::Create(const Caller &c, const rpc::CreateRequest &req, rpc::Chu
         FillChunk(*inode, *p, p->gen, rep);  // a retry of a create that went through
         return Status::Ok();
       }
-      if (inode->is_dir()) return Status::Error(req.truncate() ? EISDIR : EEXIST);
-      if (!req.truncate()) return Status::Error(EEXIST);
-      if (p) return Status::Error(EBUSY);
-      if (!MayAccess(*inode, c, kMayWrite)) return Status::Error(EACCES);
+      MARU_RETURN_IF_ERROR(MayRewrite(c, req, *inode));
     }
-    uint64_t parent_chunk = 0;
-    if (!req.parent_chunk().empty()) {
-      rpc::Ref ref;
-      ref.set_path(req.parent_chunk());
-      Result<Inode *> parent = tree_.Resolve(ref, c);
-      if (!parent.ok()) return parent.status();
-      if (!(*parent)->is_file()) return Status::Error(EINVAL, "a parent chunk must be a file");
-      parent_chunk = (*parent)->ino;
-    }
+    Result<uint64_t> parent_chunk = ParentChunk(c, req.parent_chunk());
+    if (!parent_chunk.ok()) return parent_chunk.status();
     ExtentList extents;
     if (req.size() > 0) {
       // The file being rewritten must not be evicted to make room for itself.
-      protected_ino_ = inode ? inode->ino : 0;
-      Result<ExtentList> got = AllocateWithEviction(txn, req.size());
-      protected_ino_ = 0;
+      Result<ExtentList> got = AllocateWithEviction(txn, req.size(), inode ? inode->ino : 0);
       if (!got.ok()) return got.status();
+      if (req.contiguous() && got->size() > 1) {
+        space_.FreeNow(*got);
+        return Status::Error(ENOSPC, "no free run holds it in one extent");
+      }
       extents = std::move(*got);
     }
     // Eviction may have taken the parent directory's other entries, never
     // the directory itself; re-check the name in case it was evicted.
     inode = tree_.Child(*pn->dir, pn->name);
     const int64_t now = RealtimeNs();
-    if (!inode) {
-      auto fresh = std::make_unique<Inode>();
-      fresh->ino = NextIno(txn);
-      fresh->mode = S_IFREG | (req.mode() & 07777);
-      fresh->uid = c.uid;
-      fresh->gid = (pn->dir->mode & S_ISGID) ? pn->dir->gid : c.gid;
-      fresh->atime_ns = fresh->mtime_ns = fresh->ctime_ns = now;
-      inode = tree_.Adopt(std::move(fresh));
-      tree_.Link(pn->dir, inode, pn->name);
-      TouchDir(txn, pn->dir);
-    }
-    if (parent_chunk) SetParentChunk(inode, parent_chunk);
-    Version v;
-    v.gen = NextGen(txn);
-    v.size = req.size();
-    v.extents = std::move(extents);
-    v.writer_session = session->id;
-    v.writer_uid = session->uid;
-    v.request_id = req.request_id();
-    v.created_ns = now;
-    space_.Ref(v.gen);
-    reserved_bytes_ += TotalLength(v.extents);
-    session->reservations.insert(inode->ino);
-    inode->pending = std::move(v);
-    txn.Dirty(inode);
+    if (!inode) inode = NewFile(txn, c, *pn, req.mode(), now);
+    if (*parent_chunk) evictor_->SetParent(inode, *parent_chunk);
+    Reserve(txn, session, req, inode, std::move(extents), now);
     FillChunk(*inode, *inode->pending, inode->pending->gen, rep);
     return Status::Ok();
-  });
+  };
 }
 
 void MetaEngine::Extend(const Caller &, const rpc::ExtendRequest &req, rpc::ChunkReply *rep) {
@@ -1008,7 +703,7 @@ void MetaEngine::Extend(const Caller &, const rpc::ExtendRequest &req, rpc::Chun
     if (v.writer_session != session->id) return Status::Error(EPERM);
     uint64_t have = TotalLength(v.extents);
     if (req.size() > have) {
-      Result<ExtentList> more = AllocateWithEviction(txn, req.size() - have);
+      Result<ExtentList> more = AllocateWithEviction(txn, req.size() - have, 0);
       if (!more.ok()) return more.status();
       if (v.extents.size() + more->size() > options_.max_fragments) {
         space_.FreeNow(*more);
@@ -1025,7 +720,11 @@ void MetaEngine::Extend(const Caller &, const rpc::ExtendRequest &req, rpc::Chun
 }
 
 void MetaEngine::Seal(const Caller &, const rpc::SealRequest &req, rpc::ChunkReply *rep) {
-  RunOp(req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
+  RunOp(req, rep, SealOp(req, rep));
+}
+
+MetaEngine::TxnOp MetaEngine::SealOp(const rpc::SealRequest &req, rpc::ChunkReply *rep) {
+  return [this, &req, rep](Txn &txn, Session *session) -> Status {
     Inode *inode = tree_.Find(req.ino());
     if (!inode || !inode->pending || inode->pending->gen != req.gen()) {
       if (session->orphan_gens.erase(req.gen())) {
@@ -1044,22 +743,8 @@ void MetaEngine::Seal(const Caller &, const rpc::SealRequest &req, rpc::ChunkRep
     session->reservations.erase(inode->ino);
     reserved_bytes_ -= TotalLength(v.extents);
     // Give back whole units past the end: nobody else ever saw them.
-    const uint64_t keep = (req.size() + space_.unit() - 1) / space_.unit() * space_.unit();
-    uint64_t offset = 0;
-    ExtentList kept, trimmed;
-    for (const Extent &e : v.extents) {
-      if (offset >= keep)
-        trimmed.push_back(e);
-      else if (offset + e.length > keep) {
-        kept.push_back(Extent{e.device, e.offset, keep - offset});
-        trimmed.push_back(Extent{e.device, e.offset + keep - offset, e.length - (keep - offset)});
-      } else {
-        kept.push_back(e);
-      }
-      offset += e.length;
-    }
-    space_.FreeNow(trimmed);
-    v.extents = std::move(kept);
+    space_.FreeNow(
+        TrimTo(&v.extents, (req.size() + space_.unit() - 1) / space_.unit() * space_.unit()));
     v.size = req.size();
     v.checksum_type = req.checksum_type();
     v.checksum = req.checksum();
@@ -1068,7 +753,7 @@ void MetaEngine::Seal(const Caller &, const rpc::SealRequest &req, rpc::ChunkRep
     if (inode->current) space_.Retire(inode->current->gen, inode->current->extents, &txn.batch);
     inode->current = std::move(v);
     inode->mtime_ns = inode->ctime_ns = RealtimeNs();
-    eviction_->OnInsert(inode->ino, inode->parent_chunk);
+    evictor_->Sealed(*inode);
     bytes_stored_ += req.size();
     uint64_t lease = 0;
     if (req.keep_lease()) {
@@ -1079,9 +764,9 @@ void MetaEngine::Seal(const Caller &, const rpc::SealRequest &req, rpc::ChunkRep
     }
     txn.Dirty(inode);
     FillChunk(*inode, *inode->current, lease, rep, true);
-    EvictToLowWatermark(txn);
+    evictor_->EvictToLowWatermark(EvictionScope(txn));
     return Status::Ok();
-  });
+  };
 }
 
 void MetaEngine::Abort(const Caller &, const rpc::HandleRequest &req, rpc::ErrorReply *rep) {
@@ -1109,7 +794,7 @@ Status MetaEngine::OpenForRead(const Caller &c, Session *s, Inode *inode, rpc::C
   space_.Ref(gen);
   ++inode->hits;
   inode->atime_ns = RealtimeNs();
-  eviction_->OnAccess(inode->ino);
+  evictor_->Read(*inode);
   bytes_loaded_ += inode->current->size;
   FillChunk(*inode, *inode->current, lease, rep, true);
   return Status::Ok();
@@ -1186,183 +871,6 @@ void MetaEngine::Pin(const Caller &c, const rpc::PinRequest &req, rpc::AttrReply
   });
 }
 
-void MetaEngine::ListSessions(const Caller &c, const rpc::StatsRequest &req,
-                              rpc::SessionsReply *rep) {
-  RunOp(req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
-    const int64_t mono = MonotonicNs(), real = RealtimeNs();
-    sessions_.ForEach([&](const Session &s) {
-      rpc::SessionInfo *info = rep->add_sessions();
-      // A session id lets its owner resume it: shown to the owner and root.
-      info->set_id(c.is_root() || c.uid == s.uid ? s.id : 0);
-      info->set_client(s.client);
-      info->set_hostname(s.hostname);
-      info->set_pid(s.pid);
-      info->set_uid(s.uid);
-      info->set_since_ns(s.since_ns);
-      info->set_last_seen_ns(real - (mono - s.last_seen_ns));
-      info->set_leases(static_cast<uint32_t>(s.leases.size()));
-      info->set_reservations(static_cast<uint32_t>(s.reservations.size()));
-      info->set_orphaned(s.orphaned);
-    });
-    return Status::Ok();
-  });
-}
-
-void MetaEngine::Stats(const Caller &, const rpc::StatsRequest &req, rpc::StatsReply *rep) {
-  RunOp(req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
-    FillStats(rep);
-    return Status::Ok();
-  });
-}
-
-void MetaEngine::Snapshot(rpc::StatsReply *rep) {
-  std::lock_guard<std::mutex> lock(mu_);
-  FillStats(rep);
-}
-
-void MetaEngine::FillStats(rpc::StatsReply *rep) {
-  op_stats_.Fill(rep);
-  rep->set_lookups(lookups_);
-  rep->set_lookup_hits(lookup_hits_);
-  rep->set_evictions(evictions_);
-  rep->set_evicted_bytes(evicted_bytes_);
-  for (const auto &[reason, n] : evictions_by_reason_)
-    (*rep->mutable_evictions_by_reason())[reason] = n;
-  rep->set_bytes_stored(bytes_stored_);
-  rep->set_bytes_loaded(bytes_loaded_);
-  rep->set_sessions(sessions_.size());
-  rep->set_leases(leases_.size());
-  rep->set_pins(pins_);
-  rep->set_uptime_ns(MonotonicNs() - started_ns_);
-  uint64_t chunks = 0;
-  std::map<std::string, std::pair<uint64_t, uint64_t>> top;  // name -> bytes, chunks
-  tree_.ForEach([&](const Inode &inode) {
-    if (!inode.current) return;
-    ++chunks;
-    const Inode *at = &inode;
-    while (at && at->parent != kRootIno) at = tree_.Find(at->parent);
-    if (!at) return;
-    auto &u = top[at->name];
-    u.first += TotalLength(inode.current->extents);
-    u.second += 1;
-  });
-  rep->set_chunks(chunks);
-  for (const auto &[name, usage] : top) {
-    rpc::DirUsage *d = rep->add_top_dirs();
-    d->set_name(name);
-    d->set_bytes(usage.first);
-    d->set_chunks(usage.second);
-  }
-  for (const SpaceManager::Device &d : space_.devices()) FillDevice(d, rep->add_devices());
-}
-
-void MetaEngine::ListChunks(const Caller &c, const rpc::ListChunksRequest &req,
-                            rpc::ListChunksReply *rep) {
-  RunOp(req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
-    rpc::Ref ref;
-    ref.set_path(req.path().empty() ? "/" : req.path());
-    Result<Inode *> top = tree_.Resolve(ref, c);
-    if (!top.ok()) return top.status();
-    // Depth-first in name order, so `after` (a full path) resumes a listing.
-    uint32_t max = req.max() ? std::min(req.max(), kReaddirMax) : kReaddirDefault;
-    std::vector<std::pair<const Inode *, std::string>> stack{{*top, tree_.PathOf(**top)}};
-    bool more = false;
-    while (!stack.empty()) {
-      auto [inode, path] = stack.back();
-      stack.pop_back();
-      if (inode->is_dir()) {
-        if (!MayAccess(*inode, c, kMayRead | kMayExec)) continue;
-        for (auto it = inode->children.rbegin(); it != inode->children.rend(); ++it)
-          if (const Inode *child = tree_.Find(it->second))
-            stack.emplace_back(child, (path == "/" ? "" : path) + "/" + it->first);
-        continue;
-      }
-      if (!req.after().empty() && path <= req.after()) continue;
-      if (max == 0) {
-        more = true;
-        break;
-      }
-      --max;
-      rpc::ChunkInfo *info = rep->add_chunks();
-      info->set_path(path);
-      FillAttr(*inode, info->mutable_attr());
-      if (inode->current) ToWireExtents(inode->current->extents, info->mutable_extents());
-      if (const Inode *parent = inode->parent_chunk ? tree_.Find(inode->parent_chunk) : nullptr)
-        info->set_parent_path(tree_.PathOf(*parent));
-    }
-    rep->set_eof(!more);
-    return Status::Ok();
-  });
-}
-
-void MetaEngine::Evict(const Caller &c, const rpc::EvictRequest &req, rpc::EvictReply *rep) {
-  RunOp(req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
-    if (!c.is_root()) return Status::Error(EPERM, "eviction is for root");
-    const uint64_t before = evictions_;
-    uint64_t bytes = 0;
-    if (!req.path().empty()) {
-      rpc::Ref ref;
-      ref.set_path(req.path());
-      Result<Inode *> inode = tree_.Resolve(ref, c);
-      if (!inode.ok()) return inode.status();
-      if (!(*inode)->is_file()) return Status::Error(EISDIR);
-      if (!Evictable(**inode, RealtimeNs()))
-        return Status::Error(EBUSY, "pinned, open or being written");
-      bytes += EvictChunk(txn, *inode, "admin");
-    }
-    if (req.older_than_ms() > 0) {
-      const int64_t now = RealtimeNs();
-      const int64_t cutoff = now - MsToNs(req.older_than_ms());
-      std::vector<uint64_t> victims;
-      tree_.ForEach([&](const Inode &inode) {
-        if (Evictable(inode, now) && std::max(inode.atime_ns, inode.mtime_ns) < cutoff)
-          victims.push_back(inode.ino);
-      });
-      for (uint64_t ino : victims)
-        if (Inode *inode = tree_.Find(ino); inode && Evictable(*inode, now))
-          bytes += EvictChunk(txn, inode, "admin");
-    }
-    if (req.bytes() > 0) bytes += EvictBytes(txn, req.bytes(), "admin");
-    rep->set_chunks(evictions_ - before);
-    rep->set_bytes(bytes);
-    return Status::Ok();
-  });
-}
-
-void MetaEngine::Fsck(const Caller &c, const rpc::StatsRequest &req, rpc::FsckReply *rep) {
-  RunOp(req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
-    if (!c.is_root()) return Status::Error(EPERM, "fsck is for root");
-    // Rebuild the free map from scratch and compare it with the live one.
-    SpaceManager check;
-    for (const SpaceManager::Device &d : space_.devices())
-      check.AddDevice(d.index, d.path, d.superblock);
-    uint64_t chunks = 0, extents = 0;
-    tree_.ForEach([&](const Inode &inode) {
-      for (const std::optional<Version> *v : {&inode.current, &inode.pending}) {
-        if (!*v) continue;
-        if (v == &inode.current) ++chunks;
-        extents += (*v)->extents.size();
-        if (TotalLength((*v)->extents) < (*v)->size)
-          rep->add_problems(tree_.PathOf(inode) + ": extents shorter than its size");
-        Status s = check.MarkUsed((*v)->extents);
-        if (!s.ok()) rep->add_problems(tree_.PathOf(inode) + ": " + s.message());
-      }
-      if (!inode.is_dir() && !tree_.Find(inode.parent))
-        rep->add_problems(tree_.PathOf(inode) + ": no parent directory");
-    });
-    for (const auto &[gen, ext] : space_.retired()) {
-      Status s = check.MarkUsed(ext);
-      if (!s.ok())
-        rep->add_problems("retired generation " + std::to_string(gen) + ": " + s.message());
-    }
-    if (check.FreeMaps() != space_.FreeMaps())
-      rep->add_problems("free space map differs from the extent maps (leak or double use)");
-    rep->set_chunks(chunks);
-    rep->set_extents(extents);
-    return Status::Ok();
-  });
-}
-
 void MetaEngine::RegisterAgent(const Caller &c, const rpc::RegisterAgentRequest &req,
                                rpc::RegisterAgentReply *rep) {
   RunOp(req, rep, [&](Txn &, Session *session) -> Status {
@@ -1398,9 +906,11 @@ Status MetaEngine::HoldsExtents(const Session &client, uint32_t device,
   for (uint64_t ino : client.reservations)
     if (const Inode *inode = tree_.Find(ino); inode && inode->pending)
       reserved.push_back(&inode->pending->extents);
+  // Its allocations under no name (Alloc, until Publish) and its writes
+  // whose file was removed: still its own, unsealed, so writable.
   for (uint64_t gen : client.orphan_gens)
     if (auto it = space_.retired().find(gen); it != space_.retired().end())
-      held.push_back(&it->second);
+      reserved.push_back(&it->second);
   if (extents.empty()) return Status::Error(EINVAL, "no extents to check");
   auto covers = [&](const std::vector<const ExtentList *> &lists, const rpc::Extent &want) {
     for (const ExtentList *list : lists)
@@ -1474,8 +984,202 @@ void MetaEngine::Tick() {
       txn.Dirty(&inode);
     }
   });
-  EvictToLowWatermark(txn);
+  evictor_->EvictToLowWatermark(EvictionScope(txn));
   txn.Commit();
+}
+
+// --- Batched and lease-free operations (issue #13) ---
+
+namespace {
+
+// Distinct instance names Stats reports; the rest are "(other)". Metrics
+// label by them, and a label must not take unbounded values.
+constexpr size_t kMaxInstanceLabels = 32;
+
+// True for each path that an earlier one of the batch already names.
+std::vector<bool> RepeatedPaths(const google::protobuf::RepeatedPtrField<std::string> &paths) {
+  std::unordered_set<std::string_view> seen;
+  std::vector<bool> repeated;
+  repeated.reserve(static_cast<size_t>(paths.size()));
+  for (const std::string &p : paths) repeated.push_back(!seen.insert(p).second);
+  return repeated;
+}
+
+}  // namespace
+
+void MetaEngine::FillSessionsByInstance(rpc::StatsReply *rep) const {
+  std::map<std::string, uint64_t> counts;
+  sessions_.ForEach([&](const Session &s) { ++counts[s.instance]; });
+  std::vector<std::pair<uint64_t, std::string>> ranked;
+  for (auto &[name, n] : counts) ranked.emplace_back(n, name);
+  std::sort(ranked.begin(), ranked.end(), [](const auto &a, const auto &b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  });
+  auto &out = *rep->mutable_sessions_by_instance();
+  for (size_t i = 0; i < ranked.size(); ++i)
+    out[i < kMaxInstanceLabels ? ranked[i].second : "(other)"] += ranked[i].first;
+}
+
+void MetaEngine::CreateBatch(const Caller &c, const rpc::CreateBatchRequest &req,
+                             rpc::ChunkBatchReply *rep) {
+  if (req.creates_size() > kBatchMax) return rep->set_error(E2BIG);
+  RunOp(req, rep, [&](Txn &txn, Session *session) -> Status {
+    std::unordered_set<std::string_view> seen;
+    for (const rpc::CreateRequest &one : req.creates()) {
+      rpc::ChunkReply *out = rep->add_chunks();
+      const bool repeated = !one.ref().path().empty() && !seen.insert(one.ref().path()).second;
+      Status s = repeated ? Status::Error(EEXIST) : CreateOp(c, one, out)(txn, session);
+      if (!s.ok()) out->Clear();
+      out->set_error(s.errnum());
+    }
+    return Status::Ok();
+  });
+}
+
+void MetaEngine::SealBatch(const Caller &, const rpc::SealBatchRequest &req,
+                           rpc::ChunkBatchReply *rep) {
+  if (req.seals_size() > kBatchMax) return rep->set_error(E2BIG);
+  RunOp(req, rep, [&](Txn &txn, Session *session) -> Status {
+    for (const rpc::SealRequest &one : req.seals()) {
+      rpc::ChunkReply *out = rep->add_chunks();
+      Status s = SealOp(one, out)(txn, session);
+      if (!s.ok()) out->Clear();
+      out->set_error(s.errnum());
+    }
+    return Status::Ok();
+  });
+}
+
+void MetaEngine::CountPrefix(const Caller &c, const rpc::LookupPrefixRequest &req,
+                             rpc::CountPrefixReply *rep) {
+  if (req.paths_size() > kBatchMax) return rep->set_error(E2BIG);
+  RunOp(req, rep, [&](Txn &, Session *) -> Status {
+    for (const std::string &path : req.paths()) {
+      rpc::Ref ref;
+      ref.set_path(path);
+      Result<Inode *> found = tree_.Resolve(ref, c);
+      // What OpenForRead would refuse, without taking its lease.
+      Status s = !found.ok()                        ? found.status()
+                 : (*found)->is_dir()               ? Status::Error(EISDIR)
+                 : !(*found)->is_file()             ? Status::Error(EINVAL)
+                 : !(*found)->current               ? Status::Error(EBUSY)
+                 : !MayAccess(**found, c, kMayRead) ? Status::Error(EACCES)
+                                                    : Status::Ok();
+      if (!s.ok()) {
+        rep->set_miss_error(s.errnum());
+        break;
+      }
+      rep->set_count(rep->count() + 1);
+    }
+    return Status::Ok();
+  });
+}
+
+void MetaEngine::Alloc(const Caller &, const rpc::AllocRequest &req, rpc::ChunkReply *rep) {
+  RunOp(req, rep, [&](Txn &txn, Session *session) -> Status {
+    if (req.size() == 0) return Status::Error(EINVAL, "an allocation needs a size");
+    Result<ExtentList> got = AllocateWithEviction(txn, req.size(), 0);
+    if (!got.ok()) return got.status();
+    if (req.contiguous() && got->size() > 1) {
+      space_.FreeNow(*got);
+      return Status::Error(ENOSPC, "no free run holds it in one extent");
+    }
+    Version v;
+    v.gen = NextGen(txn);
+    v.size = req.size();
+    v.writer_session = session->id;
+    v.writer_uid = session->uid;
+    // Held by the writer, recorded (with the writer) as retired: nothing
+    // reuses it until the writer publishes it, aborts it or goes away.
+    space_.Ref(v.gen);
+    space_.Retire(v.gen, *got, &txn.batch, &v);
+    session->orphan_gens.insert(v.gen);
+    rpc::Attr *a = rep->mutable_attr();
+    a->set_gen(v.gen);
+    a->set_size(v.size);
+    a->set_state(rpc::WRITING);
+    a->set_allocated(TotalLength(*got));
+    ToWireExtents(*got, rep->mutable_extents());
+    return Status::Ok();
+  });
+}
+
+void MetaEngine::Publish(const Caller &c, const rpc::PublishRequest &req, rpc::ChunkReply *rep) {
+  RunOp(req, rep, [&](Txn &txn, Session *session) -> Status {
+    auto held = space_.retired().find(req.gen());
+    if (!session->orphan_gens.count(req.gen()) || held == space_.retired().end())
+      return Status::Error(ESTALE, "no such allocation of this session");
+    if (req.size() > TotalLength(held->second))
+      return Status::Error(EINVAL, "size exceeds the allocation");
+    // A create of no bytes claims the name (first writer wins) ...
+    rpc::CreateRequest create;
+    create.mutable_ref()->set_path(req.path());
+    create.set_mode(req.mode());
+    create.set_parents(true);
+    create.set_parent_chunk(req.parent_chunk());
+    rpc::ChunkReply created;
+    Status s = CreateOp(c, create, &created)(txn, session);
+    if (s.errnum() == EEXIST) {
+      session->orphan_gens.erase(req.gen());
+      UnrefGen(txn, req.gen());  // the loser's space goes back now
+    }
+    if (!s.ok()) return s;
+    // ... the allocation becomes its reservation, and is sealed at once.
+    Inode *inode = tree_.Find(created.attr().ino());
+    inode->pending->extents = space_.TakeRetired(req.gen(), &txn.batch);
+    reserved_bytes_ += TotalLength(inode->pending->extents);
+    session->orphan_gens.erase(req.gen());
+    UnrefGen(txn, req.gen());  // no longer retired: drops the count only
+    rpc::SealRequest seal;
+    seal.set_ino(inode->ino);
+    seal.set_gen(inode->pending->gen);
+    seal.set_size(req.size());
+    seal.set_checksum_type(req.checksum_type());
+    seal.set_checksum(req.checksum());
+    seal.set_keep_lease(true);
+    return SealOp(seal, rep)(txn, session);
+  });
+}
+
+// Each path through Pin itself (a lock and a commit each): one round trip
+// is what the caller saves, and Pin's rules stay in one place.
+void MetaEngine::PinBatch(const Caller &c, const rpc::PinBatchRequest &req, rpc::ErrorsReply *rep) {
+  if (req.paths_size() > kBatchMax) return rep->set_error(E2BIG);
+  const std::vector<bool> repeated = RepeatedPaths(req.paths());
+  for (int i = 0; i < req.paths_size(); ++i) {
+    if (repeated[static_cast<size_t>(i)]) {
+      rep->add_errors(EEXIST);
+      continue;
+    }
+    rpc::PinRequest one;
+    *one.mutable_header() = req.header();
+    if (i > 0) one.mutable_header()->clear_release();  // released with the first
+    one.mutable_ref()->set_path(req.paths(i));
+    one.set_pin(req.pin());
+    one.set_ttl_ms(req.ttl_ms());
+    rpc::AttrReply out;
+    Pin(c, one, &out);
+    if (out.error() == ENOTCONN) {
+      rep->clear_errors();
+      return rep->set_error(ENOTCONN);
+    }
+    rep->add_errors(out.error());
+  }
+}
+
+void MetaEngine::UnlinkBatch(const Caller &c, const rpc::PathsRequest &req, rpc::ErrorsReply *rep) {
+  if (req.paths_size() > kBatchMax) return rep->set_error(E2BIG);
+  RunOp(req, rep, [&](Txn &txn, Session *) -> Status {
+    const std::vector<bool> repeated = RepeatedPaths(req.paths());
+    for (int i = 0; i < req.paths_size(); ++i) {
+      rpc::Ref ref;
+      ref.set_path(req.paths(i));
+      Status s = repeated[static_cast<size_t>(i)] ? Status::Error(EEXIST)
+                                                  : RemoveEntry(txn, c, ref, false);
+      rep->add_errors(s.errnum());
+    }
+    return Status::Ok();
+  });
 }
 
 }  // namespace maru

@@ -8,25 +8,37 @@
 //
 // Every operation takes the caller's identity (decided by the transport)
 // and a request, and fills a reply whose `error` is a positive errno.
+//
+// The engine is defined over several files, one concern each:
+//   meta_engine.cc  sessions, the namespace, chunks (create, seal, open,
+//                   release, lookup, pin), agents, housekeeping;
+//   recovery.cc     start: the pool's devices (pool_identity), then the
+//                   inodes, space and sessions the database remembers;
+//   admin_ops.cc    what maructl asks: stats, sessions, chunk listings,
+//                   eviction by hand, fsck;
+//   evictor         (its own class) which chunks go when space runs out.
+// engine_op.h holds what they share: Txn and RunOp.
 #pragma once
 
 #include <atomic>
+#include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "maru.pb.h"
 #include "meta/access.h"
-#include "meta/eviction_policy.h"
+#include "meta/evictor.h"
 #include "meta/lease_table.h"
 #include "meta/meta_db.h"
 #include "meta/namespace_tree.h"
 #include "meta/op_stats.h"
+#include "meta/records.h"
 #include "meta/session_table.h"
 #include "meta/space_manager.h"
+#include "proto/conversions.h"
 
 namespace maru {
 
@@ -96,18 +108,53 @@ class MetaEngine {
   OpStats &op_stats() { return op_stats_; }
   const EngineOptions &options() const { return options_; }
 
+  // --- Batched and lease-free operations (issue #13) ---
+  // A batch of more than kBatchMax requests fails whole with E2BIG, before
+  // any work; otherwise each request gets its own result. A path named twice
+  // in one batch gets EEXIST the second time.
+  static constexpr int kBatchMax = 4096;
+  void CreateBatch(const Caller &c, const rpc::CreateBatchRequest &req, rpc::ChunkBatchReply *rep);
+  void SealBatch(const Caller &c, const rpc::SealBatchRequest &req, rpc::ChunkBatchReply *rep);
+  // LookupPrefix's walk without leases: counts sealed, readable chunks.
+  void CountPrefix(const Caller &c, const rpc::LookupPrefixRequest &req,
+                   rpc::CountPrefixReply *rep);
+  // A reservation under no name: a retired-while-written version of its
+  // session (Session::orphan_gens), so that Abort, session expiry and a
+  // restart treat it as they treat any reservation whose file went away.
+  void Alloc(const Caller &c, const rpc::AllocRequest &req, rpc::ChunkReply *rep);
+  void Publish(const Caller &c, const rpc::PublishRequest &req, rpc::ChunkReply *rep);
+  void PinBatch(const Caller &c, const rpc::PinBatchRequest &req, rpc::ErrorsReply *rep);
+  void UnlinkBatch(const Caller &c, const rpc::PathsRequest &req, rpc::ErrorsReply *rep);
+  // --- end of issue #13 block ---
+
  private:
   class Txn;
   explicit MetaEngine(const EngineOptions &options);
 
+  // --- Start (recovery.cc) ---
   Status Load();
-  Status CheckPoolIdentity(MetaDb::Contents *contents, MetaDb::Batch *batch);
   void RestoreInodes(MetaDb::Contents &contents, MetaDb::Batch *batch);
+  void AdoptRecords(const MetaDb::Contents &contents, MetaDb::Batch *batch, int64_t now);
+  void MoveOrphansToLostFound(MetaDb::Batch *batch, int64_t now);
+  void RestoreChunk(Inode &inode);
+  void RestoreRetired(const MetaDb::Contents &contents);
+  Session *OrphanedSession(uint64_t id, uint32_t uid);
 
+  // --- Administration (admin_ops.cc) ---
+  void FillStats(rpc::StatsReply *rep);
+  void FillTopDirs(rpc::StatsReply *rep);
+  Status ListChunksUnder(const Caller &c, const rpc::ListChunksRequest &req,
+                         rpc::ListChunksReply *rep);
+  uint64_t EvictOlderThan(Txn &txn, int64_t older_than_ms);
+  Status EvictPath(Txn &txn, const Caller &c, const std::string &path, uint64_t *bytes);
+  void CheckSpace(rpc::FsckReply *rep);
+
+  // --- Operations and their helpers (meta_engine.cc) ---
   template <typename Req, typename Rep, typename Op>
   void RunOp(const Req &req, Rep *rep, Op &&op);
   Session *LiveSession(uint64_t id);
-  Session *OrphanedSession(uint64_t id, uint32_t uid);
+  void RenewHeldLeases(const Caller &c, const rpc::OpenSessionRequest &req, Session *s,
+                       rpc::OpenSessionReply *rep);
   uint64_t NextIno(Txn &txn);
   uint64_t NextGen(Txn &txn);
   void FillAttr(const Inode &inode, rpc::Attr *attr) const;
@@ -121,8 +168,24 @@ class MetaEngine {
                                 const Caller &c);
   NamespaceTree::MakeDir DirMaker(Txn &txn, const Caller &c);
   void TouchDir(Txn &txn, Inode *dir);
+  Status MaySetAttr(const Caller &c, const rpc::SetAttrRequest &req, const Inode &inode);
+  Result<uint64_t> NewParentChunk(const Caller &c, const rpc::SetAttrRequest &req,
+                                  const Inode &inode);
+  // Create's steps.
+  Result<NamespaceTree::ParentAndName> CreateTarget(Txn &txn, const Caller &c,
+                                                    const rpc::CreateRequest &req);
+  Status MayRewrite(const Caller &c, const rpc::CreateRequest &req, const Inode &inode);
+  Result<uint64_t> ParentChunk(const Caller &c, const std::string &path);
+  Inode *NewFile(Txn &txn, const Caller &c, const NamespaceTree::ParentAndName &pn, uint32_t mode,
+                 int64_t now);
+  void Reserve(Txn &txn, Session *session, const rpc::CreateRequest &req, Inode *inode,
+               ExtentList extents, int64_t now);
   Status OpenForRead(const Caller &c, Session *s, Inode *inode, rpc::ChunkReply *rep);
-  Result<ExtentList> AllocateWithEviction(Txn &txn, uint64_t bytes);
+  // Space for `bytes`, evicting if the pool is full; `spared` (0: none) is
+  // the chunk being rewritten, which must not be evicted to make room.
+  Result<ExtentList> AllocateWithEviction(Txn &txn, uint64_t bytes, uint64_t spared);
+  // What eviction may do within `txn`: remove chunks, record freed space.
+  Evictor::Scope EvictionScope(Txn &txn);
   void RemoveFile(Txn &txn, Inode *inode);
   void RemoveTree(Txn &txn, Inode *inode);
   void DropPending(Txn &txn, Inode *inode, bool keep_inode_record);
@@ -130,17 +193,6 @@ class MetaEngine {
   void UnrefGen(Txn &txn, uint64_t gen);
   void ReleaseLeases(Txn &txn, Session *session,
                      const google::protobuf::RepeatedField<uint64_t> &ids);
-  bool Evictable(const Inode &inode, int64_t now_ns) const;
-  uint64_t EvictChunk(Txn &txn, Inode *inode, const char *reason);
-  uint64_t EvictBytes(Txn &txn, uint64_t bytes, const char *reason);
-  // Records that `inode` extends chunk `parent` (0: none), for eviction.
-  void SetParentChunk(Inode *inode, uint64_t parent);
-  uint64_t Used() const;
-  // Pool use that eviction could win back (retired versions still being
-  // read are not); frees retired versions nobody reads first.
-  uint64_t ReclaimableUse(Txn &txn);
-  void EvictToLowWatermark(Txn &txn);
-  void FillStats(rpc::StatsReply *rep);
 
   EngineOptions options_;
   std::unique_ptr<MetaDb> db_;
@@ -149,7 +201,7 @@ class MetaEngine {
   SessionTable sessions_;
   LeaseTable leases_;
   SpaceManager space_;
-  std::unique_ptr<EvictionPolicy> eviction_;
+  std::unique_ptr<Evictor> evictor_;  // reads tree_ and space_
   OpStats op_stats_;
   std::string pool_uuid_;
   uint64_t next_ino_ = 2, ino_limit_ = 0;
@@ -157,12 +209,9 @@ class MetaEngine {
   int64_t started_ns_ = 0;
   uint64_t reserved_bytes_ = 0;
   uint64_t pins_ = 0;
-  uint64_t protected_ino_ = 0;  // not evictable during the current operation
   // Counters for stats and metrics.
   uint64_t lookups_ = 0, lookup_hits_ = 0;
-  uint64_t evictions_ = 0, evicted_bytes_ = 0;
   uint64_t bytes_stored_ = 0, bytes_loaded_ = 0;
-  std::map<std::string, uint64_t> evictions_by_reason_;
   struct AgentInfo {
     std::string address;
     uint64_t session = 0;
@@ -176,8 +225,15 @@ class MetaEngine {
   // Signs grants; drawn at start, handed to agents at RegisterAgent.
   std::string grant_key_;
   uint64_t grant_serial_ = 0;
-  // Chunk chains: inode -> the inodes that name it as their parent chunk.
-  std::unordered_map<uint64_t, std::unordered_set<uint64_t>> extensions_;
+  // --- Batched and lease-free operations (issue #13): private part ---
+  // The bodies of Create and Seal, for calls that run several of them (or
+  // one with more) under one lock and one commit.
+  using TxnOp = std::function<Status(Txn &, Session *)>;
+  TxnOp CreateOp(const Caller &c, const rpc::CreateRequest &req, rpc::ChunkReply *rep);
+  TxnOp SealOp(const rpc::SealRequest &req, rpc::ChunkReply *rep);
+  // Stats' count of sessions by instance name, with few distinct names.
+  void FillSessionsByInstance(rpc::StatsReply *rep) const;
+  // --- end of issue #13 block ---
 };
 
 }  // namespace maru

@@ -1,13 +1,8 @@
 #include "meta/meta_service.h"
 
-#include "util/units.h"
+#include "util/clock.h"
 
 namespace maru {
-namespace {
-
-constexpr uint32_t kNobody = 65534;
-
-}  // namespace
 
 MetaService::MetaService(MetaEngine *engine, const PeerRegistry *peers, IdentityPolicy policy)
     : engine_(engine), peers_(peers), policy_(policy) {
@@ -19,34 +14,7 @@ MetaService::MetaService(MetaEngine *engine, const PeerRegistry *peers, Identity
 }
 
 Caller MetaService::CallerOf(grpc::CallbackServerContext *ctx, const rpc::Header &header) const {
-  std::optional<PeerCredentials> peer = peers_->Lookup(ctx->peer());
-  // A local connection whose credentials went missing speaks for nobody.
-  if (!peer && ctx->peer().rfind("fd:", 0) == 0) peer = PeerCredentials{0, kNobody, kNobody, {}};
-  return ResolveCaller(peer, header, policy_);
-}
-
-Caller ResolveCaller(const std::optional<PeerCredentials> &peer, const rpc::Header &header,
-                     const IdentityPolicy &policy) {
-  Caller c;
-  const rpc::Caller &asserted = header.caller();
-  bool trusted;
-  if (peer) {
-    c.uid = peer->uid;
-    c.gid = peer->gid;
-    c.groups = peer->groups;
-    c.pid = static_cast<uint32_t>(peer->pid);
-    trusted = peer->uid == 0;  // a root daemon (maru-fuse) speaks for its callers
-  } else {
-    c.uid = c.gid = policy.squash_tcp ? kNobody : 0;
-    trusted = !policy.squash_tcp;
-  }
-  if (trusted && asserted.set()) {
-    c.uid = asserted.uid();
-    c.gid = asserted.gid();
-    c.groups.assign(asserted.groups().begin(), asserted.groups().end());
-    c.pid = asserted.pid();
-  }
-  return c;
+  return ResolveCaller(peers_->Identify(ctx->peer()), header, policy_);
 }
 
 #define MARU_RPC(Name, Req, Rep)                                                           \

@@ -1,29 +1,16 @@
-// The gRPC face of MetaEngine: decides who the caller is, times the call,
-// and hands it to the engine. A request never throws or crashes the
-// server: malformed input becomes an errno in the reply.
+// The gRPC face of MetaEngine: asks meta/identity.h who the caller is,
+// times the call, and hands it to the engine. A request never throws or
+// crashes the server: malformed input becomes an errno in the reply.
 #pragma once
 
 #include <google/protobuf/arena.h>
 #include <grpcpp/support/message_allocator.h>
 
 #include "maru.grpc.pb.h"
+#include "meta/identity.h"
 #include "meta/meta_engine.h"
-#include "meta/peer_registry.h"
 
 namespace maru {
-
-struct IdentityPolicy {
-  // TCP peers cannot be identified by the kernel. By default their asserted
-  // identity is trusted (as NFS AUTH_SYS does); with squash, every TCP
-  // caller is nobody.
-  bool squash_tcp = false;
-};
-
-// Who is asking: the kernel's word for a Unix peer (`peer`), else the TCP
-// policy; a trusted peer (root, or TCP unless squashed) may assert the
-// identity of the process it serves in the header.
-Caller ResolveCaller(const std::optional<PeerCredentials> &peer, const rpc::Header &header,
-                     const IdentityPolicy &policy);
 
 class MetaService final : public rpc::Meta::CallbackService {
  public:

@@ -81,8 +81,11 @@ std::string RenderPrometheus(const rpc::StatsReply &st) {
         << "\"} " << d.used() << "\n";
   Metric(out, "maru_chunks", "gauge", "Sealed chunks.");
   out << "maru_chunks " << st.chunks() << "\n";
-  Metric(out, "maru_sessions", "gauge", "Client sessions.");
-  out << "maru_sessions " << st.sessions() << "\n";
+  // By the name clients gave themselves; the label is not `instance`,
+  // which Prometheus sets to the scraped target.
+  Metric(out, "maru_sessions", "gauge", "Client sessions, by the instance name they gave.");
+  for (const auto &[name, n] : st.sessions_by_instance())
+    out << "maru_sessions{client_instance=\"" << Escape(name) << "\"} " << n << "\n";
   Metric(out, "maru_leases", "gauge", "Read leases held.");
   out << "maru_leases " << st.leases() << "\n";
   Metric(out, "maru_pins", "gauge", "Pinned chunks.");

@@ -3,6 +3,7 @@
 #include <grpcpp/server_posix.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <systemd/sd-daemon.h>
 
 #include <condition_variable>
 #include <cstdio>
@@ -13,10 +14,10 @@
 #include "fast_lane.h"
 #include "meta/acceptor.h"
 #include "meta/fast_lane_server.h"
+#include "meta/identity.h"
 #include "meta/meta_engine.h"
 #include "meta/meta_service.h"
 #include "meta/metrics_server.h"
-#include "meta/peer_registry.h"
 #include "util/address.h"
 #include "util/flags.h"
 #include "util/log.h"
@@ -155,7 +156,7 @@ int main(int argc, char **argv) {
   if (!engine.ok()) return Fail(engine.status().message());
 
   PeerRegistry peers;
-  MetaService service(engine->get(), &peers, IdentityPolicy{f.squash_tcp});
+  MetaService service(engine->get(), &peers, IdentityPolicy::WithTcpSquash(f.squash_tcp));
   grpc::ServerBuilder builder;
   builder.RegisterService(&service);
   builder.SetMaxReceiveMessageSize(64 << 20);
@@ -169,8 +170,9 @@ int main(int argc, char **argv) {
       if (!l.ok()) return Fail(l.status().message());
       unix_listeners.push_back(std::move(*l));
       if (!fast_lane && !f.no_fast_lane) {
-        fast_lane = std::make_unique<FastLaneServer>(addresses[i].path + fastlane::kSuffix,
-                                                     engine->get(), IdentityPolicy{f.squash_tcp});
+        fast_lane =
+            std::make_unique<FastLaneServer>(addresses[i].path + fastlane::kSuffix, engine->get(),
+                                             IdentityPolicy::WithTcpSquash(f.squash_tcp));
         s = fast_lane->Bind();
         if (!s.ok()) return Fail(s.message());
       }
@@ -222,9 +224,13 @@ int main(int argc, char **argv) {
   std::string where;
   for (const Address &a : addresses) where += " " + a.ToString();
   LOG_INFO("serving%s", where.c_str());
+  // systemd (Type=notify) starts what depends on us, the mount, only now;
+  // without NOTIFY_SOCKET this does nothing.
+  sd_notify(0, "READY=1");
 
   int sig = 0;
   sigwait(&stop_signals, &sig);
+  sd_notify(0, "STOPPING=1");
   LOG_INFO("stopping on signal %d", sig);
   {
     std::lock_guard<std::mutex> lock(tick_mu);

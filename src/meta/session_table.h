@@ -15,6 +15,7 @@ struct Session {
   uint64_t id = 0;
   std::string client;
   std::string hostname;
+  std::string instance;  // the client's name for itself, if it gave one
   uint32_t pid = 0;
   uint32_t uid = 0;
   int64_t since_ns = 0;      // realtime, for display

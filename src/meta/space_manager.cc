@@ -1,8 +1,8 @@
 #include "meta/space_manager.h"
 
-#include "meta/inode.h"
+#include "meta/records.h"
+#include "util/clock.h"
 #include "util/log.h"
-#include "util/units.h"
 
 namespace maru {
 
@@ -87,15 +87,18 @@ uint64_t SpaceManager::Retire(uint64_t gen, const ExtentList &extents, MetaDb::B
   }
   retired_[gen] = extents;
   retired_bytes_ += TotalLength(extents);
-  schema::Retired record;
-  record.set_gen(gen);
-  ToRecordExtents(extents, record.mutable_extents());
-  if (writing) {
-    record.set_writer_session(writing->writer_session);
-    record.set_writer_uid(writing->writer_uid);
-  }
-  batch->PutRetired(record);
+  batch->PutRetired(ToRetiredRecord(gen, extents, writing));
   return 0;
+}
+
+ExtentList SpaceManager::TakeRetired(uint64_t gen, MetaDb::Batch *batch) {
+  auto it = retired_.find(gen);
+  if (it == retired_.end()) return {};
+  ExtentList extents = std::move(it->second);
+  retired_bytes_ -= TotalLength(extents);
+  retired_.erase(it);
+  batch->DeleteRetired(gen);
+  return extents;
 }
 
 void SpaceManager::RestoreRetired(uint64_t gen, const ExtentList &extents) {

@@ -53,6 +53,9 @@ class SpaceManager {
   // writer's reference survives a restart.
   uint64_t Retire(uint64_t gen, const ExtentList &extents, MetaDb::Batch *batch,
                   const Version *writing = nullptr);
+  // Takes a retired version back (its references stay): its extents now
+  // belong to whoever calls, and its record is deleted.
+  ExtentList TakeRetired(uint64_t gen, MetaDb::Batch *batch);
   // A retired version found in the database at start.
   void RestoreRetired(uint64_t gen, const ExtentList &extents);
   // Until `mono_ns`, retired versions wait even without references.

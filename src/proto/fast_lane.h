@@ -1,5 +1,4 @@
-// The fast lane: the hot data-path calls (LookupPrefix, Open, Release,
-// Create, Seal, Abort) over
+// The fast lane: the hot data-path calls (those in fast_lane_ops.inc) over
 // a plain Unix socket next to the gRPC one, carrying the same protobuf
 // messages in a minimal frame. A gRPC unary call costs ~130-200 µs here, most
 // of it thread hand-offs inside gRPC; a Unix-socket round trip costs ~45 µs.
@@ -10,18 +9,30 @@
 // reply message) or kBadFrame (the request could not be parsed).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <iterator>
 
 namespace maru::fastlane {
 
-constexpr uint8_t kLookupPrefix = 1;
-constexpr uint8_t kOpen = 2;
-constexpr uint8_t kRelease = 3;
-constexpr uint8_t kCreate = 4;
-constexpr uint8_t kSeal = 5;
-constexpr uint8_t kAbort = 6;
+// kLookupPrefix, kOpen, ...: the request codes.
+#define MARU_FAST_OP(Code, Name, Req, Rep) constexpr uint8_t k##Name = Code;
+#include "fast_lane_ops.inc"
+#undef MARU_FAST_OP
 constexpr uint8_t kReplyOk = 0;
 constexpr uint8_t kBadFrame = 255;
+constexpr uint8_t kRequestCodes[] = {
+#define MARU_FAST_OP(Code, Name, Req, Rep) Code,
+#include "fast_lane_ops.inc"
+#undef MARU_FAST_OP
+};
+// One past the highest request code.
+constexpr uint8_t kOpLimit =
+    1 + *std::max_element(std::begin(kRequestCodes), std::end(kRequestCodes));
+#define MARU_FAST_OP(Code, Name, Req, Rep) \
+  static_assert(Code != kReplyOk && Code != kBadFrame, #Name ": reply codes are not requests");
+#include "fast_lane_ops.inc"
+#undef MARU_FAST_OP
 constexpr uint32_t kMaxPayload = 16u << 20;
 constexpr const char *kSuffix = ".fast";  // the socket's path: the gRPC socket's + this
 

@@ -9,6 +9,7 @@
 
 #include "grant_mac.h"
 #include "rdma/ucx_wire.h"
+#include "util/clock.h"
 #include "util/log.h"
 #include "util/units.h"
 
@@ -87,7 +88,7 @@ void UcxAgent::OnConnect(ucp_conn_request_h request, void *arg) {
   ucp_ep_h handle;
   ucs_status_t st = ucp_ep_create(self->ucx_->worker(), &ep, &handle);
   if (st != UCS_OK) {
-    LOG_WARN("refused a client: %s", ucs_status_string(st));
+    LOG_WARN("cannot accept a client: %s", ucs_status_string(st));
     return;
   }
   self->endpoints_.push_back(handle);

@@ -5,8 +5,8 @@
 #include <chrono>
 #include <thread>
 
+#include "util/clock.h"
 #include "util/log.h"
-#include "util/units.h"
 
 namespace maru {
 
@@ -91,11 +91,11 @@ void UcxWorker::Progress() {
 }
 
 bool UcxWorker::ProgressUntil(const std::function<bool()> &done, int64_t timeout_ms) {
-  const int64_t deadline = MonotonicNs() + timeout_ms * 1000000;
+  const int64_t deadline = DeadlineAfterMs(timeout_ms);
   unsigned idle = 0;
   while (!done()) {
     if (ucp_worker_progress(worker_) == 0) {
-      if (MonotonicNs() > deadline) return false;
+      if (DeadlinePassed(deadline)) return false;
       // Spin briefly, then yield: completions come from the network.
       if (++idle > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
     } else {

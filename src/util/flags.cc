@@ -91,12 +91,6 @@ Flags::Flag *Flags::Find(std::string_view name) {
   return nullptr;
 }
 
-bool Flags::was_set(const std::string &name) const {
-  for (const Flag &f : flags_)
-    if (f.name == name) return f.set;
-  return false;
-}
-
 Status Flags::Apply(Flag *flag, std::string_view value) {
   flag->set = true;
   return flag->apply(value);

@@ -34,7 +34,6 @@ class Flags {
   Status ParseConfigFile(const std::string &path);
 
   bool help_requested() const { return help_; }
-  bool was_set(const std::string &name) const;
   std::string Help() const;
 
  private:

@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <ctime>
 
+#include "clock.h"
+
 namespace maru {
 namespace {
 
@@ -53,13 +55,14 @@ void Log(LogLevel level, const char *fmt, ...) {
     fprintf(stderr, "<%d>%s: %s\n", kSyslogPriority[l], kLabels[l], message);
     return;
   }
-  timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
+  const int64_t now_ns = RealtimeNs();
+  const time_t seconds = static_cast<time_t>(now_ns / 1000000000);
   tm local;
-  localtime_r(&ts.tv_sec, &local);
+  localtime_r(&seconds, &local);
   char when[32];
   strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &local);
-  fprintf(stderr, "%s.%03ld %s %s: %s\n", when, ts.tv_nsec / 1000000, g_tag, kLabels[l], message);
+  fprintf(stderr, "%s.%03ld %s %s: %s\n", when, static_cast<long>(now_ns % 1000000000 / 1000000),
+          g_tag, kLabels[l], message);
 }
 
 }  // namespace maru

@@ -1,9 +1,7 @@
 #include "units.h"
 
-#include <algorithm>
 #include <cctype>
 #include <cstdio>
-#include <ctime>
 
 namespace maru {
 
@@ -66,24 +64,6 @@ std::string FormatSize(uint64_t bytes) {
   else
     snprintf(buf, sizeof(buf), "%.1f%s", v, kUnits[u]);
   return buf;
-}
-
-static int64_t ClockNs(clockid_t clock) {
-  timespec ts;
-  clock_gettime(clock, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
-
-int64_t RealtimeNs() {
-  return ClockNs(CLOCK_REALTIME);
-}
-int64_t MsToNs(int64_t ms) {
-  constexpr int64_t kMaxMs = 100LL * 365 * 24 * 3600 * 1000;
-  return std::clamp<int64_t>(ms, -kMaxMs, kMaxMs) * 1000000;
-}
-
-int64_t MonotonicNs() {
-  return ClockNs(CLOCK_MONOTONIC);
 }
 
 }  // namespace maru

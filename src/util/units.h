@@ -1,4 +1,4 @@
-// Sizes and times as people type and read them.
+// Sizes as people type and read them.
 #pragma once
 
 #include <cstdint>
@@ -14,11 +14,5 @@ namespace maru {
 Result<uint64_t> ParseSize(std::string_view text);
 // 1536 -> "1.5K", 33554432 -> "32M".
 std::string FormatSize(uint64_t bytes);
-
-int64_t RealtimeNs();
-int64_t MonotonicNs();
-// Milliseconds from a client to nanoseconds, capped (at about 100 years) so
-// that no value overflows when added to a clock.
-int64_t MsToNs(int64_t ms);
 
 }  // namespace maru

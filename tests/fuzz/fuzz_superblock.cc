@@ -14,7 +14,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   Result<Superblock> sb = Superblock::Decode(block.data(), device_size);
   if (sb.ok()) {
     // What decodes must describe a usable device and encode back the same.
-    if (sb->unit < kMinUnit || sb->data_offset >= sb->size || sb->size > device_size) __builtin_trap();
+    if (sb->unit < kMinUnit || sb->data_offset >= sb->size || sb->size > device_size)
+      __builtin_trap();
     std::vector<uint8_t> again(kSuperblockBytes);
     sb->Encode(again.data());
     Result<Superblock> back = Superblock::Decode(again.data(), device_size);

@@ -1,13 +1,25 @@
-#include "meta/inode.h"
+#include "meta/records.h"
 
 namespace maru {
 namespace {
+
+// Checksum types are kept as numbers on disk: the wire's, which therefore
+// never change.
+static_assert(rpc::CHECKSUM_NONE == 0 && rpc::CHECKSUM_XXH3 == 1 && rpc::CHECKSUM_CRC32C == 2);
+
+uint32_t ChecksumToRecord(rpc::ChecksumType type) {
+  return static_cast<uint32_t>(type);
+}
+
+rpc::ChecksumType ChecksumFromRecord(uint32_t type) {
+  return static_cast<rpc::ChecksumType>(type);
+}
 
 void ToRecordVersion(const Version &v, schema::Version *out) {
   out->set_gen(v.gen);
   out->set_size(v.size);
   ToRecordExtents(v.extents, out->mutable_extents());
-  out->set_checksum_type(v.checksum_type);
+  out->set_checksum_type(ChecksumToRecord(v.checksum_type));
   out->set_checksum(v.checksum);
   out->set_writer_session(v.writer_session);
   out->set_writer_uid(v.writer_uid);
@@ -20,7 +32,7 @@ Version FromRecordVersion(const schema::Version &r) {
   v.gen = r.gen();
   v.size = r.size();
   v.extents = FromRecordExtents(r.extents());
-  v.checksum_type = static_cast<rpc::ChecksumType>(r.checksum_type());
+  v.checksum_type = ChecksumFromRecord(r.checksum_type());
   v.checksum = r.checksum();
   v.writer_session = r.writer_session();
   v.writer_uid = r.writer_uid();
@@ -47,17 +59,6 @@ ExtentList FromRecordExtents(const google::protobuf::RepeatedPtrField<schema::Ex
   out.reserve(in.size());
   for (const schema::Extent &x : in) out.push_back(Extent{x.device(), x.offset(), x.length()});
   return out;
-}
-
-void ToWireExtents(const ExtentList &extents,
-                   google::protobuf::RepeatedPtrField<rpc::Extent> *out) {
-  out->Reserve(static_cast<int>(extents.size()));
-  for (const Extent &e : extents) {
-    rpc::Extent *x = out->Add();
-    x->set_device(e.device);
-    x->set_offset(e.offset);
-    x->set_length(e.length);
-  }
 }
 
 schema::Inode ToRecord(const Inode &inode) {
@@ -98,6 +99,17 @@ Inode FromRecord(const schema::Inode &r) {
   inode.pin_expiry_ns = r.pin_expiry_ns();
   inode.hits = r.hits();
   return inode;
+}
+
+schema::Retired ToRetiredRecord(uint64_t gen, const ExtentList &extents, const Version *writing) {
+  schema::Retired record;
+  record.set_gen(gen);
+  ToRecordExtents(extents, record.mutable_extents());
+  if (writing) {
+    record.set_writer_session(writing->writer_session);
+    record.set_writer_uid(writing->writer_uid);
+  }
+  return record;
 }
 
 }  // namespace maru

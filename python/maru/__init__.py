@@ -1,0 +1,36 @@
+"""maru: Python API of Maru, the shared-memory KV-cache store.
+
+Two layers over the C library libmaru_direct (through the pybind11 module
+``maru._maru``), with nothing reimplemented in Python:
+
+- :class:`Client` and :class:`Chunk`: one method per call of maru_direct.h,
+  chunks as context managers with zero-copy numpy/torch views;
+- :class:`MaruHandler` and :class:`MaruConfig`: the original Maru's API, so
+  code written for it (LMCache, vLLM and SGLang connectors) runs unchanged.
+
+See docs/python.md.
+"""
+
+from ._maru import BATCH_MAX, ForkError, strerror
+from .chunk import Chunk
+from .client import Client, PoolInfo, Region, errno_error
+from .handler import AllocHandle, MaruConfig, MaruHandler, MemoryInfo
+from .keys import key_to_path
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AllocHandle",
+    "BATCH_MAX",
+    "Chunk",
+    "Client",
+    "ForkError",
+    "MaruConfig",
+    "MaruHandler",
+    "MemoryInfo",
+    "PoolInfo",
+    "Region",
+    "errno_error",
+    "key_to_path",
+    "strerror",
+]

@@ -1,0 +1,172 @@
+"""maru.Chunk: one chunk handle, its bytes and zero-copy views of them."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import TYPE_CHECKING, Any, Optional, Sequence
+
+from . import _maru
+
+if TYPE_CHECKING:  # optional dependencies, imported when used
+    import numpy
+    import torch
+
+
+def _element_count(size: int, itemsize: int, shape: Optional[Sequence[int]]) -> int:
+    if shape is None:
+        if size % itemsize:
+            raise ValueError(f"maru: {size} bytes are not a whole number of {itemsize}-byte items")
+        return size // itemsize
+    count = math.prod(shape)
+    if count * itemsize > size:
+        raise ValueError(f"maru: shape {tuple(shape)} needs {count * itemsize} bytes, "
+                         f"the chunk has {size}")
+    return count
+
+
+class Chunk:
+    """A chunk of the pool, held by this process.
+
+    A chunk from :meth:`Client.create` or :meth:`Client.alloc` is writable
+    until :meth:`seal` / :meth:`publish`; one from :meth:`Client.open` or
+    :meth:`Client.lookup_prefix` is read-only. Either way its bytes are in
+    the shared pool mapping, and :meth:`memoryview`, :meth:`numpy` and
+    :meth:`torch` return views of them without a copy.
+
+    Lifetime: the handle (and with it the lease that keeps the bytes from
+    being reused, or the reservation of an unsealed chunk) is owned by an
+    internal buffer exporter that every view references. :meth:`release`
+    (or leaving a ``with`` block) drops this object's reference; the handle
+    is released when the last view is garbage-collected too. A tensor that
+    outlives its chunk therefore still reads the bytes it was made from, even
+    after the file is unlinked, replaced or evicted. Releasing an unsealed
+    chunk abandons it (once no view is left).
+
+    Do not write through a view after :meth:`seal`: sealed chunks are
+    immutable and other processes read them (torch has no read-only tensors;
+    numpy arrays of sealed chunks are read-only).
+    """
+
+    __slots__ = ("_lease", "_path")
+
+    def __init__(self, lease: _maru.Lease, path: Optional[str] = None) -> None:
+        self._lease: Optional[_maru.Lease] = lease
+        self._path = path
+
+    def _live(self) -> _maru.Lease:
+        if self._lease is None:
+            raise ValueError("maru: operation on a released chunk")
+        return self._lease
+
+    @property
+    def path(self) -> Optional[str]:
+        """The chunk's path, or None for an unpublished chunk from alloc()."""
+        return self._path
+
+    @property
+    def size(self) -> int:
+        """Bytes in the chunk."""
+        return self._live().size
+
+    def __len__(self) -> int:
+        return self.size
+
+    @property
+    def data_ptr(self) -> int:
+        """The address of the chunk's bytes in this process (in the pool mapping)."""
+        return self._live().data_ptr
+
+    @property
+    def writable(self) -> bool:
+        """True until the chunk is sealed or published."""
+        return self._live().writable
+
+    @property
+    def released(self) -> bool:
+        """True once :meth:`release` was called."""
+        return self._lease is None
+
+    def memoryview(self) -> memoryview:
+        """A memoryview of the bytes (writable until sealed); it holds the lease."""
+        return memoryview(self._live())
+
+    def numpy(self, dtype: Any = "uint8", shape: Optional[Sequence[int]] = None) -> "numpy.ndarray":
+        """A numpy array over the chunk's bytes, without a copy.
+
+        ``shape`` None: a flat array of the whole chunk. Read-only for a
+        sealed chunk. The array holds the lease until it is gone.
+        """
+        import numpy as np
+
+        dt = np.dtype(dtype)
+        lease = self._live()
+        count = _element_count(lease.size, dt.itemsize, shape)
+        array = np.frombuffer(lease, dtype=dt, count=count)
+        return array if shape is None else array.reshape(tuple(shape))
+
+    def torch(self, dtype: "Optional[torch.dtype]" = None,
+              shape: Optional[Sequence[int]] = None) -> "torch.Tensor":
+        """A CPU tensor over the chunk's bytes (``torch.frombuffer``), without a copy.
+
+        ``dtype`` defaults to ``torch.uint8``; ``shape`` None gives a flat
+        tensor of the whole chunk. The tensor holds the lease until it is
+        gone. torch cannot mark tensors read-only: do not write into the
+        tensor of a sealed chunk.
+        """
+        import torch
+
+        dtype = torch.uint8 if dtype is None else dtype
+        lease = self._live()
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        count = _element_count(lease.size, itemsize, shape)
+        if count == 0:  # frombuffer refuses empty buffers; nothing to share
+            return torch.empty(tuple(shape) if shape is not None else (0,), dtype=dtype)
+        with warnings.catch_warnings():
+            # A sealed chunk exports a read-only buffer; torch warns that it
+            # cannot mark the tensor read-only. Documented above.
+            warnings.simplefilter("ignore", UserWarning)
+            tensor = torch.frombuffer(lease, dtype=dtype, count=count)
+        return tensor if shape is None else tensor.view(tuple(shape))
+
+    def write(self, data: Any, offset: int = 0) -> None:
+        """Copies a bytes-like object into the (writable) chunk at ``offset``, GIL released."""
+        self._live().write(data, offset)
+
+    def read_into(self, dst: Any, offset: int = 0) -> None:
+        """``maru_read_into``: copies ``len(dst)`` bytes from ``offset`` into ``dst``."""
+        self._live().read_into(dst, offset)
+
+    def seal(self) -> None:
+        """``maru_seal``: publishes a chunk from :meth:`Client.create`; it becomes read-only."""
+        self._live().seal()
+
+    def publish(self, path: str, parent: Optional[str] = None) -> None:
+        """``maru_publish``: names a chunk from :meth:`Client.alloc` at ``path`` and seals it.
+
+        Raises FileExistsError if ``path`` exists or is being written: the
+        library then frees the reserved space, so views taken before must
+        not be used any more, and the chunk holds nothing.
+        """
+        self._live().publish(path, parent)
+        self._path = path
+
+    def verify(self) -> bool:
+        """``maru_verify``: False if the bytes no longer match the checksum recorded at seal."""
+        return self._live().verify()
+
+    def release(self) -> None:
+        """Drops this handle's reference; see the class notes on lifetime. Idempotent."""
+        self._lease = None
+
+    def __enter__(self) -> "Chunk":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        if self._lease is None:
+            return f"<maru.Chunk {self._path!r} released>"
+        state = "writable" if self._lease.writable else "sealed"
+        return f"<maru.Chunk {self._path!r} {self._lease.size} bytes {state}>"

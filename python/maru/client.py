@@ -1,0 +1,199 @@
+"""maru.Client: the Pythonic API, one method per call of maru_direct.h."""
+
+from __future__ import annotations
+
+from typing import List, NamedTuple, Optional, Sequence, Union
+
+from . import _maru
+from .chunk import Chunk
+
+_CHECKSUMS = {None: _maru.CHECKSUM_NONE, "xxh3": _maru.CHECKSUM_XXH3,
+              "crc32c": _maru.CHECKSUM_CRC32C}
+
+
+class PoolInfo(NamedTuple):
+    """Capacity and usage of the pool (``maru_pool_info``)."""
+
+    total: int  #: allocatable bytes
+    free: int  #: bytes free now
+    unit: int  #: allocation unit: chunks take whole units
+    files: int  #: files and directories
+
+
+class Region(NamedTuple):
+    """One pool mapping of this process (``maru_pool_regions``)."""
+
+    base: int  #: address of the mapping
+    length: int  #: bytes
+    device: int  #: the pool device's index
+
+
+def errno_error(rc: int, path: Optional[str] = None) -> OSError:
+    """The OSError for a negative errno: OSError picks the subclass
+    (FileNotFoundError for ENOENT, FileExistsError for EEXIST, ...)."""
+    err = -rc if rc < 0 else rc
+    if path is None:
+        return OSError(err, _maru.strerror(err))
+    return OSError(err, _maru.strerror(err), path)
+
+
+def _errors(results: Sequence[int], paths: Sequence[str]) -> List[Optional[OSError]]:
+    return [errno_error(rc, p) if rc else None for rc, p in zip(results, paths)]
+
+
+def _create_flags(contiguous: bool) -> int:
+    return _maru.CREATE_CONTIGUOUS if contiguous else 0
+
+
+class Client:
+    """A connection to maru-server and the pool behind it.
+
+    ``server`` is ``"unix:///path"`` or ``"tcp://host:port"`` (None:
+    ``$MARU_SERVER``, else ``unix:///run/maru/maru.sock``); ``instance`` names
+    this client in ``maructl sessions``, marutop and /metrics.
+
+    Every method releases the GIL while it waits for the library, and raises
+    ``OSError`` carrying the errno (``FileNotFoundError``, ``FileExistsError``,
+    ``PermissionError``, ``OSError(ENOSPC)``...) on failure. Batch methods
+    take at most ``maru.BATCH_MAX`` requests (more: ``OSError(E2BIG)``).
+
+    A client may be shared by threads. It does not survive ``fork()``: in a
+    child forked after the connection was made every call raises
+    :class:`maru.ForkError` (use multiprocessing "spawn", or fork+exec).
+
+    :meth:`close` (or leaving a ``with`` block) ends the client; the session
+    with the server ends once the last chunk and view of it are gone too,
+    so that no view ever points into an unmapped pool.
+    """
+
+    def __init__(self, server: Optional[str] = None, *, instance: Optional[str] = None) -> None:
+        self._conn = _maru.Connection(server, instance)
+
+    # --- lifetime -------------------------------------------------------
+
+    def close(self) -> None:
+        """Closes the client (idempotent); see the class notes."""
+        self._conn.close()
+
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`close`."""
+        return self._conn.closed
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- storing --------------------------------------------------------
+
+    def create(self, path: str, size: int, *, parent: Optional[str] = None,
+               contiguous: bool = False, checksum: Optional[str] = None,
+               mode: int = 0) -> Chunk:
+        """``maru_create_ex``: reserves ``size`` bytes for a new chunk at ``path``.
+
+        Write into it (:meth:`Chunk.write`, or a view), then :meth:`Chunk.seal`.
+        ``parent``: the chunk this one extends (a prefix chain);
+        ``contiguous``: one extent, inside a :meth:`pool_regions` mapping;
+        ``checksum``: None, "xxh3" or "crc32c", computed at seal; ``mode``:
+        permission bits (0: 0644). FileExistsError if ``path`` exists or is
+        being written.
+        """
+        lease = self._conn.create(path, size, parent, mode, _CHECKSUMS[checksum],
+                                  _create_flags(contiguous))
+        return Chunk(lease, path)
+
+    def alloc(self, size: int, *, contiguous: bool = False, checksum: Optional[str] = None,
+              mode: int = 0) -> Chunk:
+        """``maru_alloc``: reserves ``size`` bytes under no name; :meth:`Chunk.publish` names it."""
+        lease = self._conn.alloc(size, mode, _CHECKSUMS[checksum], _create_flags(contiguous))
+        return Chunk(lease)
+
+    def put(self, path: str, data: object, **create_options: object) -> None:
+        """Stores a bytes-like object at ``path``: create, copy (GIL released), seal."""
+        size = memoryview(data).nbytes  # type: ignore[arg-type]
+        with self.create(path, size, **create_options) as chunk:  # type: ignore[arg-type]
+            chunk.write(data)
+            chunk.seal()
+
+    def create_batch(self, paths: Sequence[str], sizes: Sequence[int], *,
+                     parents: Optional[Sequence[Optional[str]]] = None,
+                     contiguous: bool = False, checksum: Optional[str] = None,
+                     mode: int = 0) -> List[Union[Chunk, OSError]]:
+        """``maru_create_batch``: :meth:`create` of many chunks in one round trip.
+
+        Returns a Chunk, or the OSError of that chunk, per path.
+        """
+        paths = list(paths)
+        results = self._conn.create_batch(paths, list(sizes), list(parents or []), mode,
+                                          _CHECKSUMS[checksum], _create_flags(contiguous))
+        return [Chunk(lease, p) if lease is not None else errno_error(rc, p)
+                for (lease, rc), p in zip(results, paths)]
+
+    def seal_batch(self, chunks: Sequence[Chunk]) -> List[Optional[OSError]]:
+        """``maru_seal_batch``: seals chunks of this client in one round trip.
+
+        Returns None, or the OSError of that chunk, per chunk.
+        """
+        chunks = list(chunks)
+        results = _maru.seal_batch([c._live() for c in chunks])
+        return [errno_error(rc, c.path) if rc else None for rc, c in zip(results, chunks)]
+
+    # --- loading --------------------------------------------------------
+
+    def open(self, path: str) -> Chunk:
+        """``maru_open``: a sealed chunk, read-only, with a lease.
+
+        FileNotFoundError if missing; ``OSError(EBUSY)`` while being written.
+        """
+        return Chunk(self._conn.open(path), path)
+
+    def lookup_prefix(self, paths: Sequence[str]) -> List[Chunk]:
+        """``maru_lookup_prefix``: opens the longest existing prefix of ``paths``
+        in one round trip (stops at the first missing or unreadable path)."""
+        paths = list(paths)
+        return [Chunk(lease, p) for lease, p in zip(self._conn.lookup_prefix(paths), paths)]
+
+    def count_prefix(self, paths: Sequence[str]) -> int:
+        """``maru_count_prefix``: how many of ``paths``, from the start, exist
+        (one round trip, no lease taken)."""
+        return self._conn.count_prefix(list(paths))
+
+    # --- namespace and lifecycle ---------------------------------------
+
+    def unlink(self, path: str) -> None:
+        """``maru_unlink``: removes a chunk; holders keep reading their bytes."""
+        self._conn.unlink(path)
+
+    def pin(self, path: str, ttl_ms: int = 0) -> None:
+        """``maru_pin`` / ``maru_pin_ttl``: pins against eviction (``ttl_ms`` 0: until unpinned)."""
+        self._conn.pin(path, ttl_ms)
+
+    def unpin(self, path: str) -> None:
+        """``maru_unpin``."""
+        self._conn.unpin(path)
+
+    def pin_batch(self, paths: Sequence[str], ttl_ms: int = 0) -> List[Optional[OSError]]:
+        """``maru_pin_batch``: None or the OSError per path, one round trip."""
+        paths = list(paths)
+        return _errors(self._conn.pin_batch(paths, ttl_ms), paths)
+
+    def unpin_batch(self, paths: Sequence[str]) -> List[Optional[OSError]]:
+        """``maru_unpin_batch``: None or the OSError per path, one round trip."""
+        paths = list(paths)
+        return _errors(self._conn.unpin_batch(paths), paths)
+
+    def unlink_batch(self, paths: Sequence[str]) -> List[Optional[OSError]]:
+        """``maru_unlink_batch``: None or the OSError per path, one round trip."""
+        paths = list(paths)
+        return _errors(self._conn.unlink_batch(paths), paths)
+
+    def pool_info(self) -> PoolInfo:
+        """``maru_pool_info``: capacity and usage of the pool."""
+        return PoolInfo(**self._conn.pool_info())
+
+    def pool_regions(self) -> List[Region]:
+        """``maru_pool_regions``: this process's pool mappings (for cudaHostRegister);
+        empty on a host that reaches the pool through maru-agent."""
+        return [Region(*r) for r in self._conn.pool_regions()]

@@ -1,0 +1,65 @@
+// maru._maru.Connection: the calls of maru_direct.h that take a maru_t.
+#ifndef MARU_PY_CONNECTION_H
+#define MARU_PY_CONNECTION_H
+
+#include <pybind11/pybind11.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lease.h"
+#include "session.h"
+
+namespace maru_py {
+
+// Every method releases the GIL around its C call and raises OSError (the
+// errno's subclass) for a negative errno. Batch methods return one result
+// per request: 0 or a negative errno, or a Lease.
+class Connection {
+ public:
+  Connection(const std::optional<std::string> &target, const std::optional<std::string> &instance);
+
+  ~Connection();
+  // Drops this connection's reference to the session (see Session).
+  void Close();
+  bool closed() const { return !session_; }
+
+  std::unique_ptr<Lease> Create(const std::string &path, uint64_t size,
+                                const std::optional<std::string> &parent, uint32_t mode,
+                                int checksum, uint32_t flags);
+  std::unique_ptr<Lease> Alloc(uint64_t size, uint32_t mode, int checksum, uint32_t flags);
+  std::unique_ptr<Lease> Open(const std::string &path);
+  // Leases for the longest existing prefix of `paths`.
+  std::vector<std::unique_ptr<Lease>> LookupPrefix(const std::vector<std::string> &paths);
+  size_t CountPrefix(const std::vector<std::string> &paths);
+  // (Lease or None, 0 or a negative errno) per request.
+  pybind11::list CreateBatch(const std::vector<std::string> &paths,
+                             const std::vector<uint64_t> &sizes,
+                             const std::vector<std::optional<std::string>> &parents, uint32_t mode,
+                             int checksum, uint32_t flags);
+
+  void Unlink(const std::string &path);
+  void Pin(const std::string &path, uint64_t ttl_ms);
+  void Unpin(const std::string &path);
+  std::vector<int> PinBatch(const std::vector<std::string> &paths, uint64_t ttl_ms);
+  std::vector<int> UnpinBatch(const std::vector<std::string> &paths);
+  std::vector<int> UnlinkBatch(const std::vector<std::string> &paths);
+
+  pybind11::dict PoolInfo();
+  // (base address, length, device) per pool mapping of this process.
+  pybind11::list PoolRegions();
+
+ private:
+  // The session, for one call: raises after close() or in a forked child.
+  std::shared_ptr<Session> Live() const;
+
+  std::shared_ptr<Session> session_;
+};
+
+void RegisterConnection(pybind11::module_ &m);
+
+}  // namespace maru_py
+
+#endif  // MARU_PY_CONNECTION_H

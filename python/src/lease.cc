@@ -1,0 +1,242 @@
+#include "lease.h"
+
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "errors.h"
+
+namespace py = pybind11;
+
+namespace maru_py {
+
+Lease::Lease(std::shared_ptr<Session> session, maru_chunk_t *c, bool writable)
+    : session_(std::move(session)), c_(c), writable_(writable) {
+  Refresh();
+}
+
+Lease::~Lease() {
+  // Runs when the last view is gone. A forked child leaves the handle (and
+  // the session) to the parent; the library must not be called there.
+  if (session_->Forked()) return;
+  auto release = [this] {
+    maru_release(c_);
+    session_.reset();  // may be the last reference: maru_disconnect()
+  };
+  if (PyGILState_Check()) {
+    py::gil_scoped_release nogil;
+    release();
+  } else {
+    release();
+  }
+}
+
+void Lease::Refresh() {
+  data_ = maru_chunk_data(c_);
+  size_ = maru_chunk_size(c_);
+}
+
+void Lease::CheckUsable() const {
+  session_->CheckFork();
+  if (empty_)
+    throw py::value_error(
+        "maru: this chunk holds nothing (its publish lost to an existing path); release it");
+}
+
+void Lease::Seal() {
+  CheckUsable();
+  int rc;
+  {
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mu_);
+    rc = maru_seal(c_);
+    if (rc == 0) MarkSealed();
+  }
+  Check(rc);
+}
+
+void Lease::MarkSealed() {
+  writable_ = false;
+  Refresh();
+}
+
+void Lease::Publish(const std::string &path, const std::optional<std::string> &parent) {
+  CheckUsable();
+  int rc;
+  {
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mu_);
+    rc = maru_publish(c_, path.c_str(), parent ? parent->c_str() : nullptr);
+    if (rc == 0) MarkSealed();
+    // First writer wins: the library freed the reserved space.
+    if (rc == -EEXIST) {
+      empty_ = true;
+      writable_ = false;
+    }
+  }
+  Check(rc, &path);
+}
+
+namespace {
+
+// A contiguous buffer of the caller, released when done.
+class ContiguousBuffer {
+ public:
+  ContiguousBuffer(py::handle obj, bool writable) {
+    int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj.ptr(), &view_, flags) < 0) throw py::error_already_set();
+  }
+  ~ContiguousBuffer() { PyBuffer_Release(&view_); }
+  ContiguousBuffer(const ContiguousBuffer &) = delete;
+  ContiguousBuffer &operator=(const ContiguousBuffer &) = delete;
+  void *data() const { return view_.buf; }
+  uint64_t size() const { return static_cast<uint64_t>(view_.len); }
+
+ private:
+  Py_buffer view_;
+};
+
+}  // namespace
+
+void Lease::Write(py::object src, uint64_t offset) {
+  CheckUsable();
+  if (!writable_) throw py::value_error("maru: the chunk is sealed (chunks are immutable)");
+  ContiguousBuffer in(src, /*writable=*/false);
+  if (offset > size_ || in.size() > size_ - offset)
+    throw py::value_error("maru: write past the end of the chunk");
+  py::gil_scoped_release nogil;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (in.size()) memcpy(static_cast<char *>(data_) + offset, in.data(), in.size());
+}
+
+void Lease::ReadInto(py::object dst, uint64_t offset) {
+  CheckUsable();
+  ContiguousBuffer out(dst, /*writable=*/true);
+  int rc;
+  {
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mu_);
+    rc = maru_read_into(c_, out.data(), offset, out.size());
+  }
+  Check(rc);
+}
+
+bool Lease::Verify() {
+  CheckUsable();
+  int rc;
+  {
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mu_);
+    rc = maru_verify(c_);
+  }
+  if (rc == -EBADMSG) return false;
+  Check(rc);
+  return true;
+}
+
+void Lease::PrepareBuffer() {
+  CheckUsable();
+  if (data_ || size_ == 0) return;
+  // A chunk behind maru-agent whose fetch failed: ask why.
+  char byte;
+  int rc;
+  {
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mu_);
+    rc = maru_read_into(c_, &byte, 0, 1);
+    if (rc == 0) Refresh();
+  }
+  Check(rc < 0 ? rc : (data_ ? 0 : -EIO));
+}
+
+namespace {
+
+py::handle fork_error_type;
+
+// bf_getbuffer of Lease. pybind11's own (def_buffer) cannot report an
+// error, and every export must be able to: a forked child, a chunk that
+// holds nothing. The buffer's `obj` is the Lease, so each view keeps it
+// (and the handle) alive.
+extern "C" int LeaseGetBuffer(PyObject *obj, Py_buffer *view, int flags) {
+  view->obj = nullptr;
+  try {
+    Lease &lease = py::cast<Lease &>(py::handle(obj));
+    lease.PrepareBuffer();
+    return PyBuffer_FillInfo(view, obj, lease.data(), static_cast<Py_ssize_t>(lease.size()),
+                             lease.writable() ? 0 : 1, flags);
+  } catch (py::error_already_set &e) {
+    e.restore();
+  } catch (py::builtin_exception &e) {
+    e.set_error();
+  } catch (ForkError &e) {
+    PyErr_SetString(fork_error_type.ptr(), e.what());
+  } catch (std::exception &e) {
+    PyErr_SetString(PyExc_BufferError, e.what());
+  }
+  return -1;
+}
+
+}  // namespace
+
+std::vector<int> SealBatch(const std::vector<Lease *> &leases) {
+  for (Lease *l : leases) {
+    l->session()->CheckFork();
+    if (l->session() != leases.front()->session())
+      throw py::value_error("maru: seal_batch takes chunks of one connection");
+    if (l->empty()) throw py::value_error("maru: a chunk of the batch holds nothing");
+  }
+  std::vector<maru_chunk_t *> chunks;
+  for (Lease *l : leases) chunks.push_back(l->handle());
+  std::vector<int> results(leases.size(), 0);
+  int rc = 0;
+  {
+    py::gil_scoped_release nogil;
+    // Lock in address order so that two overlapping batches cannot deadlock.
+    std::vector<Lease *> order(leases);
+    std::sort(order.begin(), order.end());
+    order.erase(std::unique(order.begin(), order.end()), order.end());
+    std::vector<std::unique_lock<std::mutex>> locks;
+    for (Lease *l : order) locks.emplace_back(l->mutex());
+    rc = maru_seal_batch(chunks.data(), chunks.size(), results.data());
+    if (rc == 0)
+      for (size_t i = 0; i < leases.size(); i++)
+        if (results[i] == 0) leases[i]->MarkSealed();
+  }
+  Check(rc);
+  return results;
+}
+
+void RegisterLease(py::module_ &m) {
+  fork_error_type = m.attr("ForkError");
+  py::class_<Lease> cls(m, "Lease", py::buffer_protocol(),
+                        "A chunk handle and its lease; exports the chunk's bytes as a buffer.\n\n"
+                        "The handle is released when this object dies, i.e. after the last\n"
+                        "memoryview, numpy array or torch tensor over it.");
+  auto *heap = reinterpret_cast<PyHeapTypeObject *>(cls.ptr());
+  heap->as_buffer.bf_getbuffer = LeaseGetBuffer;
+  heap->as_buffer.bf_releasebuffer = nullptr;
+  cls.def_property_readonly("size", &Lease::size, "Bytes in the chunk.")
+      .def_property_readonly("data_ptr", &Lease::data_ptr,
+                             "Address of the chunk's bytes in this process.")
+      .def_property_readonly("writable", &Lease::writable, "True until sealed or published.")
+      .def_property_readonly("empty", &Lease::empty,
+                             "True after a publish lost to an existing path.")
+      .def("seal", &Lease::Seal, "maru_seal(): publish a chunk from create().")
+      .def("publish", &Lease::Publish, py::arg("path"), py::arg("parent") = py::none(),
+           "maru_publish(): name a chunk from alloc() and seal it.")
+      .def("write", &Lease::Write, py::arg("src"), py::arg("offset") = 0,
+           "Copy a buffer into a writable chunk at offset (GIL released).")
+      .def("read_into", &Lease::ReadInto, py::arg("dst"), py::arg("offset") = 0,
+           "maru_read_into(): copy len(dst) bytes from offset into dst.")
+      .def("verify", &Lease::Verify, "maru_verify(): False if the checksum does not match.");
+  m.def(
+      "seal_batch",
+      [](const std::vector<Lease *> &leases) {
+        if (leases.empty()) return std::vector<int>();
+        return SealBatch(leases);
+      },
+      py::arg("leases"), "maru_seal_batch(): 0 or a negative errno per chunk.");
+}
+
+}  // namespace maru_py

@@ -1,0 +1,79 @@
+// A chunk handle (maru_chunk_t) as a Python buffer exporter.
+#ifndef MARU_PY_LEASE_H
+#define MARU_PY_LEASE_H
+
+#include <pybind11/pybind11.h>
+
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "session.h"
+
+namespace maru_py {
+
+// Owns one maru_chunk_t and with it the lease (or the reservation) on its
+// bytes. Every buffer view of it (memoryview, numpy array, torch tensor)
+// holds a reference to this object, so the handle is released, in the
+// destructor, only when the last view is gone: no view ever points at bytes
+// the pool may have reused. It also holds the session, which keeps the pool
+// mapped for as long.
+class Lease {
+ public:
+  Lease(std::shared_ptr<Session> session, maru_chunk_t *c, bool writable);
+  ~Lease();
+  Lease(const Lease &) = delete;
+  Lease &operator=(const Lease &) = delete;
+
+  uint64_t size() const { return size_; }
+  uintptr_t data_ptr() const { return reinterpret_cast<uintptr_t>(data_); }
+  bool writable() const { return writable_; }
+  bool empty() const { return empty_; }
+  const std::shared_ptr<Session> &session() const { return session_; }
+  maru_chunk_t *handle() const { return c_; }
+
+  // maru_seal(); the chunk becomes read-only.
+  void Seal();
+  // maru_publish(): names a chunk from maru_alloc() and seals it.
+  void Publish(const std::string &path, const std::optional<std::string> &parent);
+  // Copies a buffer of the caller into a writable chunk at `offset`, with
+  // the GIL released (a memcpy of megabytes).
+  void Write(pybind11::object src, uint64_t offset);
+  // maru_read_into() into a writable buffer of the caller.
+  void ReadInto(pybind11::object dst, uint64_t offset);
+  // maru_verify(): false if the bytes no longer match the sealed checksum.
+  bool Verify();
+  // Before exporting the bytes as a buffer: raises if they cannot be.
+  void PrepareBuffer();
+  void *data() const { return data_; }
+
+  // After a batch seal: the same state change as Seal() for a chunk that
+  // sealed (the caller holds the lock).
+  void MarkSealed();
+  std::mutex &mutex() { return mu_; }
+
+ private:
+  // The GIL is held; raises ForkError in a forked child.
+  void CheckUsable() const;
+  // Re-reads the data pointer, which may move when a chunk is sealed.
+  void Refresh();
+
+  std::shared_ptr<Session> session_;
+  maru_chunk_t *c_;
+  std::mutex mu_;  // a maru_chunk_t belongs to one thread at a time
+  void *data_ = nullptr;
+  uint64_t size_ = 0;
+  bool writable_;
+  bool empty_ = false;  // publish lost to an existing path: holds nothing
+};
+
+// maru_seal_batch() of chunks of one session: 0 or a negative errno each.
+std::vector<int> SealBatch(const std::vector<Lease *> &leases);
+
+void RegisterLease(pybind11::module_ &m);
+
+}  // namespace maru_py
+
+#endif  // MARU_PY_LEASE_H

@@ -1,0 +1,24 @@
+// maru._maru: the pybind11 binding of libmaru_direct (maru_direct.h). The
+// Python package `maru` builds its API on this module and nothing else.
+#include <pybind11/pybind11.h>
+
+#include "connection.h"
+#include "errors.h"
+#include "lease.h"
+
+namespace py = pybind11;
+
+PYBIND11_MODULE(_maru, m) {
+  m.doc() = "Binding of libmaru_direct; use the maru package instead.";
+  maru_py::RegisterErrors(m);
+  maru_py::RegisterLease(m);
+  maru_py::RegisterConnection(m);
+  m.attr("CREATE_CONTIGUOUS") = MARU_CREATE_CONTIGUOUS;
+  m.attr("CHECKSUM_NONE") = static_cast<int>(MARU_CHECKSUM_NONE);
+  m.attr("CHECKSUM_XXH3") = static_cast<int>(MARU_CHECKSUM_XXH3);
+  m.attr("CHECKSUM_CRC32C") = static_cast<int>(MARU_CHECKSUM_CRC32C);
+  m.attr("BATCH_MAX") = MARU_BATCH_MAX;
+  m.def(
+      "strerror", [](int err) { return std::string(maru_strerror(err)); }, py::arg("err"),
+      "maru_strerror(): a description of an errno.");
+}

@@ -1,0 +1,62 @@
+"""Views hold the lease: no view ever points at bytes the pool reused."""
+
+import gc
+
+import numpy as np
+import pytest
+
+import maru
+
+
+def test_tensor_outlives_release_unlink_and_reuse(make_server, ns):
+    server = make_server(pool_size=8 << 20, unit=64 << 10)
+    size = 1 << 20
+    pattern = (np.arange(size, dtype=np.uint64) * 2654435761 % 251).astype(np.uint8)
+    with maru.Client(server.url) as c:
+        c.put(f"/{ns}/kept", pattern)
+        with c.open(f"/{ns}/kept") as chunk:
+            tensor = chunk.torch()
+            start, end = chunk.data_ptr, chunk.data_ptr + size
+        del chunk
+        gc.collect()
+        c.unlink(f"/{ns}/kept")
+        # Fill the pool several times over: eviction recycles everything it
+        # may, never the bytes the tensor still leases.
+        for i in range(24):
+            with c.create(f"/{ns}/fill{i}", size) as filler:
+                assert filler.data_ptr + size <= start or end <= filler.data_ptr
+                filler.numpy()[:] = 0xFF
+                filler.seal()
+        assert np.array_equal(tensor.numpy(), pattern)
+
+
+def test_release_of_an_unsealed_chunk_waits_for_its_views(client, ns):
+    path = f"/{ns}/pending"
+    chunk = client.create(path, 4096)
+    view = chunk.numpy()
+    chunk.release()
+    view[:] = 3  # still our reservation
+    with pytest.raises(FileExistsError):
+        client.create(path, 1)  # still being written: not abandoned yet
+    del view
+    gc.collect()
+    client.put(path, b"now free")  # the last view took the reservation with it
+
+
+def test_views_outlive_the_client(server, ns):
+    c = maru.Client(server.url)
+    c.put(f"/{ns}/v", b"still here")
+    with c.open(f"/{ns}/v") as chunk:
+        view = chunk.memoryview()
+        array = chunk.numpy()
+    c.close()
+    assert bytes(view) == b"still here"  # the pool stays mapped for them
+    assert array.tobytes() == b"still here"
+    del view, array
+
+
+def test_memoryinfo_view_holds_the_lease(handler):
+    handler.store("k", data=b"value")
+    info = handler.retrieve("k")
+    assert handler.delete("k")
+    assert bytes(info.view) == b"value"

@@ -1,0 +1,63 @@
+// One engine operation, for the files that define MetaEngine's operations
+// (meta_engine.cc, recovery.cc, admin_ops.cc); not for the engine's users.
+//
+// An operation runs under the engine's lock and collects its changes in a
+// Txn, written to the database in one batch at the end. RunOp wraps the
+// usual shape: a live session, its piggybacked lease releases, the change,
+// the commit, the first error into the reply.
+#pragma once
+
+#include <cstdlib>
+#include <set>
+
+#include "meta/meta_engine.h"
+#include "util/log.h"
+
+namespace maru {
+
+// The changes of one operation: inodes touched are written once at commit.
+class MetaEngine::Txn {
+ public:
+  explicit Txn(MetaEngine *engine) : engine_(engine) {}
+  void Dirty(const Inode *inode) { dirty_.insert(inode->ino); }
+  void Deleted(uint64_t ino) {
+    dirty_.erase(ino);
+    batch.DeleteInode(ino);
+  }
+  Status Commit() {
+    for (uint64_t ino : dirty_)
+      if (const Inode *inode = engine_->tree_.Find(ino)) batch.PutInode(ToRecord(*inode));
+    dirty_.clear();
+    if (batch.empty()) return Status::Ok();
+    Status s = engine_->db_->Write(batch);
+    if (!s.ok()) {
+      // Memory already holds the change; carrying on would let the two
+      // disagree. Stop, and let the restart load what was written.
+      LOG_ERROR("metadata write failed, stopping: %s", s.ToString().c_str());
+      std::_Exit(EXIT_FAILURE);
+    }
+    return s;
+  }
+  MetaDb::Batch batch;
+
+ private:
+  MetaEngine *engine_;
+  std::set<uint64_t> dirty_;
+};
+
+// Runs `op` under the lock for a live session, commits what it changed, and
+// reports the first error.
+template <typename Req, typename Rep, typename Op>
+void MetaEngine::RunOp(const Req &req, Rep *rep, Op &&op) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Session *session = LiveSession(req.header().session());
+  if (!session) return rep->set_error(ENOTCONN);
+  Txn txn(this);
+  ReleaseLeases(txn, session, req.header().release());
+  Status status = op(txn, session);
+  Status committed = txn.Commit();
+  if (status.ok()) status = committed;
+  rep->set_error(status.errnum());
+}
+
+}  // namespace maru

@@ -1,0 +1,149 @@
+// Start: what a restarted server finds again.
+//
+// MetaEngine::Load opens the database, reconciles the pool's devices
+// (pool_identity.h), and rebuilds the in-memory state from the records:
+// the namespace (orphans to /lost+found), the space every version holds,
+// the eviction order and chains, pins, and the sessions that were writing
+// (orphaned, waiting for their clients to resume). Retired versions keep
+// their space until a grace period has passed, so readers from before the
+// restart can renew their leases.
+#include <algorithm>
+
+#include "meta/engine_op.h"
+#include "meta/meta_engine.h"
+#include "meta/pool_identity.h"
+#include "util/clock.h"
+#include "util/log.h"
+#include "util/units.h"
+
+namespace maru {
+
+Status MetaEngine::Load() {
+  Result<std::unique_ptr<MetaDb>> db = MetaDb::Open(options_.db_dir, options_.sync_writes);
+  if (!db.ok()) return db.status();
+  db_ = std::move(*db);
+  Result<MetaDb::Contents> contents = db_->Load();
+  if (!contents.ok()) return contents.status();
+  started_ns_ = MonotonicNs();
+  Txn txn(this);
+  Result<std::string> pool =
+      ReconcilePoolIdentity(options_.pool_paths, &*contents, &txn.batch, &space_);
+  if (!pool.ok()) return pool.status();
+  pool_uuid_ = *pool;
+  RestoreInodes(*contents, &txn.batch);
+  int64_t grace_ms = options_.grace_ms >= 0 ? options_.grace_ms : options_.session_timeout_ms;
+  if (!contents->inodes.empty() || !contents->retired.empty())
+    space_.SetGraceUntil(started_ns_ + grace_ms * 1000000);
+  // Reserve counters now so that numbers are never handed out twice.
+  NextIno(txn);
+  NextGen(txn);
+  MARU_RETURN_IF_ERROR(txn.Commit());
+  LOG_INFO("metadata loaded: %zu inodes, %s of %s free, %zu unfinished writes, %zu retired",
+           tree_.size(), FormatSize(space_.free_bytes()).c_str(),
+           FormatSize(space_.capacity()).c_str(), static_cast<size_t>(sessions_.size()),
+           space_.retired().size());
+  return Status::Ok();
+}
+
+void MetaEngine::RestoreInodes(MetaDb::Contents &contents, MetaDb::Batch *batch) {
+  const int64_t now = RealtimeNs();
+  AdoptRecords(contents, batch, now);
+  MoveOrphansToLostFound(batch, now);
+  tree_.ForEach([&](const Inode &inode) { RestoreChunk(const_cast<Inode &>(inode)); });
+  RestoreRetired(contents);
+}
+
+// Every inode into the tree (a fresh root if there was none), and the
+// counters past every number in use.
+void MetaEngine::AdoptRecords(const MetaDb::Contents &contents, MetaDb::Batch *batch, int64_t now) {
+  uint64_t max_ino = kRootIno, max_gen = 0;
+  for (const schema::Inode &r : contents.inodes) {
+    auto inode = std::make_unique<Inode>(FromRecord(r));
+    max_ino = std::max(max_ino, inode->ino);
+    if (inode->current) max_gen = std::max(max_gen, inode->current->gen);
+    if (inode->pending) max_gen = std::max(max_gen, inode->pending->gen);
+    tree_.Adopt(std::move(inode));
+  }
+  for (const schema::Retired &r : contents.retired) max_gen = std::max(max_gen, r.gen());
+  if (!tree_.root()) {
+    auto root = std::make_unique<Inode>();
+    root->ino = kRootIno;
+    root->mode = S_IFDIR | options_.root_mode;
+    root->atime_ns = root->mtime_ns = root->ctime_ns = now;
+    batch->PutInode(ToRecord(*root));
+    tree_.Adopt(std::move(root));
+  }
+  next_ino_ = std::max(max_ino + 1, contents.counters.ino_limit());
+  next_gen_ = std::max(max_gen + 1, contents.counters.gen_limit());
+  ino_limit_ = gen_limit_ = 0;  // the first allocation writes new limits
+}
+
+void MetaEngine::MoveOrphansToLostFound(MetaDb::Batch *batch, int64_t now) {
+  std::vector<Inode *> orphans = tree_.LinkAll();
+  if (orphans.empty()) return;
+  Inode *root = tree_.root();
+  Inode *lost = tree_.Child(*root, "lost+found");
+  if (!lost || !lost->is_dir()) {
+    auto dir = std::make_unique<Inode>();
+    dir->ino = next_ino_++;
+    dir->mode = S_IFDIR | 0700;
+    dir->atime_ns = dir->mtime_ns = dir->ctime_ns = now;
+    lost = tree_.Adopt(std::move(dir));
+    tree_.Link(root, lost, "lost+found");
+    batch->PutInode(ToRecord(*lost));
+  }
+  for (Inode *inode : orphans) {
+    std::string name = "#" + std::to_string(inode->ino);
+    tree_.Link(lost, inode, name);
+    batch->PutInode(ToRecord(*inode));
+  }
+  LOG_WARN("%zu inodes had no directory; moved them to /lost+found", orphans.size());
+}
+
+// What one inode holds: its space, its place in eviction, its pin, and
+// the reservation of a writer from before the restart.
+void MetaEngine::RestoreChunk(Inode &inode) {
+  for (std::optional<Version> *v : {&inode.current, &inode.pending}) {
+    if (!*v) continue;
+    Status s = space_.MarkUsed((*v)->extents);
+    if (!s.ok())
+      LOG_ERROR("%s (generation %lu): %s; run maructl fsck", tree_.PathOf(inode).c_str(), (*v)->gen,
+                s.ToString().c_str());
+  }
+  evictor_->Restored(inode);
+  if (inode.pinned) ++pins_;
+  if (inode.pending) {
+    Session *s = OrphanedSession(inode.pending->writer_session, inode.pending->writer_uid);
+    s->reservations.insert(inode.ino);
+    space_.Ref(inode.pending->gen);
+    reserved_bytes_ += TotalLength(inode.pending->extents);
+  }
+}
+
+void MetaEngine::RestoreRetired(const MetaDb::Contents &contents) {
+  for (const schema::Retired &r : contents.retired) {
+    ExtentList extents = FromRecordExtents(r.extents());
+    Status s = space_.MarkUsed(extents);
+    if (!s.ok()) LOG_ERROR("retired generation %lu: %s", r.gen(), s.ToString().c_str());
+    space_.RestoreRetired(r.gen(), extents);
+    if (r.writer_session()) {
+      OrphanedSession(r.writer_session(), r.writer_uid())->orphan_gens.insert(r.gen());
+      space_.Ref(r.gen());
+    }
+  }
+}
+
+// A session known only from what the database says it was writing; it
+// waits for its client to come back (resume) until it times out.
+Session *MetaEngine::OrphanedSession(uint64_t id, uint32_t uid) {
+  if (Session *s = sessions_.Find(id)) return s;
+  Session *s = sessions_.Create(id);
+  s->orphaned = true;
+  s->uid = uid;
+  s->client = "(from before restart)";
+  s->since_ns = RealtimeNs();
+  s->last_seen_ns = MonotonicNs();
+  return s;
+}
+
+}  // namespace maru

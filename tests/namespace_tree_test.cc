@@ -1,0 +1,292 @@
+// NamespaceTree without the engine: linking and unlinking, rebuilding after a
+// load (orphans, clashes), resolving each kind of Ref with the permission
+// checks of a path walk, paths and ancestry.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "meta/namespace_tree.h"
+#include "util/path.h"
+
+namespace maru {
+namespace {
+
+const Caller kRoot{0, 0, {}, 0};
+const Caller kAlice{1000, 1000, {}, 0};
+
+class NamespaceTreeTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Add(kRootIno, 0, "", S_IFDIR | 0755); }
+
+  // A new inode owned by uid 0, not linked anywhere.
+  Inode *Add(uint64_t ino, uint64_t parent, const std::string &name, uint32_t mode) {
+    auto inode = std::make_unique<Inode>();
+    inode->ino = ino;
+    inode->parent = parent;
+    inode->name = name;
+    inode->mode = mode;
+    return tree_.Adopt(std::move(inode));
+  }
+  Inode *Dir(uint64_t ino, Inode *parent, const std::string &name, uint32_t perm = 0755) {
+    Inode *d = Add(ino, 0, "", S_IFDIR | perm);
+    tree_.Link(parent, d, name);
+    return d;
+  }
+  Inode *File(uint64_t ino, Inode *parent, const std::string &name) {
+    Inode *f = Add(ino, 0, "", S_IFREG | 0644);
+    tree_.Link(parent, f, name);
+    return f;
+  }
+
+  static rpc::Ref Path(const std::string &path) {
+    rpc::Ref r;
+    r.set_path(path);
+    return r;
+  }
+  static rpc::Ref In(uint64_t dir, const std::string &name) {
+    rpc::Ref r;
+    r.set_ino(dir);
+    r.set_name(name);
+    return r;
+  }
+  static rpc::Ref Ino(uint64_t ino) {
+    rpc::Ref r;
+    r.set_ino(ino);
+    return r;
+  }
+
+  int Error(const rpc::Ref &ref, const Caller &caller = kRoot) {
+    Result<Inode *> r = tree_.Resolve(ref, caller);
+    return r.ok() ? 0 : r.status().errnum();
+  }
+  uint64_t InoOf(const rpc::Ref &ref, const Caller &caller = kRoot) {
+    Result<Inode *> r = tree_.Resolve(ref, caller);
+    return r.ok() ? (*r)->ino : 0;
+  }
+
+  NamespaceTree tree_;
+};
+
+TEST(NamespaceTreeEmpty, HasNoRootAndResolvesNoInode) {
+  NamespaceTree tree;
+  EXPECT_EQ(tree.size(), 0u);
+  EXPECT_EQ(tree.root(), nullptr);
+  EXPECT_EQ(tree.Find(kRootIno), nullptr);
+  EXPECT_EQ(tree.Release(kRootIno), nullptr);
+  EXPECT_TRUE(tree.LinkAll().empty());
+  rpc::Ref ref;  // no path, no name, no inode: the root, which is not there
+  Result<Inode *> r = tree.Resolve(ref, kRoot);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().errnum(), ESTALE);
+}
+
+TEST_F(NamespaceTreeTest, LinkAndUnlinkKeepEntriesAndSubdirCounts) {
+  Inode *root = tree_.root();
+  Inode *a = Dir(2, root, "a");
+  Inode *f = File(3, root, "f");
+  EXPECT_EQ(root->subdirs, 1u);  // files do not count
+  EXPECT_EQ(tree_.Child(*root, "a"), a);
+  EXPECT_EQ(tree_.Child(*root, "f"), f);
+  EXPECT_EQ(tree_.Child(*root, "missing"), nullptr);
+  EXPECT_EQ(a->parent, kRootIno);
+  EXPECT_EQ(a->name, "a");
+  tree_.Unlink(a);
+  EXPECT_EQ(root->subdirs, 0u);
+  EXPECT_EQ(tree_.Child(*root, "a"), nullptr);
+  tree_.Unlink(a);  // twice: nothing more to do
+  EXPECT_EQ(root->subdirs, 0u);
+  EXPECT_EQ(tree_.size(), 3u);  // unlinked, still owned
+  std::unique_ptr<Inode> gone = tree_.Release(2);
+  ASSERT_NE(gone, nullptr);
+  EXPECT_EQ(gone.get(), a);
+  EXPECT_EQ(tree_.Find(2), nullptr);
+  EXPECT_EQ(tree_.Release(2), nullptr);
+  EXPECT_EQ(tree_.size(), 2u);
+}
+
+TEST_F(NamespaceTreeTest, UnlinkingAReplacedInodeLeavesTheNewOneInPlace) {
+  Inode *root = tree_.root();
+  Inode *old_file = File(2, root, "x");
+  // A rename over "x" links the new inode before the old one is dropped.
+  Inode *new_file = File(3, root, "x");
+  tree_.Unlink(old_file);
+  EXPECT_EQ(tree_.Child(*root, "x"), new_file);
+}
+
+TEST_F(NamespaceTreeTest, UnlinkOfAnInodeWhoseParentIsGoneIsHarmless) {
+  Inode *stray = Add(9, 77, "lost", S_IFREG | 0644);
+  tree_.Unlink(stray);
+  EXPECT_EQ(tree_.Find(9), stray);
+}
+
+TEST_F(NamespaceTreeTest, LinkAllRebuildsEntriesAndReturnsOrphans) {
+  Add(2, kRootIno, "d", S_IFDIR | 0755);
+  Add(3, 2, "inner", S_IFDIR | 0755);
+  Add(4, 3, "file", S_IFREG | 0644);
+  Add(5, 99, "parent-missing", S_IFREG | 0644);
+  Add(6, 4, "under-a-file", S_IFREG | 0644);
+  Add(7, 2, "clash", S_IFREG | 0644);
+  Add(8, 2, "clash", S_IFREG | 0644);
+  std::vector<Inode *> orphans = tree_.LinkAll();
+  std::vector<uint64_t> inos;
+  for (Inode *o : orphans) inos.push_back(o->ino);
+  std::sort(inos.begin(), inos.end());
+  ASSERT_EQ(inos.size(), 3u);
+  EXPECT_EQ(inos[0], 5u);
+  EXPECT_EQ(inos[1], 6u);
+  EXPECT_TRUE(inos[2] == 7 || inos[2] == 8) << inos[2];  // one of the two names wins
+  EXPECT_EQ(InoOf(Path("/d/inner/file")), 4u);
+  EXPECT_EQ(tree_.root()->subdirs, 1u);
+  EXPECT_EQ(tree_.Find(2)->subdirs, 1u);
+  EXPECT_EQ(tree_.Find(2)->children.size(), 2u);  // inner and one clash
+  EXPECT_NE(InoOf(Path("/d/clash")), inos[2]);
+}
+
+TEST_F(NamespaceTreeTest, ResolvesPathsNamesAndInodes) {
+  Inode *a = Dir(2, tree_.root(), "a");
+  Inode *b = Dir(3, a, "b");
+  File(4, b, "meta-llama@8@0@a1b2%3d.c@bfloat16.data");
+  EXPECT_EQ(InoOf(Path("/")), kRootIno);
+  EXPECT_EQ(InoOf(Path("//a///b/")), 3u);
+  EXPECT_EQ(InoOf(Path("/a/b/meta-llama@8@0@a1b2%3d.c@bfloat16.data")), 4u);
+  EXPECT_EQ(InoOf(In(3, "meta-llama@8@0@a1b2%3d.c@bfloat16.data")), 4u);
+  EXPECT_EQ(InoOf(Ino(3)), 3u);
+  EXPECT_EQ(InoOf(Ino(0)), kRootIno);
+  // A path wins over a directory and name, which win over an inode.
+  rpc::Ref both = In(2, "b");
+  both.set_path("/a");
+  EXPECT_EQ(InoOf(both), 2u);
+}
+
+TEST_F(NamespaceTreeTest, ResolveErrorsSayWhatIsWrong) {
+  Inode *a = Dir(2, tree_.root(), "a");
+  File(3, a, "f");
+  EXPECT_EQ(Error(Path("/a/missing")), ENOENT);
+  EXPECT_EQ(Error(Path("/missing/f")), ENOENT);
+  EXPECT_EQ(Error(Path("/a/f/under-a-file")), ENOTDIR);
+  EXPECT_EQ(Error(Path("relative")), EINVAL);
+  EXPECT_EQ(Error(Path("/a/../a")), EINVAL);
+  EXPECT_EQ(Error(Path("/" + std::string(kMaxNameLength + 1, 'n'))), ENAMETOOLONG);
+  EXPECT_EQ(Error(In(2, "missing")), ENOENT);
+  EXPECT_EQ(Error(In(3, "x")), ENOTDIR);
+  EXPECT_EQ(Error(In(42, "x")), ESTALE);
+  EXPECT_EQ(Error(In(2, "..")), EINVAL);
+  EXPECT_EQ(Error(In(2, "a/b")), EINVAL);
+  EXPECT_EQ(Error(Ino(42)), ESTALE);
+}
+
+TEST_F(NamespaceTreeTest, WalkingNeedsExecOnEveryDirectoryOnTheWay) {
+  Inode *locked = Dir(2, tree_.root(), "locked", 0700);  // owned by root
+  Inode *open = Dir(3, locked, "open", 0777);
+  File(4, open, "f");
+  EXPECT_EQ(Error(Path("/locked/open/f"), kAlice), EACCES);
+  EXPECT_EQ(Error(In(2, "open"), kAlice), EACCES);
+  EXPECT_EQ(Error(In(3, "f"), kAlice), 0);       // by inode, the way there is not walked
+  EXPECT_EQ(Error(Ino(4), kAlice), 0);           // an inode needs no search at all
+  EXPECT_EQ(Error(Path("/locked"), kAlice), 0);  // naming the directory is no search in it
+  EXPECT_EQ(Error(Path("/locked/open/f"), kRoot), 0);
+  Inode *exec_only = Dir(5, tree_.root(), "x", 0711);
+  File(6, exec_only, "f");
+  EXPECT_EQ(Error(Path("/x/f"), kAlice), 0);
+}
+
+TEST_F(NamespaceTreeTest, ResolveParentFindsTheDirectoryAndTheLastName) {
+  Inode *a = Dir(2, tree_.root(), "a");
+  File(3, a, "f");
+  Result<NamespaceTree::ParentAndName> p = tree_.ResolveParent(Path("/a/new"), kRoot);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->dir, a);
+  EXPECT_EQ(p->name, "new");
+  p = tree_.ResolveParent(In(2, "new"), kRoot);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->dir, a);
+  EXPECT_EQ(p->name, "new");
+  auto error = [&](const rpc::Ref &ref) {
+    Result<NamespaceTree::ParentAndName> r = tree_.ResolveParent(ref, kRoot);
+    return r.ok() ? 0 : r.status().errnum();
+  };
+  EXPECT_EQ(error(Path("/")), EEXIST);
+  EXPECT_EQ(error(Path("/missing/new")), ENOENT);
+  EXPECT_EQ(error(Path("/a/f/new")), ENOTDIR);
+  EXPECT_EQ(error(Ino(2)), EINVAL);
+  EXPECT_EQ(error(In(2, ".")), EINVAL);
+  EXPECT_EQ(error(In(42, "new")), ESTALE);
+  EXPECT_EQ(error(In(3, "new")), ENOTDIR);
+}
+
+TEST_F(NamespaceTreeTest, ResolveParentMakesMissingDirectoriesOnlyWhenAsked) {
+  uint64_t next_ino = 10;
+  std::vector<std::string> made;
+  NamespaceTree::MakeDir make = [&](Inode *parent, const std::string &name) -> Result<Inode *> {
+    made.push_back(name);
+    return Dir(next_ino++, parent, name);
+  };
+  Result<NamespaceTree::ParentAndName> p = tree_.ResolveParent(Path("/x/y/z/leaf"), kRoot, make);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(made, (std::vector<std::string>{"x", "y", "z"}));
+  EXPECT_EQ(p->name, "leaf");
+  EXPECT_EQ(tree_.PathOf(*p->dir), "/x/y/z");
+  // Existing ones are walked, not made again.
+  made.clear();
+  ASSERT_TRUE(tree_.ResolveParent(Path("/x/y/other/leaf"), kRoot, make).ok());
+  EXPECT_EQ(made, (std::vector<std::string>{"other"}));
+  // The maker's error is the answer.
+  NamespaceTree::MakeDir full = [](Inode *, const std::string &) -> Result<Inode *> {
+    return Status::Error(ENOSPC);
+  };
+  Result<NamespaceTree::ParentAndName> r = tree_.ResolveParent(Path("/q/leaf"), kRoot, full);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().errnum(), ENOSPC);
+  // Nothing is made past a directory the caller may not search.
+  Dir(50, tree_.root(), "locked", 0700);
+  made.clear();
+  r = tree_.ResolveParent(Path("/locked/m/leaf"), kAlice, make);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().errnum(), EACCES);
+  EXPECT_TRUE(made.empty());
+}
+
+TEST_F(NamespaceTreeTest, PathsAndAncestry) {
+  Inode *root = tree_.root();
+  Inode *a = Dir(2, root, "a");
+  Inode *b = Dir(3, a, "b");
+  Inode *c = Dir(4, root, "c");
+  EXPECT_EQ(tree_.PathOf(*root), "/");
+  EXPECT_EQ(tree_.PathOf(*b), "/a/b");
+  EXPECT_TRUE(tree_.IsAncestor(*b, *b));
+  EXPECT_TRUE(tree_.IsAncestor(*a, *b));
+  EXPECT_TRUE(tree_.IsAncestor(*root, *b));
+  EXPECT_FALSE(tree_.IsAncestor(*b, *a));
+  EXPECT_FALSE(tree_.IsAncestor(*c, *b));
+  // An inode cut off from the root has no way up.
+  Inode *stray = Add(9, 77, "stray", S_IFDIR | 0755);
+  EXPECT_FALSE(tree_.IsAncestor(*root, *stray));
+}
+
+TEST_F(NamespaceTreeTest, RemovingWhatForEachFoundEmptiesTheTree) {
+  // ForEach must not be used to remove as it goes; the engine collects
+  // first, then unlinks and releases.
+  Inode *a = Dir(2, tree_.root(), "a");
+  for (uint64_t i = 0; i < 100; ++i) File(10 + i, a, "f" + std::to_string(i));
+  std::vector<uint64_t> found;
+  tree_.ForEach([&](const Inode &inode) {
+    if (inode.is_file()) found.push_back(inode.ino);
+  });
+  ASSERT_EQ(found.size(), 100u);
+  for (uint64_t ino : found) {
+    tree_.Unlink(tree_.Find(ino));
+    ASSERT_NE(tree_.Release(ino), nullptr);
+  }
+  EXPECT_TRUE(a->children.empty());
+  EXPECT_EQ(tree_.size(), 2u);
+  size_t seen = 0;
+  tree_.ForEach([&](const Inode &) { ++seen; });
+  EXPECT_EQ(seen, 2u);
+}
+
+}  // namespace
+}  // namespace maru
