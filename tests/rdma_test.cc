@@ -33,6 +33,7 @@ class RemoteTest : public ::testing::Test {
  protected:
   void SetUp() override {
     setenv("UCX_TLS", "tcp", 1);
+    setenv("UCX_NET_DEVICES", ns_.host_if().c_str(), 1);
     ASSERT_TRUE(ns_.ok());
     port_ = 30000 + (getpid() * 13) % 20000;
     server_ = std::make_unique<Server>(
@@ -302,6 +303,7 @@ TEST_F(GrantTest, MessagesTheAgentDoesNotExpectStallNoOne) {
 }
 
 TEST(Agent, ListensOnLoopbackByDefault) {
+  unsetenv("UCX_NET_DEVICES");  // a deleted veth of an earlier test
   TestPool pool(64ull << 20);
   Server server(pool.path());
   ASSERT_TRUE(server.Start());
@@ -334,6 +336,7 @@ TEST(Agent, ListensOnLoopbackByDefault) {
 // not asserted.
 TEST(Agent, RegistrationCost) {
   setenv("UCX_TLS", "tcp", 1);
+  unsetenv("UCX_NET_DEVICES");  // a deleted veth of an earlier test
   auto ucx = maru::UcxWorker::Create();
   ASSERT_TRUE(ucx.ok());
   constexpr uint64_t kExtent = 2ull << 20, kCount = 64;
@@ -362,6 +365,7 @@ TEST(Agent, RegistrationCost) {
 TEST(RemotePools, OneAgentPerDeviceOfThePool) {
   setenv("UCX_TLS", "tcp", 1);
   NetNs ns;
+  setenv("UCX_NET_DEVICES", ns.host_if().c_str(), 1);
   ASSERT_TRUE(ns.ok());
   TestPool a(64ull << 20), b(64ull << 20);
   const int port = 30000 + (getpid() * 17 + 7) % 20000;
