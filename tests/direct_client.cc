@@ -5,6 +5,7 @@
 //   direct_client ADDRESS CMD ARGS... [+ CMD ARGS...]...
 //     uid N                       become uid/gid N (before connecting)
 //     store PATH SIZE             create, fill with PATH's pattern, seal
+//     store-mode PATH SIZE MODE   store with permission bits MODE (octal)
 //     load PATH SIZE POOL         open, check pattern and that it lies in POOL
 //     create-errno PATH SIZE ERR  maru_create must fail with -ERR (0: succeed)
 //     open-errno PATH ERR         maru_open must return -ERR
@@ -212,6 +213,16 @@ int RunCommand(const std::vector<std::string> &cmd) {
   if (op == "store") {
     int rc = maru_create(M(), arg(1).c_str(), num(2), &c);
     if (rc) return Fail("create " + arg(1) + ": " + maru_strerror(rc), 10);
+    maru_test::FillPattern(maru_chunk_data(c), num(2), arg(1));
+    rc = maru_seal(c);
+    maru_release(c);
+    return rc ? Fail("seal " + arg(1) + ": " + maru_strerror(rc), 11) : 0;
+  }
+  if (op == "store-mode") {
+    maru_create_opts_t opts{};
+    opts.mode = static_cast<uint32_t>(strtoul(arg(3).c_str(), nullptr, 8));
+    int rc = maru_create_ex(M(), arg(1).c_str(), num(2), &opts, &c);
+    if (rc) return Fail("create " + arg(1) + ": " + maru_strerror(rc), 12);
     maru_test::FillPattern(maru_chunk_data(c), num(2), arg(1));
     rc = maru_seal(c);
     maru_release(c);

@@ -3,11 +3,14 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -429,6 +432,199 @@ TEST(ServerStart, RefusesAPoolWithoutValidSuperblock) {
   fclose(f);
   EXPECT_NE(server.RunToExit(&out), 0);
   EXPECT_NE(out.find("maructl mkpool"), std::string::npos) << out;
+}
+
+// --- Trust boundaries: attacks by other local uids (issue #12) ---
+
+std::string ProbeCommand(const std::string &address, const std::string &script) {
+  return maru_test::BinDir("tests/session_probe") + " " + address + " " + script;
+}
+
+// Runs tests/session_probe: raw requests, as an attacker sends them.
+int RunProbe(const std::string &address, const std::string &script) {
+  std::string output;
+  int rc = maru_test::Run(ProbeCommand(address, script), &output);
+  if (rc != 0) fprintf(stderr, "session_probe %s -> %d: %s\n", script.c_str(), rc, output.c_str());
+  return rc;
+}
+
+// A victim (uid 1001) with a write under way and a lease on a chunk whose
+// file is gone, both in a session whose id the attackers are told.
+class VictimSession {
+ public:
+  explicit VictimSession(const std::string &address) {
+    chmod(dir_.path().c_str(), 0777);  // the victim writes its ids here
+    const std::string cmd =
+        ProbeCommand(address, "uid 1001 + raw-victim /victim " + out() + " " + go());
+    pid_ = maru_test::Fork([&] {
+      execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char *>(nullptr));
+      return 127;
+    });
+    ids_.fill(0);
+    maru_test::WaitFor([&] {
+      std::ifstream in(out());
+      return static_cast<bool>(in >> ids_[0] >> ids_[1] >> ids_[2] >> ids_[3] >> ids_[4]);
+    });
+  }
+  ~VictimSession() {
+    if (pid_ > 0) Finish();
+  }
+  // Lets the victim finish: 0 when its session, lease and seal survived.
+  int Finish() {
+    std::ofstream(go()) << "go\n";
+    int rc = maru_test::Wait(pid_);
+    pid_ = -1;
+    return rc;
+  }
+  bool ready() const { return ids_[0] != 0; }
+  std::string session() const { return std::to_string(ids_[0]); }
+  std::string writing() const { return std::to_string(ids_[1]) + " " + std::to_string(ids_[2]); }
+  std::string writing_ino() const { return std::to_string(ids_[1]); }
+  std::string deleted() const { return std::to_string(ids_[3]) + " " + std::to_string(ids_[4]); }
+
+ private:
+  std::string out() const { return dir_.path() + "/ids"; }
+  std::string go() const { return dir_.path() + "/go"; }
+
+  maru_test::TempDir dir_;
+  pid_t pid_ = -1;
+  std::array<uint64_t, 5> ids_;
+};
+
+const std::string kEperm = std::to_string(EPERM);
+
+TEST_F(DirectTest, AnotherUidCannotAbortAVictimsWrite) {
+  VictimSession victim(server_.address());
+  ASSERT_TRUE(victim.ready());
+  for (const char *uid : {"65534", "1002"})
+    EXPECT_EQ(
+        RunProbe(server_.address(), std::string("uid ") + uid + " + raw-abort " + victim.session() +
+                                        " " + victim.writing() + " " + kEperm),
+        0);
+  EXPECT_EQ(victim.Finish(), 0);  // its seal succeeds
+}
+
+TEST_F(DirectTest, AnotherUidCannotCloseAReadersSession) {
+  VictimSession victim(server_.address());
+  ASSERT_TRUE(victim.ready());
+  EXPECT_EQ(RunProbe(server_.address(), "uid 65534 + raw-close " + victim.session() + " " + kEperm),
+            0);
+  // Space the reader still holds is not handed out while it holds it.
+  ASSERT_EQ(RunClient(server_.address(), "store /after-close 4096 + store /after-close2 4096"), 0);
+  EXPECT_EQ(victim.Finish(), 0);  // still alive, lease still held
+}
+
+TEST_F(DirectTest, AnotherUidCannotOpenByInodeNumber) {
+  VictimSession victim(server_.address());
+  ASSERT_TRUE(victim.ready());
+  EXPECT_EQ(RunProbe(server_.address(),
+                     "uid 65534 + raw-open-ino " + victim.writing_ino() + " " + kEperm),
+            0);
+  // Root may (the chunk is being written: EBUSY, not EPERM).
+  EXPECT_EQ(RunProbe(server_.address(),
+                     "raw-open-ino " + victim.writing_ino() + " " + std::to_string(EBUSY)),
+            0);
+  EXPECT_EQ(victim.Finish(), 0);
+}
+
+TEST_F(DirectTest, ANewSessionCannotClaimALeaseOnAnotherUidsDeletedChunk) {
+  VictimSession victim(server_.address());
+  ASSERT_TRUE(victim.ready());
+  EXPECT_EQ(RunProbe(server_.address(), "uid 65534 + raw-claim-held " + victim.deleted() + " 0"),
+            0);
+  EXPECT_EQ(victim.Finish(), 0);
+}
+
+// --- Trust boundaries (docs/security.md) ---------------------------------------
+
+// probe_client as uid 65534 with no groups: it cannot open a root 0660 pool.
+std::string AsNobody(const std::string &address, const std::string &args) {
+  return "setpriv --reuid=65534 --regid=65534 --clear-groups " +
+         maru_test::BinDir("tests/probe_client") + " " + address + " " + args;
+}
+
+uint64_t ZeroBytesMissing(const void *data, uint64_t size) {
+  const uint8_t *p = static_cast<const uint8_t *>(data);
+  uint64_t nonzero = 0;
+  for (uint64_t i = 0; i < size; ++i) nonzero += p[i] != 0;
+  return nonzero;
+}
+
+// Resident memory of a process, in KiB.
+long RssKb(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmRSS:", 0) == 0) return strtol(line.c_str() + 6, nullptr, 10);
+  return -1;
+}
+
+TEST(TrustBoundaries, AChunkSealedUnwrittenByAWriterWithoutPoolAccessReadsZeros) {
+  TestPool pool(64ull << 20);
+  ASSERT_EQ(chmod(pool.path().c_str(), 0660), 0);  // root's: uid 65534 cannot map it
+  Server server(pool.path());
+  ASSERT_TRUE(server.Start());
+  // A private chunk fills most of the pool, then goes: its bytes stay behind.
+  constexpr uint64_t kSize = 48ull << 20;
+  maru_t *m = nullptr;
+  ASSERT_EQ(maru_connect(server.address().c_str(), &m), 0);
+  maru_create_opts_t opts{};
+  opts.mode = 0600;
+  maru_chunk_t *c;
+  ASSERT_EQ(maru_create_ex(m, "/secret", kSize, &opts, &c), 0);
+  memset(maru_chunk_data(c), 0x5a, kSize);
+  ASSERT_EQ(maru_seal(c), 0);
+  maru_release(c);
+  ASSERT_EQ(maru_unlink(m, "/secret"), 0);
+  maru_disconnect(m);  // its lease goes with the session
+  // Created and sealed without a byte written; the pool has no room for it
+  // outside the secret's extents.
+  std::string out;
+  ASSERT_EQ(maru_test::Run(AsNobody(server.address(), "create-seal /leak " + std::to_string(kSize)),
+                           &out),
+            0)
+      << out;
+  ASSERT_EQ(maru_connect(server.address().c_str(), &m), 0);
+  ASSERT_EQ(maru_open(m, "/leak", &c), 0);
+  ASSERT_EQ(maru_chunk_size(c), kSize);
+  EXPECT_EQ(ZeroBytesMissing(maru_chunk_data(c), kSize), 0u);
+  maru_release(c);
+  maru_disconnect(m);
+}
+
+TEST(TrustBoundaries, OversizedRequestsAndGreedySessionsAreRefused) {
+  TestPool pool(64ull << 20);
+  Server server(pool.path(), {"--max-leases", "8"});
+  ASSERT_TRUE(server.Start());
+  maru_t *m = nullptr;
+  ASSERT_EQ(maru_connect(server.address().c_str(), &m), 0);
+  ASSERT_EQ(Store(m, "/pub/x", 4096), 0);
+  maru_disconnect(m);
+  const std::string addr = server.address();
+  auto probe = [&](const std::string &args) {
+    std::string out;
+    int rc = maru_test::Run(AsNobody(addr, args), &out);
+    EXPECT_EQ(rc, 0) << args << ": " << out;
+  };
+  // One lookup naming a path 100k times: refused whole, before any lease.
+  const long rss = RssKb(server.pid());
+  probe("lookup-repeat /pub/x 100000 " + std::to_string(E2BIG));
+  EXPECT_LT(RssKb(server.pid()) - rss, 16 * 1024);
+  probe("lookup-repeat /pub/x 4096 0");  // as many as a batch: answered
+  // The ninth lease of a session.
+  probe("open-until /pub/x 9 " + std::to_string(EMFILE));
+  // A root session (maru-fuse's, one per mount) is not capped.
+  std::string out;
+  EXPECT_EQ(
+      maru_test::Run(
+          maru_test::BinDir("tests/probe_client") + " " + addr + " open-until /pub/x 20 0", &out),
+      0)
+      << out;
+  // Strings a session is described by.
+  probe("session-strings 64 255 64 0");
+  probe("session-strings 65 0 0 " + std::to_string(ENAMETOOLONG));
+  probe("session-strings 0 256 0 " + std::to_string(ENAMETOOLONG));
+  probe("session-strings 0 0 65 " + std::to_string(ENAMETOOLONG));
 }
 
 }  // namespace

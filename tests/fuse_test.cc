@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -10,6 +11,7 @@
 #include <sys/wait.h>
 #include <sys/xattr.h>
 #include <unistd.h>
+#include <algorithm>
 
 #include <cstring>
 #include <fstream>
@@ -434,6 +436,36 @@ TEST_F(FuseTest, PermissionsAreTheServersForEveryCaller) {
     _exit(0);
   }
   EXPECT_EQ(maru_test::Wait(child), 0);
+}
+
+// Holes of a file written through the mount (a write past the end, an
+// ftruncate up) read as zeros, never as what a freed chunk left there.
+TEST_F(FuseTest, HolesOfASparseFileReadAsZerosNotOldBytes) {
+  maru_t *m;
+  ASSERT_EQ(maru_connect(server_.address().c_str(), &m), 0);
+  constexpr uint64_t kOld = 16ull << 20;
+  for (int i = 0; i < 15; ++i) {  // every extent of the pool once written
+    maru_chunk_t *c;
+    ASSERT_EQ(maru_create(m, ("/old/" + std::to_string(i)).c_str(), kOld, &c), 0);
+    memset(maru_chunk_data(c), 0x5a, kOld);
+    ASSERT_EQ(maru_seal(c), 0);
+    maru_release(c);
+  }
+  for (int i = 0; i < 15; ++i) maru_unlink(m, ("/old/" + std::to_string(i)).c_str());
+  maru_disconnect(m);
+  constexpr off_t kSize = 32 << 20, kMiddle = 8 << 20;
+  int fd = open(M("sparse").c_str(), O_CREAT | O_WRONLY, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(pwrite(fd, "a", 1, 0), 1);
+  ASSERT_EQ(pwrite(fd, "b", 1, kMiddle), 1);
+  ASSERT_EQ(ftruncate(fd, kSize), 0);
+  ASSERT_EQ(close(fd), 0);
+  std::string data = Slurp(M("sparse"));
+  ASSERT_EQ(data.size(), static_cast<size_t>(kSize));
+  EXPECT_EQ(data[0], 'a');
+  EXPECT_EQ(data[kMiddle], 'b');
+  data[0] = data[kMiddle] = 0;
+  EXPECT_EQ(std::count(data.begin(), data.end(), '\0'), kSize);
 }
 
 TEST_F(FuseTest, UnreachableServerGivesEioThenTheMountRecovers) {

@@ -17,6 +17,8 @@ namespace {
 
 const Caller kRoot{0, 0, {}, 0};
 const Caller kAlice{1000, 1000, {}, 0};
+// maru-fuse asserting alice: the kernel already checked its lookups.
+const Caller kAliceViaFuse{1000, 1000, {}, 0, true};
 
 class NamespaceTreeTest : public ::testing::Test {
  protected:
@@ -184,9 +186,12 @@ TEST_F(NamespaceTreeTest, WalkingNeedsExecOnEveryDirectoryOnTheWay) {
   Inode *open = Dir(3, locked, "open", 0777);
   File(4, open, "f");
   EXPECT_EQ(Error(Path("/locked/open/f"), kAlice), EACCES);
-  EXPECT_EQ(Error(In(2, "open"), kAlice), EACCES);
-  EXPECT_EQ(Error(In(3, "f"), kAlice), 0);       // by inode, the way there is not walked
-  EXPECT_EQ(Error(Ino(4), kAlice), 0);           // an inode needs no search at all
+  EXPECT_EQ(Error(In(2, "open"), kAliceViaFuse), EACCES);  // the directory named is searched
+  // By inode the way there is not walked: only for root and maru-fuse.
+  EXPECT_EQ(Error(In(3, "f"), kAlice), EPERM);
+  EXPECT_EQ(Error(Ino(4), kAlice), EPERM);
+  EXPECT_EQ(Error(In(3, "f"), kAliceViaFuse), 0);
+  EXPECT_EQ(Error(Ino(4), kAliceViaFuse), 0);
   EXPECT_EQ(Error(Path("/locked"), kAlice), 0);  // naming the directory is no search in it
   EXPECT_EQ(Error(Path("/locked/open/f"), kRoot), 0);
   Inode *exec_only = Dir(5, tree_.root(), "x", 0711);

@@ -40,6 +40,17 @@ def wait_for(condition, timeout: float = 30.0) -> bool:
     return condition()
 
 
+def stop(proc: Optional[subprocess.Popen], timeout: float = 20.0) -> None:
+    """Stops a child of ours by pid: SIGTERM, then SIGKILL if it lingers."""
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 class MaruNode:
     """A maru-server on its own pool file, started and stopped by pid."""
 
@@ -90,13 +101,7 @@ class MaruNode:
             return ""
 
     def close(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop(self.proc)
         self.proc = None
         try:
             os.unlink(self.pool)

@@ -8,7 +8,7 @@ import socket
 import subprocess
 import tempfile
 
-from maru_node import wait_for
+from maru_node import stop, wait_for
 from resp import Resp
 
 
@@ -54,13 +54,7 @@ class RedisNode:
         return self
 
     def close(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop(self.proc)
         self.proc = None
         shutil.rmtree(self.dir, ignore_errors=True)
 

@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <cstring>
 
+#include "client/tcp_auth.h"
 #include "fast_lane.h"
 #include "proto/conversions.h"
 #include "util/address.h"
@@ -40,6 +41,11 @@ int GrpcErrno(const grpc::Status &status) {
       return -EPROTONOSUPPORT;
     case grpc::StatusCode::CANCELLED:
       return -ECANCELED;
+    // The server does not know this caller's token or certificate.
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return -EACCES;
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return -EPERM;
     default:
       return -EIO;
   }
@@ -58,6 +64,15 @@ Result<std::unique_ptr<MetaClient>> MetaClient::Connect(const std::string &addre
       return Status::Error(errno, "no server socket at " + addr->path);
   }
   std::unique_ptr<MetaClient> client(new MetaClient(addr->ToString(), options));
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  bool tls = false;
+  if (addr->kind == Address::Kind::kTcp) {
+    Result<TcpClientAuth> auth = TcpClientAuthFromEnv();
+    if (!auth.ok()) return auth.status();
+    credentials = auth->credentials;
+    tls = auth->tls;
+    client->token_ = auth->token;
+  }
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 50);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
@@ -67,16 +82,38 @@ Result<std::unique_ptr<MetaClient>> MetaClient::Connect(const std::string &addre
   // Each client its own connection: subchannel sharing would make forked
   // processes and threads of separate clients contend on one socket.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  client->channel_ =
-      grpc::CreateCustomChannel(addr->GrpcTarget(), grpc::InsecureChannelCredentials(), args);
+  client->channel_ = grpc::CreateCustomChannel(addr->GrpcTarget(), credentials, args);
+  // A refused TLS handshake looks like a server that is away; a plain TCP
+  // connection tells them apart, so that the user is told the real reason.
+  auto refused_handshake = [&] {
+    const std::string why = "TLS handshake failed with " + addr->ToString() +
+                            " (is MARU_TLS_CA the server's CA, and MARU_TLS_CERT / MARU_TLS_KEY "
+                            "a client certificate its --tls-client-ca signed?)";
+    LOG_ERROR("%s", why.c_str());
+    return Status::Error(EACCES, why);
+  };
   if (!client->channel_->WaitForConnected(std::chrono::system_clock::now() +
-                                          std::chrono::milliseconds(options.connect_timeout_ms)))
+                                          std::chrono::milliseconds(options.connect_timeout_ms))) {
+    if (tls && TcpReachable(*addr, 1000)) return refused_handshake();
     return Status::Error(ECONNREFUSED, "no server answers at " + addr->ToString());
+  }
   client->stub_ = rpc::Meta::NewStub(client->channel_);
   int rc = client->OpenSession(false);
+  // With TLS 1.3 the server checks the client's certificate after the
+  // client thinks the handshake is done: the first call finds it closed.
+  if (rc == -ENOTCONN && tls) return refused_handshake();
+  if (rc == -EACCES && !client->token_.empty()) {
+    const std::string why = "token refused by " + addr->ToString() + " (MARU_TOKEN_FILE)";
+    LOG_ERROR("%s", why.c_str());
+    return Status::Error(EACCES, why);
+  }
   if (rc < 0) return Status::Error(-rc, "cannot open a session with " + addr->ToString());
   if (options.heartbeat) client->background_ = std::thread([c = client.get()] { c->Background(); });
   return client;
+}
+
+void MetaClient::Authorize(grpc::ClientContext *ctx) const {
+  if (!token_.empty()) ctx->AddMetadata("authorization", "Bearer " + token_);
 }
 
 MetaClient::~MetaClient() {
@@ -91,6 +128,7 @@ MetaClient::~MetaClient() {
   req.mutable_header()->set_session(session_.load());
   rpc::ErrorReply rep;
   grpc::ClientContext ctx;
+  Authorize(&ctx);
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(1000));
   if (stub_) stub_->CloseSession(&ctx, req, &rep);
 }

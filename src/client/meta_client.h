@@ -98,6 +98,8 @@ class MetaClient {
   void Background();
   template <typename Req, typename Rep>
   int CallOnce(Method<Req, Rep> method, const Req &req, Rep *rep);
+  // Adds the bearer token (MARU_TOKEN_FILE, TCP only) to a call.
+  void Authorize(grpc::ClientContext *ctx) const;
   // Moves queued lease releases into a request's header (they ride along)
   // and, if the request then never reached the server, back to the queue.
   void AttachReleases(rpc::Header *header);
@@ -105,6 +107,7 @@ class MetaClient {
 
   const std::string address_;
   const ClientOptions options_;
+  std::string token_;  // set in Connect() only
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<Stub> stub_;
   std::atomic<uint64_t> session_{0};
@@ -141,6 +144,7 @@ class MetaClient {
 template <typename Req, typename Rep>
 int MetaClient::CallOnce(Method<Req, Rep> method, const Req &req, Rep *rep) {
   grpc::ClientContext ctx;
+  Authorize(&ctx);
   ctx.set_deadline(std::chrono::system_clock::now() +
                    std::chrono::milliseconds(options_.call_timeout_ms));
   rep->Clear();

@@ -39,7 +39,7 @@ void FillSession(const Session &s, const Caller &c, int64_t mono, int64_t real,
 
 void MetaEngine::ListSessions(const Caller &c, const rpc::StatsRequest &req,
                               rpc::SessionsReply *rep) {
-  RunOp(req, rep, [&](Txn &, Session *) -> Status {
+  RunOp(c, req, rep, [&](Txn &, Session *) -> Status {
     const int64_t mono = MonotonicNs(), real = RealtimeNs();
     sessions_.ForEach(
         [&](const Session &s) { FillSession(s, c, mono, real, rep->add_sessions()); });
@@ -47,8 +47,8 @@ void MetaEngine::ListSessions(const Caller &c, const rpc::StatsRequest &req,
   });
 }
 
-void MetaEngine::Stats(const Caller &, const rpc::StatsRequest &req, rpc::StatsReply *rep) {
-  RunOp(req, rep, [&](Txn &, Session *) -> Status {
+void MetaEngine::Stats(const Caller &c, const rpc::StatsRequest &req, rpc::StatsReply *rep) {
+  RunOp(c, req, rep, [&](Txn &, Session *) -> Status {
     FillStats(rep);
     return Status::Ok();
   });
@@ -102,7 +102,7 @@ void MetaEngine::FillTopDirs(rpc::StatsReply *rep) {
 
 void MetaEngine::ListChunks(const Caller &c, const rpc::ListChunksRequest &req,
                             rpc::ListChunksReply *rep) {
-  RunOp(req, rep, [&](Txn &, Session *) { return ListChunksUnder(c, req, rep); });
+  RunOp(c, req, rep, [&](Txn &, Session *) { return ListChunksUnder(c, req, rep); });
 }
 
 // Depth-first in name order, so `after` (a full path) resumes a listing.
@@ -145,7 +145,7 @@ Status MetaEngine::ListChunksUnder(const Caller &c, const rpc::ListChunksRequest
 // --- Eviction by hand ---------------------------------------------------------
 
 void MetaEngine::Evict(const Caller &c, const rpc::EvictRequest &req, rpc::EvictReply *rep) {
-  RunOp(req, rep, [&](Txn &txn, Session *) -> Status {
+  RunOp(c, req, rep, [&](Txn &txn, Session *) -> Status {
     if (!c.is_root()) return Status::Error(EPERM, "eviction is for root");
     const uint64_t before = evictor_->evictions();
     uint64_t bytes = 0;
@@ -190,7 +190,7 @@ uint64_t MetaEngine::EvictOlderThan(Txn &txn, int64_t older_than_ms) {
 // --- Fsck ---------------------------------------------------------------------
 
 void MetaEngine::Fsck(const Caller &c, const rpc::StatsRequest &req, rpc::FsckReply *rep) {
-  RunOp(req, rep, [&](Txn &, Session *) -> Status {
+  RunOp(c, req, rep, [&](Txn &, Session *) -> Status {
     if (!c.is_root()) return Status::Error(EPERM, "fsck is for root");
     CheckSpace(rep);
     return Status::Ok();

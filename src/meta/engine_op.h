@@ -45,13 +45,15 @@ class MetaEngine::Txn {
   std::set<uint64_t> dirty_;
 };
 
-// Runs `op` under the lock for a live session, commits what it changed, and
-// reports the first error.
+// Runs `op` under the lock for a live session of the caller (EPERM for
+// another uid's: see LiveSession), commits what it changed, and reports the
+// first error.
 template <typename Req, typename Rep, typename Op>
-void MetaEngine::RunOp(const Req &req, Rep *rep, Op &&op) {
+void MetaEngine::RunOp(const Caller &c, const Req &req, Rep *rep, Op &&op) {
   std::lock_guard<std::mutex> lock(mu_);
-  Session *session = LiveSession(req.header().session());
-  if (!session) return rep->set_error(ENOTCONN);
+  Result<Session *> found = LiveSession(c, req.header().session());
+  if (!found.ok()) return rep->set_error(found.status().errnum());
+  Session *session = *found;
   Txn txn(this);
   ReleaseLeases(txn, session, req.header().release());
   Status status = op(txn, session);

@@ -3,9 +3,8 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 
 namespace maru {
 namespace {
@@ -25,7 +24,18 @@ Caller FromAssertion(const rpc::Caller &asserted) {
   c.gid = asserted.gid();
   c.groups.assign(asserted.groups().begin(), asserted.groups().end());
   c.pid = asserted.pid();
+  c.via_trusted_daemon = true;
   return c;
+}
+
+// Equal, in a time that does not depend on where the strings differ: a
+// caller guessing a token byte by byte learns nothing from the clock.
+bool SameSecret(const std::string &a, const std::string &b) {
+  const size_t n = std::max(a.size(), b.size());
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < n; ++i)
+    diff |= static_cast<unsigned char>((i < a.size() ? a[i] : 0) ^ (i < b.size() ? b[i] : 0));
+  return diff == 0;
 }
 
 }  // namespace
@@ -42,33 +52,53 @@ std::optional<PeerCredentials> ReadPeerCredentials(int fd) {
   out.pid = cred.pid;
   out.uid = cred.uid;
   out.gid = cred.gid;
-  std::ifstream status("/proc/" + std::to_string(cred.pid) + "/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("Groups:", 0) != 0) continue;
-    std::istringstream in(line.substr(7));
-    uint32_t g;
-    while (in >> g) out.groups.push_back(g);
-    break;
+  // The kernel's own list, taken at connect time: /proc/PID/status could
+  // belong to another process by now (the peer exited, its pid reused).
+  std::vector<gid_t> groups(32);
+  for (;;) {
+    socklen_t size = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &size) == 0) {
+      groups.resize(size / sizeof(gid_t));
+      break;
+    }
+    // ERANGE: the list is longer; the kernel said how long in `size`.
+    if (errno != ERANGE) return std::nullopt;
+    groups.resize(std::max<size_t>(size / sizeof(gid_t), groups.size() * 2));
   }
+  out.groups.assign(groups.begin(), groups.end());
   return out;
 }
 
-Authenticated Authenticate(const Peer &peer, const IdentityPolicy &policy) {
+Result<Peer> IdentifyTcp(const TcpProof &proof, const IdentityPolicy &policy) {
+  if (proof.token) {
+    // Every token is compared, to the end: no early exit says how close.
+    const MappedId *found = nullptr;
+    for (const auto &[token, id] : policy.tokens)
+      if (SameSecret(*proof.token, token)) found = &id;
+    if (!found) return Status::Error(EACCES, "token refused");
+    return Peer::TcpAuthenticated(found->uid, found->gid);
+  }
+  for (const std::string &name : proof.cert_names) {
+    auto it = policy.certs.find(name);
+    if (it != policy.certs.end()) return Peer::TcpAuthenticated(it->second.uid, it->second.gid);
+  }
+  return Peer::Tcp();
+}
+
+Authenticated Authenticate(const Peer &peer, const IdentityPolicy &) {
   Authenticated a;
   switch (peer.kind()) {
     case Peer::Kind::kUnix:
+    case Peer::Kind::kTcpAuthenticated:
       a.caller = FromCredentials(peer.creds());
-      a.may_assert = peer.creds().uid == 0;  // a root daemon (maru-fuse) speaks for its callers
+      // A root daemon (maru-fuse, or a gateway holding a root certificate
+      // or token) speaks for its callers.
+      a.may_assert = peer.creds().uid == 0;
       break;
     case Peer::Kind::kTcp:
-      if (policy.tcp == IdentityPolicy::Tcp::kSquash) {
-        a.caller.uid = a.caller.gid = kNobody;
-        a.may_assert = false;
-      } else {
-        a.caller.uid = a.caller.gid = 0;
-        a.may_assert = true;
-      }
+      // Nothing proves who it is, so nothing it asserts counts.
+      a.caller.uid = a.caller.gid = kNobody;
+      a.may_assert = false;
       break;
   }
   return a;
@@ -92,6 +122,12 @@ Peer PeerRegistry::Identify(const std::string &grpc_peer) const {
   auto it = by_fd_.find(fd);
   if (it == by_fd_.end()) return Peer::UnknownUnix();
   return Peer::Unix(it->second);
+}
+
+Result<Peer> PeerRegistry::Identify(const std::string &grpc_peer, const TcpProof &proof,
+                                    const IdentityPolicy &policy) const {
+  if (grpc_peer.rfind("fd:", 0) == 0) return Identify(grpc_peer);
+  return IdentifyTcp(proof, policy);
 }
 
 }  // namespace maru

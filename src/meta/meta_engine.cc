@@ -10,6 +10,7 @@
 #include "grant_mac.h"
 #include "meta/engine_op.h"
 #include "meta/pool_identity.h"
+#include "meta/pool_scrub.h"
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/path.h"
@@ -103,9 +104,11 @@ uint64_t MetaEngine::NextGen(Txn &txn) {
 
 // --- Helpers ------------------------------------------------------------------
 
-Session *MetaEngine::LiveSession(uint64_t id) {
+Result<Session *> MetaEngine::LiveSession(const Caller &c, uint64_t id) {
   Session *s = sessions_.Find(id);
-  if (!s || s->orphaned) return nullptr;
+  if (!s || s->orphaned) return Status::Error(ENOTCONN);
+  // Checked before it counts as seen: another uid must not keep it alive.
+  if (!c.MayActFor(s->uid)) return Status::Error(EPERM, "another uid's session");
   s->last_seen_ns = MonotonicNs();
   return s;
 }
@@ -140,7 +143,6 @@ void MetaEngine::FillAttr(const Inode &inode, rpc::Attr *a) const {
   a->set_checksum_type(v->checksum_type);
   a->set_checksum(v->checksum);
   a->set_leases(inode.current ? space_.refs(inode.current->gen) : 0);
-  if (inode.pending) a->set_writer_session(inode.pending->writer_session);
 }
 
 void MetaEngine::FillDevice(const SpaceManager::Device &d, rpc::Device *dev) const {
@@ -297,6 +299,7 @@ Result<ExtentList> MetaEngine::AllocateWithEviction(Txn &txn, uint64_t bytes, ui
 
 void MetaEngine::OpenSession(const Caller &c, const rpc::OpenSessionRequest &req,
                              rpc::OpenSessionReply *rep) {
+  if (int err = CheckSessionStrings(options_.limits, req)) return rep->set_error(err);
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t id = req.resume();
   if (int err = CheckInstanceName(req.instance())) return rep->set_error(err);
@@ -305,11 +308,13 @@ void MetaEngine::OpenSession(const Caller &c, const rpc::OpenSessionRequest &req
   // taken back, and only by its uid. A live one is someone's: taking it
   // would revoke leases its client still trusts. (A client whose resume
   // reply was lost gets a new session; the old one times out.)
-  if (s && (s->uid != c.uid || !s->orphaned)) s = nullptr, id = 0;
-  if (!s && id && sessions_.Find(id)) id = 0;
+  // Any other id is the server's to choose: a client that could pick one
+  // could take an id another uid will be told to resume.
+  if (s && (s->uid != c.uid || !s->orphaned)) s = nullptr;
   Txn txn(this);
   if (!s) {
-    if (!id) id = RandomSessionId();
+    do id = RandomSessionId();
+    while (sessions_.Find(id));
     s = sessions_.Create(id);
     s->since_ns = RealtimeNs();
   } else {
@@ -336,12 +341,8 @@ void MetaEngine::OpenSession(const Caller &c, const rpc::OpenSessionRequest &req
 void MetaEngine::RenewHeldLeases(const Caller &c, const rpc::OpenSessionRequest &req, Session *s,
                                  rpc::OpenSessionReply *rep) {
   for (const rpc::HeldLease &held : req.held()) {
-    // A version still current, or retired but kept (readers may hold it;
-    // its file may be gone), can be leased again by a reader allowed to.
-    const Inode *inode = tree_.Find(held.ino());
-    bool live = (inode && inode->current && inode->current->gen == held.gen()) ||
-                space_.retired().count(held.gen());
-    if (!live || (inode && !MayAccess(*inode, c, kMayRead))) continue;
+    if (!MayRenew(c, held, rep->resumed())) continue;
+    if (CheckLease(options_.limits, *s)) break;
     uint64_t lease = leases_.Grant(s->id, held.ino(), held.gen());
     s->leases.insert(lease);
     space_.Ref(held.gen());
@@ -349,11 +350,12 @@ void MetaEngine::RenewHeldLeases(const Caller &c, const rpc::OpenSessionRequest 
   }
 }
 
-void MetaEngine::Heartbeat(const Caller &, const rpc::HeartbeatRequest &req,
+void MetaEngine::Heartbeat(const Caller &c, const rpc::HeartbeatRequest &req,
                            rpc::HeartbeatReply *rep) {
   std::lock_guard<std::mutex> lock(mu_);
-  Session *s = LiveSession(req.header().session());
-  if (!s) return rep->set_error(ENOTCONN);
+  Result<Session *> found = LiveSession(c, req.header().session());
+  if (!found.ok()) return rep->set_error(found.status().errnum());
+  Session *s = *found;
   if (req.header().release_size()) {
     Txn txn(this);
     ReleaseLeases(txn, s, req.header().release());
@@ -362,10 +364,11 @@ void MetaEngine::Heartbeat(const Caller &, const rpc::HeartbeatRequest &req,
   rep->set_leases(static_cast<uint32_t>(s->leases.size()));
 }
 
-void MetaEngine::CloseSession(const Caller &, const rpc::HeartbeatRequest &req,
+void MetaEngine::CloseSession(const Caller &c, const rpc::HeartbeatRequest &req,
                               rpc::ErrorReply *rep) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!LiveSession(req.header().session())) return rep->set_error(ENOTCONN);
+  Result<Session *> found = LiveSession(c, req.header().session());
+  if (!found.ok()) return rep->set_error(found.status().errnum());
   Txn txn(this);
   ExpireSession(txn, req.header().session());
   rep->set_error(txn.Commit().errnum());
@@ -374,13 +377,16 @@ void MetaEngine::CloseSession(const Caller &, const rpc::HeartbeatRequest &req,
 // --- Namespace ----------------------------------------------------------------
 
 void MetaEngine::GetAttr(const Caller &c, const rpc::RefRequest &req, rpc::AttrReply *rep) {
-  RunOp(req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
+  RunOp(c, req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
     Result<Inode *> found = tree_.Resolve(req.ref(), c);
     if (!found.ok()) return found.status();
     const Inode &inode = **found;
     if (req.access() && !MayAccess(inode, c, static_cast<int>(req.access() & 7)))
       return Status::Error(EACCES);
     FillAttr(inode, rep->mutable_attr());
+    // A session id is shown only to its owner and root: it names the session.
+    if (inode.pending && c.MayActFor(inode.pending->writer_uid))
+      rep->mutable_attr()->set_writer_session(inode.pending->writer_session);
     if (req.with_extents()) {
       if (inode.current) ToWireExtents(inode.current->extents, rep->mutable_extents());
       if (const Inode *parent = inode.parent_chunk ? tree_.Find(inode.parent_chunk) : nullptr)
@@ -391,7 +397,7 @@ void MetaEngine::GetAttr(const Caller &c, const rpc::RefRequest &req, rpc::AttrR
 }
 
 void MetaEngine::Mkdir(const Caller &c, const rpc::MkdirRequest &req, rpc::AttrReply *rep) {
-  RunOp(req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
+  RunOp(c, req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
     Result<NamespaceTree::ParentAndName> pn =
         tree_.ResolveParent(req.ref(), c, req.parents() ? DirMaker(txn, c) : nullptr);
     if (!pn.ok()) {
@@ -432,15 +438,15 @@ Status MetaEngine::RemoveEntry(Txn &txn, const Caller &c, const rpc::Ref &ref, b
 }
 
 void MetaEngine::Rmdir(const Caller &c, const rpc::RefRequest &req, rpc::ErrorReply *rep) {
-  RunOp(req, rep, [&](Txn &txn, Session *) { return RemoveEntry(txn, c, req.ref(), true); });
+  RunOp(c, req, rep, [&](Txn &txn, Session *) { return RemoveEntry(txn, c, req.ref(), true); });
 }
 
 void MetaEngine::Unlink(const Caller &c, const rpc::RefRequest &req, rpc::ErrorReply *rep) {
-  RunOp(req, rep, [&](Txn &txn, Session *) { return RemoveEntry(txn, c, req.ref(), false); });
+  RunOp(c, req, rep, [&](Txn &txn, Session *) { return RemoveEntry(txn, c, req.ref(), false); });
 }
 
 void MetaEngine::Rename(const Caller &c, const rpc::RenameRequest &req, rpc::ErrorReply *rep) {
-  RunOp(req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
+  RunOp(c, req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
     Result<NamespaceTree::ParentAndName> from = tree_.ResolveParent(req.from(), c);
     if (!from.ok()) return from.status().errnum() == EEXIST ? Status::Error(EBUSY) : from.status();
     Result<NamespaceTree::ParentAndName> to = tree_.ResolveParent(req.to(), c);
@@ -487,7 +493,7 @@ void MetaEngine::Rename(const Caller &c, const rpc::RenameRequest &req, rpc::Err
 }
 
 void MetaEngine::Readdir(const Caller &c, const rpc::ReaddirRequest &req, rpc::ReaddirReply *rep) {
-  RunOp(req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
+  RunOp(c, req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
     Result<Inode *> dir = tree_.Resolve(req.ref(), c);
     if (!dir.ok()) return dir.status();
     if (!(*dir)->is_dir()) return Status::Error(ENOTDIR);
@@ -539,7 +545,7 @@ Result<uint64_t> MetaEngine::NewParentChunk(const Caller &c, const rpc::SetAttrR
 }
 
 void MetaEngine::SetAttr(const Caller &c, const rpc::SetAttrRequest &req, rpc::AttrReply *rep) {
-  RunOp(req, rep, [&](Txn &txn, Session *) -> Status {
+  RunOp(c, req, rep, [&](Txn &txn, Session *) -> Status {
     Result<Inode *> found = tree_.Resolve(req.ref(), c);
     if (!found.ok()) return found.status();
     Inode *inode = *found;
@@ -564,8 +570,8 @@ void MetaEngine::SetAttr(const Caller &c, const rpc::SetAttrRequest &req, rpc::A
   });
 }
 
-void MetaEngine::Statfs(const Caller &, const rpc::StatfsRequest &req, rpc::StatfsReply *rep) {
-  RunOp(req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
+void MetaEngine::Statfs(const Caller &c, const rpc::StatfsRequest &req, rpc::StatfsReply *rep) {
+  RunOp(c, req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
     rep->set_total(space_.capacity());
     rep->set_free(space_.free_bytes());
     rep->set_files(tree_.size());
@@ -590,6 +596,7 @@ Result<NamespaceTree::ParentAndName> MetaEngine::CreateTarget(Txn &txn, const Ca
     if (!MayAccess(*pn->dir, c, kMayWrite | kMayExec)) return Status::Error(EACCES);
     return pn;
   }
+  MARU_RETURN_IF_ERROR(MayAddressByIno(req.ref(), c));
   Inode *inode = tree_.Find(req.ref().ino());
   if (!inode) return Status::Error(ESTALE);
   if (!req.truncate()) return Status::Error(EEXIST);
@@ -651,7 +658,7 @@ void MetaEngine::Reserve(Txn &txn, Session *session, const rpc::CreateRequest &r
 }
 
 void MetaEngine::Create(const Caller &c, const rpc::CreateRequest &req, rpc::ChunkReply *rep) {
-  RunOp(req, rep, CreateOp(c, req, rep));
+  RunOp(c, req, rep, CreateOp(c, req, rep));
 }
 
 MetaEngine::TxnOp MetaEngine::CreateOp(const Caller &c, const rpc::CreateRequest &req,
@@ -671,6 +678,8 @@ MetaEngine::TxnOp MetaEngine::CreateOp(const Caller &c, const rpc::CreateRequest
     }
     Result<uint64_t> parent_chunk = ParentChunk(c, req.parent_chunk());
     if (!parent_chunk.ok()) return parent_chunk.status();
+    if (int err = CheckReservation(options_.limits, *session))
+      return Status::Error(err, "too many reservations in this session");
     ExtentList extents;
     if (req.size() > 0) {
       // The file being rewritten must not be evicted to make room for itself.
@@ -679,6 +688,10 @@ MetaEngine::TxnOp MetaEngine::CreateOp(const Caller &c, const rpc::CreateRequest
       if (req.contiguous() && got->size() > 1) {
         space_.FreeNow(*got);
         return Status::Error(ENOSPC, "no free run holds it in one extent");
+      }
+      if (Status s = ScrubForWriter(space_, c, *got); !s.ok()) {
+        space_.FreeNow(*got);
+        return s;
       }
       extents = std::move(*got);
     }
@@ -694,8 +707,8 @@ MetaEngine::TxnOp MetaEngine::CreateOp(const Caller &c, const rpc::CreateRequest
   };
 }
 
-void MetaEngine::Extend(const Caller &, const rpc::ExtendRequest &req, rpc::ChunkReply *rep) {
-  RunOp(req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
+void MetaEngine::Extend(const Caller &c, const rpc::ExtendRequest &req, rpc::ChunkReply *rep) {
+  RunOp(c, req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
     Inode *inode = tree_.Find(req.ino());
     if (!inode || !inode->pending || inode->pending->gen != req.gen())
       return Status::Error(session->orphan_gens.count(req.gen()) ? ENOENT : ESTALE);
@@ -709,6 +722,10 @@ void MetaEngine::Extend(const Caller &, const rpc::ExtendRequest &req, rpc::Chun
         space_.FreeNow(*more);
         return Status::Error(ENOSPC, "pool too fragmented");
       }
+      if (Status s = ScrubForWriter(space_, c, *more); !s.ok()) {
+        space_.FreeNow(*more);
+        return s;
+      }
       reserved_bytes_ += TotalLength(*more);
       v.extents.insert(v.extents.end(), more->begin(), more->end());
     }
@@ -719,8 +736,8 @@ void MetaEngine::Extend(const Caller &, const rpc::ExtendRequest &req, rpc::Chun
   });
 }
 
-void MetaEngine::Seal(const Caller &, const rpc::SealRequest &req, rpc::ChunkReply *rep) {
-  RunOp(req, rep, SealOp(req, rep));
+void MetaEngine::Seal(const Caller &c, const rpc::SealRequest &req, rpc::ChunkReply *rep) {
+  RunOp(c, req, rep, SealOp(req, rep));
 }
 
 MetaEngine::TxnOp MetaEngine::SealOp(const rpc::SealRequest &req, rpc::ChunkReply *rep) {
@@ -734,6 +751,9 @@ MetaEngine::TxnOp MetaEngine::SealOp(const rpc::SealRequest &req, rpc::ChunkRepl
       return Status::Error(ESTALE);
     }
     if (inode->pending->writer_session != session->id) return Status::Error(EPERM);
+    if (req.keep_lease())
+      if (int err = CheckLease(options_.limits, *session))
+        return Status::Error(err, "too many leases in this session");
     Version v = std::move(*inode->pending);
     if (req.size() > TotalLength(v.extents)) {
       inode->pending = std::move(v);
@@ -769,8 +789,8 @@ MetaEngine::TxnOp MetaEngine::SealOp(const rpc::SealRequest &req, rpc::ChunkRepl
   };
 }
 
-void MetaEngine::Abort(const Caller &, const rpc::HandleRequest &req, rpc::ErrorReply *rep) {
-  RunOp(req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
+void MetaEngine::Abort(const Caller &c, const rpc::HandleRequest &req, rpc::ErrorReply *rep) {
+  RunOp(c, req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
     if (session->orphan_gens.erase(req.gen())) {
       UnrefGen(txn, req.gen());
       return Status::Ok();
@@ -788,6 +808,8 @@ Status MetaEngine::OpenForRead(const Caller &c, Session *s, Inode *inode, rpc::C
   if (!inode->is_file()) return Status::Error(EINVAL);
   if (!inode->current) return Status::Error(EBUSY, "being written");
   if (!MayAccess(*inode, c, kMayRead)) return Status::Error(EACCES);
+  if (int err = CheckLease(options_.limits, *s))
+    return Status::Error(err, "too many leases in this session");
   const uint64_t gen = inode->current->gen;
   uint64_t lease = leases_.Grant(s->id, inode->ino, gen);
   s->leases.insert(lease);
@@ -801,7 +823,7 @@ Status MetaEngine::OpenForRead(const Caller &c, Session *s, Inode *inode, rpc::C
 }
 
 void MetaEngine::Open(const Caller &c, const rpc::RefRequest &req, rpc::ChunkReply *rep) {
-  RunOp(req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
+  RunOp(c, req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
     ++lookups_;
     Result<Inode *> inode = tree_.Resolve(req.ref(), c);
     if (!inode.ok()) return inode.status();
@@ -821,8 +843,8 @@ void MetaEngine::ReleaseLeases(Txn &txn, Session *session,
   }
 }
 
-void MetaEngine::Release(const Caller &, const rpc::ReleaseRequest &req, rpc::ErrorReply *rep) {
-  RunOp(req, rep, [&](Txn &txn, Session *session) -> Status {
+void MetaEngine::Release(const Caller &c, const rpc::ReleaseRequest &req, rpc::ErrorReply *rep) {
+  RunOp(c, req, rep, [&](Txn &txn, Session *session) -> Status {
     ReleaseLeases(txn, session, req.leases());
     return Status::Ok();
   });
@@ -830,7 +852,9 @@ void MetaEngine::Release(const Caller &, const rpc::ReleaseRequest &req, rpc::Er
 
 void MetaEngine::LookupPrefix(const Caller &c, const rpc::LookupPrefixRequest &req,
                               rpc::LookupPrefixReply *rep) {
-  RunOp(req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
+  if (int err = CheckKeys(options_.limits, static_cast<size_t>(req.paths_size())))
+    return rep->set_error(err);  // before any work: each path would take a lease
+  RunOp(c, req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
     lookups_ += req.paths_size();
     for (const std::string &path : req.paths()) {
       rpc::Ref ref;
@@ -851,13 +875,22 @@ void MetaEngine::LookupPrefix(const Caller &c, const rpc::LookupPrefixRequest &r
 // --- Lifecycle and administration ---------------------------------------------
 
 void MetaEngine::Pin(const Caller &c, const rpc::PinRequest &req, rpc::AttrReply *rep) {
-  RunOp(req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
+  RunOp(c, req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
     Result<Inode *> found = tree_.Resolve(req.ref(), c);
     if (!found.ok()) return found.status();
     Inode *inode = *found;
     if (!inode->is_file()) return Status::Error(EISDIR);
     if (!IsOwnerOrRoot(*inode, c) && !MayAccess(*inode, c, kMayWrite)) return Status::Error(EACCES);
-    if (inode->pinned != req.pin()) pins_ += req.pin() ? 1 : -1;
+    if (!inode->pinned && req.pin())
+      if (int err = CheckPin(options_.limits, *session))
+        return Status::Error(err, "too many pins from this session");
+    if (inode->pinned != req.pin()) {
+      pins_ += req.pin() ? 1 : -1;
+      if (req.pin())
+        ++session->pins;
+      else if (session->pins > 0)
+        --session->pins;
+    }
     inode->pinned = req.pin();
     inode->pin_expiry_ns =
         req.pin() && req.ttl_ms()
@@ -873,7 +906,7 @@ void MetaEngine::Pin(const Caller &c, const rpc::PinRequest &req, rpc::AttrReply
 
 void MetaEngine::RegisterAgent(const Caller &c, const rpc::RegisterAgentRequest &req,
                                rpc::RegisterAgentReply *rep) {
-  RunOp(req, rep, [&](Txn &, Session *session) -> Status {
+  RunOp(c, req, rep, [&](Txn &, Session *session) -> Status {
     if (!c.is_root()) return Status::Error(EPERM, "agents run as root");
     if (req.address().empty()) return Status::Error(EINVAL, "an agent needs an address");
     if (grant_key_.empty()) return Status::Error(EIO, "no grant key (no randomness at start)");
@@ -932,7 +965,7 @@ Status MetaEngine::HoldsExtents(const Session &client, uint32_t device,
 
 void MetaEngine::CheckExtents(const Caller &c, const rpc::CheckExtentsRequest &req,
                               rpc::ErrorReply *rep) {
-  RunOp(req, rep, [&](Txn &, Session *) -> Status {
+  RunOp(c, req, rep, [&](Txn &, Session *) -> Status {
     if (!c.is_root()) return Status::Error(EPERM, "only agents check extents");
     Session *client = sessions_.Find(req.client_session());
     if (!client || client->orphaned) return Status::Error(ESTALE, "no such session");
@@ -942,7 +975,7 @@ void MetaEngine::CheckExtents(const Caller &c, const rpc::CheckExtentsRequest &r
 
 void MetaEngine::IssueGrant(const Caller &c, const rpc::IssueGrantRequest &req,
                             rpc::GrantReply *rep) {
-  RunOp(req, rep, [&](Txn &, Session *session) -> Status {
+  RunOp(c, req, rep, [&](Txn &, Session *session) -> Status {
     // A grant speaks for its session: only that session's own uid gets one.
     if (session->uid != c.uid && !c.is_root())
       return Status::Error(EPERM, "grants go to the session's own uid");
@@ -1022,8 +1055,9 @@ void MetaEngine::FillSessionsByInstance(rpc::StatsReply *rep) const {
 
 void MetaEngine::CreateBatch(const Caller &c, const rpc::CreateBatchRequest &req,
                              rpc::ChunkBatchReply *rep) {
-  if (req.creates_size() > kBatchMax) return rep->set_error(E2BIG);
-  RunOp(req, rep, [&](Txn &txn, Session *session) -> Status {
+  if (int err = CheckKeys(options_.limits, static_cast<size_t>(req.creates_size())))
+    return rep->set_error(err);
+  RunOp(c, req, rep, [&](Txn &txn, Session *session) -> Status {
     std::unordered_set<std::string_view> seen;
     for (const rpc::CreateRequest &one : req.creates()) {
       rpc::ChunkReply *out = rep->add_chunks();
@@ -1036,10 +1070,11 @@ void MetaEngine::CreateBatch(const Caller &c, const rpc::CreateBatchRequest &req
   });
 }
 
-void MetaEngine::SealBatch(const Caller &, const rpc::SealBatchRequest &req,
+void MetaEngine::SealBatch(const Caller &c, const rpc::SealBatchRequest &req,
                            rpc::ChunkBatchReply *rep) {
-  if (req.seals_size() > kBatchMax) return rep->set_error(E2BIG);
-  RunOp(req, rep, [&](Txn &txn, Session *session) -> Status {
+  if (int err = CheckKeys(options_.limits, static_cast<size_t>(req.seals_size())))
+    return rep->set_error(err);
+  RunOp(c, req, rep, [&](Txn &txn, Session *session) -> Status {
     for (const rpc::SealRequest &one : req.seals()) {
       rpc::ChunkReply *out = rep->add_chunks();
       Status s = SealOp(one, out)(txn, session);
@@ -1052,8 +1087,9 @@ void MetaEngine::SealBatch(const Caller &, const rpc::SealBatchRequest &req,
 
 void MetaEngine::CountPrefix(const Caller &c, const rpc::LookupPrefixRequest &req,
                              rpc::CountPrefixReply *rep) {
-  if (req.paths_size() > kBatchMax) return rep->set_error(E2BIG);
-  RunOp(req, rep, [&](Txn &, Session *) -> Status {
+  if (int err = CheckKeys(options_.limits, static_cast<size_t>(req.paths_size())))
+    return rep->set_error(err);
+  RunOp(c, req, rep, [&](Txn &, Session *) -> Status {
     for (const std::string &path : req.paths()) {
       rpc::Ref ref;
       ref.set_path(path);
@@ -1075,14 +1111,20 @@ void MetaEngine::CountPrefix(const Caller &c, const rpc::LookupPrefixRequest &re
   });
 }
 
-void MetaEngine::Alloc(const Caller &, const rpc::AllocRequest &req, rpc::ChunkReply *rep) {
-  RunOp(req, rep, [&](Txn &txn, Session *session) -> Status {
+void MetaEngine::Alloc(const Caller &c, const rpc::AllocRequest &req, rpc::ChunkReply *rep) {
+  RunOp(c, req, rep, [&](Txn &txn, Session *session) -> Status {
     if (req.size() == 0) return Status::Error(EINVAL, "an allocation needs a size");
+    if (int err = CheckAllocation(options_.limits, *session))
+      return Status::Error(err, "too many allocations in this session");
     Result<ExtentList> got = AllocateWithEviction(txn, req.size(), 0);
     if (!got.ok()) return got.status();
     if (req.contiguous() && got->size() > 1) {
       space_.FreeNow(*got);
       return Status::Error(ENOSPC, "no free run holds it in one extent");
+    }
+    if (Status s = ScrubForWriter(space_, c, *got); !s.ok()) {
+      space_.FreeNow(*got);
+      return s;
     }
     Version v;
     v.gen = NextGen(txn);
@@ -1105,12 +1147,14 @@ void MetaEngine::Alloc(const Caller &, const rpc::AllocRequest &req, rpc::ChunkR
 }
 
 void MetaEngine::Publish(const Caller &c, const rpc::PublishRequest &req, rpc::ChunkReply *rep) {
-  RunOp(req, rep, [&](Txn &txn, Session *session) -> Status {
+  RunOp(c, req, rep, [&](Txn &txn, Session *session) -> Status {
     auto held = space_.retired().find(req.gen());
     if (!session->orphan_gens.count(req.gen()) || held == space_.retired().end())
       return Status::Error(ESTALE, "no such allocation of this session");
     if (req.size() > TotalLength(held->second))
       return Status::Error(EINVAL, "size exceeds the allocation");
+    if (int err = CheckLease(options_.limits, *session))  // before any change: it keeps one
+      return Status::Error(err, "too many leases in this session");
     // A create of no bytes claims the name (first writer wins) ...
     rpc::CreateRequest create;
     create.mutable_ref()->set_path(req.path());
@@ -1144,7 +1188,8 @@ void MetaEngine::Publish(const Caller &c, const rpc::PublishRequest &req, rpc::C
 // Each path through Pin itself (a lock and a commit each): one round trip
 // is what the caller saves, and Pin's rules stay in one place.
 void MetaEngine::PinBatch(const Caller &c, const rpc::PinBatchRequest &req, rpc::ErrorsReply *rep) {
-  if (req.paths_size() > kBatchMax) return rep->set_error(E2BIG);
+  if (int err = CheckKeys(options_.limits, static_cast<size_t>(req.paths_size())))
+    return rep->set_error(err);
   const std::vector<bool> repeated = RepeatedPaths(req.paths());
   for (int i = 0; i < req.paths_size(); ++i) {
     if (repeated[static_cast<size_t>(i)]) {
@@ -1168,8 +1213,9 @@ void MetaEngine::PinBatch(const Caller &c, const rpc::PinBatchRequest &req, rpc:
 }
 
 void MetaEngine::UnlinkBatch(const Caller &c, const rpc::PathsRequest &req, rpc::ErrorsReply *rep) {
-  if (req.paths_size() > kBatchMax) return rep->set_error(E2BIG);
-  RunOp(req, rep, [&](Txn &txn, Session *) -> Status {
+  if (int err = CheckKeys(options_.limits, static_cast<size_t>(req.paths_size())))
+    return rep->set_error(err);
+  RunOp(c, req, rep, [&](Txn &txn, Session *) -> Status {
     const std::vector<bool> repeated = RepeatedPaths(req.paths());
     for (int i = 0; i < req.paths_size(); ++i) {
       rpc::Ref ref;

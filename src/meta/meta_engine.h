@@ -30,6 +30,7 @@
 
 #include "maru.pb.h"
 #include "meta/access.h"
+#include "meta/client_limits.h"
 #include "meta/evictor.h"
 #include "meta/lease_table.h"
 #include "meta/meta_db.h"
@@ -57,6 +58,7 @@ struct EngineOptions {
   std::string eviction = "lru";  // "lru" or "prefix"
   uint32_t max_fragments = 64;   // extents per chunk before a create fails
   std::string fast_lane;         // the fast lane's socket path, told to clients
+  Limits limits;                 // what one request and one session may ask (client_limits.h)
 };
 
 class MetaEngine {
@@ -133,11 +135,11 @@ class MetaEngine {
 
   // --- Start (recovery.cc) ---
   Status Load();
-  void RestoreInodes(MetaDb::Contents &contents, MetaDb::Batch *batch);
+  Status RestoreInodes(MetaDb::Contents &contents, MetaDb::Batch *batch);
   void AdoptRecords(const MetaDb::Contents &contents, MetaDb::Batch *batch, int64_t now);
   void MoveOrphansToLostFound(MetaDb::Batch *batch, int64_t now);
-  void RestoreChunk(Inode &inode);
-  void RestoreRetired(const MetaDb::Contents &contents);
+  Status RestoreChunk(Inode &inode);
+  Status RestoreRetired(const MetaDb::Contents &contents);
   Session *OrphanedSession(uint64_t id, uint32_t uid);
 
   // --- Administration (admin_ops.cc) ---
@@ -151,10 +153,13 @@ class MetaEngine {
 
   // --- Operations and their helpers (meta_engine.cc) ---
   template <typename Req, typename Rep, typename Op>
-  void RunOp(const Req &req, Rep *rep, Op &&op);
-  Session *LiveSession(uint64_t id);
+  void RunOp(const Caller &c, const Req &req, Rep *rep, Op &&op);
+  // The live session `id` if the caller may use it: ENOTCONN when there is
+  // none, EPERM when it is another uid's (a session id is no password).
+  Result<Session *> LiveSession(const Caller &c, uint64_t id);
   void RenewHeldLeases(const Caller &c, const rpc::OpenSessionRequest &req, Session *s,
                        rpc::OpenSessionReply *rep);
+  bool MayRenew(const Caller &c, const rpc::HeldLease &held, bool resumed);
   uint64_t NextIno(Txn &txn);
   uint64_t NextGen(Txn &txn);
   void FillAttr(const Inode &inode, rpc::Attr *attr) const;

@@ -13,17 +13,55 @@ MetaService::MetaService(MetaEngine *engine, const PeerRegistry *peers, Identity
 #undef MARU_RPC
 }
 
-Caller MetaService::CallerOf(grpc::CallbackServerContext *ctx, const rpc::Header &header) const {
-  return ResolveCaller(peers_->Identify(ctx->peer()), header, policy_);
+namespace {
+
+// What a TCP caller presented: its verified certificate's names (gRPC puts
+// them in the auth context only after verifying the chain against the
+// client CA) and an "authorization: Bearer TOKEN" header.
+TcpProof ProofOf(grpc::CallbackServerContext *ctx) {
+  TcpProof proof;
+  std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context();
+  if (auth && auth->IsPeerAuthenticated()) {
+    for (const grpc::string_ref &cn : auth->FindPropertyValues("x509_common_name"))
+      proof.cert_names.push_back("CN=" + std::string(cn.data(), cn.size()));
+    for (const grpc::string_ref &san : auth->FindPropertyValues("x509_subject_alternative_name"))
+      proof.cert_names.push_back("SAN=" + std::string(san.data(), san.size()));
+  }
+  constexpr std::string_view kBearer = "Bearer ";
+  const auto &metadata = ctx->client_metadata();
+  auto it = metadata.find("authorization");
+  if (it != metadata.end()) {
+    std::string_view value(it->second.data(), it->second.size());
+    if (value.starts_with(kBearer)) value.remove_prefix(kBearer.size());
+    proof.token = std::string(value);
+  }
+  return proof;
+}
+
+}  // namespace
+
+Result<Caller> MetaService::CallerOf(grpc::CallbackServerContext *ctx,
+                                     const rpc::Header &header) const {
+  const std::string peer = ctx->peer();
+  if (peer.rfind("fd:", 0) == 0) return ResolveCaller(peers_->Identify(peer), header, policy_);
+  Result<Peer> tcp = peers_->Identify(peer, ProofOf(ctx), policy_);
+  if (!tcp.ok()) return tcp.status();
+  return ResolveCaller(*tcp, header, policy_);
 }
 
 #define MARU_RPC(Name, Req, Rep)                                                           \
   grpc::ServerUnaryReactor *MetaService::Name(grpc::CallbackServerContext *ctx,            \
                                               const rpc::Req *req, rpc::Rep *rep) {        \
     const int64_t start = MonotonicNs();                                                   \
-    engine_->Name(CallerOf(ctx, req->header()), *req, rep);                                \
-    engine_->op_stats().Record(slots_[k##Name], MonotonicNs() - start, rep->error() != 0); \
     grpc::ServerUnaryReactor *reactor = ctx->DefaultReactor();                             \
+    Result<Caller> caller = CallerOf(ctx, req->header());                                  \
+    if (!caller.ok()) {                                                                    \
+      reactor->Finish(grpc::Status(grpc::StatusCode::UNAUTHENTICATED,                      \
+                                   "maru-server: " + caller.status().message()));          \
+      return reactor;                                                                      \
+    }                                                                                      \
+    engine_->Name(*caller, *req, rep);                                                     \
+    engine_->op_stats().Record(slots_[k##Name], MonotonicNs() - start, rep->error() != 0); \
     reactor->Finish(grpc::Status::OK);                                                     \
     return reactor;                                                                        \
   }

@@ -48,7 +48,8 @@ class MetaService final : public rpc::Meta::CallbackService {
     grpc::MessageHolder<Req, Rep> *AllocateMessages() override { return new Holder(); }
   };
 
-  Caller CallerOf(grpc::CallbackServerContext *ctx, const rpc::Header &header) const;
+  // The caller, or why a TCP caller is refused (a token nobody issued).
+  Result<Caller> CallerOf(grpc::CallbackServerContext *ctx, const rpc::Header &header) const;
 
   MetaEngine *engine_;
   const PeerRegistry *peers_;

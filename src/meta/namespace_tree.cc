@@ -88,12 +88,20 @@ Result<Inode *> NamespaceTree::Walk(Inode *dir, const std::vector<std::string_vi
   return dir;
 }
 
+// An inode number skips the search permission of the directories above it
+// (maru-fuse had the kernel check them): root and the mount daemon only.
+Status MayAddressByIno(const rpc::Ref &ref, const Caller &caller) {
+  if (ref.ino() == 0 || caller.MayAddressInodes()) return Status::Ok();
+  return Status::Error(EPERM, "only root addresses by inode number");
+}
+
 Result<Inode *> NamespaceTree::Resolve(const rpc::Ref &ref, const Caller &caller) const {
   if (!ref.path().empty()) {
     thread_local std::vector<std::string_view> names;
     MARU_RETURN_IF_ERROR(SplitPathViews(ref.path(), &names));
     return Walk(root(), names, names.size(), caller, nullptr);
   }
+  MARU_RETURN_IF_ERROR(MayAddressByIno(ref, caller));
   if (!ref.name().empty()) {
     MARU_RETURN_IF_ERROR(ValidateName(ref.name()));
     Result<Inode *> dir = SearchableDir(ref.ino(), caller);
@@ -121,6 +129,7 @@ Result<NamespaceTree::ParentAndName> NamespaceTree::ResolveParent(const rpc::Ref
   }
   if (ref.name().empty()) return Status::Error(EINVAL, "a name is needed");
   MARU_RETURN_IF_ERROR(ValidateName(ref.name()));
+  MARU_RETURN_IF_ERROR(MayAddressByIno(ref, caller));
   Inode *dir = Find(ref.ino());
   if (!dir) return Status::Error(ESTALE, "no such directory inode");
   if (!dir->is_dir()) return Status::Error(ENOTDIR);

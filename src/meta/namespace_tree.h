@@ -18,6 +18,9 @@ namespace maru {
 
 constexpr uint64_t kRootIno = 1;
 
+// EPERM for a Ref by inode number from a caller that may not address by it.
+Status MayAddressByIno(const rpc::Ref &ref, const Caller &caller);
+
 class NamespaceTree {
  public:
   // Creates a missing directory during a walk (mkdir -p); supplied by the

@@ -30,7 +30,7 @@ Status MetaEngine::Load() {
       ReconcilePoolIdentity(options_.pool_paths, &*contents, &txn.batch, &space_);
   if (!pool.ok()) return pool.status();
   pool_uuid_ = *pool;
-  RestoreInodes(*contents, &txn.batch);
+  MARU_RETURN_IF_ERROR(RestoreInodes(*contents, &txn.batch));
   int64_t grace_ms = options_.grace_ms >= 0 ? options_.grace_ms : options_.session_timeout_ms;
   if (!contents->inodes.empty() || !contents->retired.empty())
     space_.SetGraceUntil(started_ns_ + grace_ms * 1000000);
@@ -45,13 +45,29 @@ Status MetaEngine::Load() {
   return Status::Ok();
 }
 
-void MetaEngine::RestoreInodes(MetaDb::Contents &contents, MetaDb::Batch *batch) {
+Status MetaEngine::RestoreInodes(MetaDb::Contents &contents, MetaDb::Batch *batch) {
   const int64_t now = RealtimeNs();
   AdoptRecords(contents, batch, now);
   MoveOrphansToLostFound(batch, now);
-  tree_.ForEach([&](const Inode &inode) { RestoreChunk(const_cast<Inode &>(inode)); });
-  RestoreRetired(contents);
+  Status restored = Status::Ok();
+  tree_.ForEach([&](const Inode &inode) {
+    if (restored.ok()) restored = RestoreChunk(const_cast<Inode &>(inode));
+  });
+  MARU_RETURN_IF_ERROR(restored);
+  return RestoreRetired(contents);
 }
+
+namespace {
+
+// Two versions claiming one extent: serving on would hand one's bytes to
+// the other's readers as soon as either is freed. Stop, loudly.
+Status Overlapping(const std::string &what, const Status &s) {
+  LOG_ERROR("%s: %s; refusing to start: run `maructl fsck` to see what overlaps", what.c_str(),
+            s.ToString().c_str());
+  return Status::Error(EUCLEAN, what + ": " + s.ToString() + "; run maructl fsck");
+}
+
+}  // namespace
 
 // Every inode into the tree (a fresh root if there was none), and the
 // counters past every number in use.
@@ -102,13 +118,13 @@ void MetaEngine::MoveOrphansToLostFound(MetaDb::Batch *batch, int64_t now) {
 
 // What one inode holds: its space, its place in eviction, its pin, and
 // the reservation of a writer from before the restart.
-void MetaEngine::RestoreChunk(Inode &inode) {
+Status MetaEngine::RestoreChunk(Inode &inode) {
   for (std::optional<Version> *v : {&inode.current, &inode.pending}) {
     if (!*v) continue;
     Status s = space_.MarkUsed((*v)->extents);
     if (!s.ok())
-      LOG_ERROR("%s (generation %lu): %s; run maructl fsck", tree_.PathOf(inode).c_str(), (*v)->gen,
-                s.ToString().c_str());
+      return Overlapping(tree_.PathOf(inode) + " (generation " + std::to_string((*v)->gen) + ")",
+                         s);
   }
   evictor_->Restored(inode);
   if (inode.pinned) ++pins_;
@@ -118,19 +134,21 @@ void MetaEngine::RestoreChunk(Inode &inode) {
     space_.Ref(inode.pending->gen);
     reserved_bytes_ += TotalLength(inode.pending->extents);
   }
+  return Status::Ok();
 }
 
-void MetaEngine::RestoreRetired(const MetaDb::Contents &contents) {
+Status MetaEngine::RestoreRetired(const MetaDb::Contents &contents) {
   for (const schema::Retired &r : contents.retired) {
     ExtentList extents = FromRecordExtents(r.extents());
     Status s = space_.MarkUsed(extents);
-    if (!s.ok()) LOG_ERROR("retired generation %lu: %s", r.gen(), s.ToString().c_str());
+    if (!s.ok()) return Overlapping("retired generation " + std::to_string(r.gen()), s);
     space_.RestoreRetired(r.gen(), extents);
     if (r.writer_session()) {
       OrphanedSession(r.writer_session(), r.writer_uid())->orphan_gens.insert(r.gen());
       space_.Ref(r.gen());
     }
   }
+  return Status::Ok();
 }
 
 // A session known only from what the database says it was writing; it

@@ -5,6 +5,7 @@
 #include <sys/resource.h>
 #include <systemd/sd-daemon.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +19,7 @@
 #include "meta/meta_engine.h"
 #include "meta/meta_service.h"
 #include "meta/metrics_server.h"
+#include "meta/tcp_credentials.h"
 #include "util/address.h"
 #include "util/flags.h"
 #include "util/log.h"
@@ -40,8 +42,13 @@ struct ServerFlags {
   int64_t heartbeat_ms = 3000;
   int64_t grace_ms = -1;
   int64_t max_fragments = 64;
+  // What one request and one session may ask (meta/client_limits.h); 0: no limit.
+  Limits d;
+  int64_t max_keys = d.keys_per_call, max_leases = d.leases_per_session,
+          max_reservations = d.reservations_per_session, max_pins = d.pins_per_session;
   double high_watermark = 0.95, low_watermark = 0.90;
-  bool sync = false, squash_tcp = false, no_fast_lane = false;
+  bool sync = false, squash_tcp = true, no_fast_lane = false;
+  TcpAuthConfig tcp;
 };
 
 int Fail(const std::string &message) {
@@ -77,11 +84,31 @@ int main(int argc, char **argv) {
   flags.Double("low-watermark", &f.low_watermark, "... until it is below this fraction");
   flags.String("eviction", &f.eviction, "eviction policy: lru or prefix");
   flags.Int("max-fragments", &f.max_fragments, "most extents one chunk may span");
+  flags.Int("max-keys", &f.max_keys, "most paths one lookup or batch may name (0: no limit)");
+  flags.Int("max-leases", &f.max_leases,
+            "most leases (open chunks) one non-root session may hold (0: no limit)");
+  flags.Int("max-reservations", &f.max_reservations,
+            "most unsealed writes one non-root session may hold (0: no limit)");
+  flags.Int("max-pins", &f.max_pins, "most pins one non-root session may set (0: no limit)");
   flags.String("root-mode", &f.root_mode,
                "permissions of the root directory when the database is new (octal)");
   flags.Bool("sync", &f.sync, "fsync every metadata write (survives power loss, slower)");
   flags.Bool("tcp-squash", &f.squash_tcp,
-             "treat every TCP caller as nobody instead of trusting the identity it asserts");
+             "accepted for compatibility: an unauthenticated TCP caller is always nobody");
+  flags.String("tls-cert", &f.tcp.tls_cert,
+               "PEM certificate of this server for TCP (mutual TLS, with --tls-key and "
+               "--tls-client-ca)");
+  flags.String("tls-key", &f.tcp.tls_key, "PEM private key of --tls-cert");
+  flags.String("tls-client-ca", &f.tcp.tls_client_ca,
+               "PEM CA that must have signed every TCP client's certificate");
+  flags.Strings("tls-identity", &f.tcp.tls_identities,
+                "CN=NAME=UID[:GID] or SAN=NAME=UID[:GID]: a client certificate acts as this "
+                "user (repeatable; unmapped certificates are nobody)");
+  flags.String("tls-identity-map", &f.tcp.tls_identity_map,
+               "file of --tls-identity lines ('#' comments)");
+  flags.String("token-file", &f.tcp.token_file,
+               "file of 'TOKEN UID[:GID]' lines (mode 0600 or 0400): a TCP caller sending "
+               "'authorization: Bearer TOKEN' acts as that user");
   flags.Bool("no-fast-lane", &f.no_fast_lane,
              "serve lookups, opens and releases over gRPC only (no SOCKET.fast)");
   flags.String("metrics-listen", &f.metrics_listen,
@@ -123,6 +150,13 @@ int main(int argc, char **argv) {
   options.low_watermark = f.low_watermark;
   options.eviction = f.eviction;
   options.max_fragments = static_cast<uint32_t>(std::max<int64_t>(1, f.max_fragments));
+  auto limit = [](int64_t v) {
+    return static_cast<uint32_t>(std::clamp<int64_t>(v, 0, UINT32_MAX));
+  };
+  options.limits.keys_per_call = limit(f.max_keys);
+  options.limits.leases_per_session = limit(f.max_leases);
+  options.limits.reservations_per_session = limit(f.max_reservations);
+  options.limits.pins_per_session = limit(f.max_pins);
   char *end = nullptr;
   options.root_mode = static_cast<uint32_t>(strtoul(f.root_mode.c_str(), &end, 8));
   if (*end || options.root_mode > 07777) return Fail("--root-mode takes octal permissions");
@@ -133,6 +167,13 @@ int main(int argc, char **argv) {
     if (!a.ok()) return Fail(a.status().message());
     addresses.push_back(*a);
   }
+
+  // Who TCP callers may prove to be: refuse to start on a bad token file
+  // rather than serve with fewer users than configured.
+  Result<IdentityPolicy> policy = LoadIdentityPolicy(f.tcp);
+  if (!policy.ok()) return Fail(policy.status().message());
+  Result<std::shared_ptr<grpc::ServerCredentials>> tcp_credentials = TcpServerCredentials(f.tcp);
+  if (!tcp_credentials.ok()) return Fail(tcp_credentials.status().message());
 
   // Signals are taken synchronously by the main thread.
   sigset_t stop_signals;
@@ -156,7 +197,7 @@ int main(int argc, char **argv) {
   if (!engine.ok()) return Fail(engine.status().message());
 
   PeerRegistry peers;
-  MetaService service(engine->get(), &peers, IdentityPolicy::WithTcpSquash(f.squash_tcp));
+  MetaService service(engine->get(), &peers, *policy);
   grpc::ServerBuilder builder;
   builder.RegisterService(&service);
   builder.SetMaxReceiveMessageSize(64 << 20);
@@ -172,13 +213,12 @@ int main(int argc, char **argv) {
       if (!fast_lane && !f.no_fast_lane) {
         fast_lane =
             std::make_unique<FastLaneServer>(addresses[i].path + fastlane::kSuffix, engine->get(),
-                                             IdentityPolicy::WithTcpSquash(f.squash_tcp));
+                                             IdentityPolicy{});  // Unix peers only
         s = fast_lane->Bind();
         if (!s.ok()) return Fail(s.message());
       }
     } else {
-      builder.AddListeningPort(addresses[i].GrpcTarget(), grpc::InsecureServerCredentials(),
-                               &ports[i]);
+      builder.AddListeningPort(addresses[i].GrpcTarget(), *tcp_credentials, &ports[i]);
     }
   }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();

@@ -27,6 +27,7 @@ struct Session {
   std::unordered_set<uint64_t> reservations;  // inodes whose pending version it writes
   // Generations it is still writing whose file was unlinked or replaced.
   std::unordered_set<uint64_t> orphan_gens;
+  uint64_t pins = 0;  // pins it set that it has not taken back (client_limits.h caps them)
 };
 
 class SessionTable {

@@ -1,0 +1,35 @@
+// Which leases a client says it held before a restart are granted again.
+//
+// The claim (inode, generation) is the client's word, not a record: it is
+// honoured only where the caller could get the same lease now, so that a
+// claim cannot skip the checks an open makes.
+#include "meta/engine_op.h"
+#include "meta/meta_engine.h"
+
+namespace maru {
+
+namespace {
+
+// What Open by path would allow: every directory above searchable, the
+// file readable (an inode number alone skips the directories).
+bool CouldOpen(const NamespaceTree &tree, const Inode &inode, const Caller &c) {
+  rpc::Ref ref;
+  ref.set_path(tree.PathOf(inode));
+  Result<Inode *> found = tree.Resolve(ref, c);
+  return found.ok() && *found == &inode && MayAccess(inode, c, kMayRead);
+}
+
+}  // namespace
+
+bool MetaEngine::MayRenew(const Caller &c, const rpc::HeldLease &held, bool resumed) {
+  const Inode *inode = tree_.Find(held.ino());
+  if (inode && !CouldOpen(tree_, *inode, c)) return false;
+  if (inode && inode->current && inode->current->gen == held.gen()) return true;
+  // A retired version (replaced, or its file gone) is not tied to its inode
+  // in the records: only an orphaned session's own uid taking it back may
+  // renew one, of a file it can still open (root: any).
+  if (!resumed || !space_.retired().count(held.gen())) return false;
+  return inode || c.MayAddressInodes();
+}
+
+}  // namespace maru
