@@ -283,7 +283,24 @@ int maru_connect_ex(const char *target, const maru_connect_opts_t *opts, maru_t 
         for (const rpc::Device &d : rep.devices()) now[d.index()] = d.agent();
       return now;
     };
-    auto remote = maru::RemotePool::Create(agents, options.call_timeout_ms, refresh);
+    // The server vouches to the agent for what this session holds.
+    auto issue = [meta](uint32_t device, const std::vector<maru::RemotePool::Range> &ranges,
+                        bool writable) -> maru::Result<std::string> {
+      rpc::IssueGrantRequest req;
+      req.set_device(device);
+      req.set_writable(writable);
+      for (const maru::RemotePool::Range &r : ranges) {
+        rpc::Extent *e = req.add_extents();
+        e->set_device(device);
+        e->set_offset(r.offset);
+        e->set_length(r.length);
+      }
+      rpc::GrantReply rep;
+      if (int rc = meta->Call(&Stub::IssueGrant, req, &rep))
+        return maru::Status::Error(-rc, "no grant for the extents");
+      return rep.grant().SerializeAsString();
+    };
+    auto remote = maru::RemotePool::Create(agents, options.call_timeout_ms, refresh, issue);
     if (!remote.ok()) return -remote.status().errnum();
     m->remote = std::move(*remote);
   }

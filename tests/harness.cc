@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -380,13 +381,41 @@ void Agent::Kill9() {
   pid_ = -1;
 }
 
+int NetNs::ClaimSubnet() {
+  // Two namespaces on one subnet (concurrent test runs, or a veth a killed
+  // run left behind) send the host's replies down the wrong veth, where the
+  // other side answers with a reset.
+  static std::atomic<int> counter{0};
+  const int start = getpid() * 7 + counter++;
+  for (int k = 0; k < 250; ++k) {
+    const int id = (start + k) % 250 + 1;
+    const std::string lock = "/tmp/maru-test-netns-" + std::to_string(id) + ".lock";
+    int fd = open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0) continue;
+    std::string routes;
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0 &&
+        Run("ip -4 route show 10.213." + std::to_string(id) + ".0/24", &routes) == 0 &&
+        routes.empty()) {
+      lock_fd_ = fd;
+      return id;
+    }
+    close(fd);
+  }
+  return 0;
+}
+
 NetNs::NetNs() {
   static std::atomic<int> counter{0};
   const int n = counter++;
-  const int id = (getpid() * 7 + n) % 250 + 1;
+  const int id = ClaimSubnet();
+  if (id == 0) {
+    fprintf(stderr, "cannot set up a network namespace: no free 10.213.N.0/24 subnet\n");
+    return;
+  }
   name_ = UniqueName("maru-ns");
   host_if_ = "mh" + std::to_string(getpid() % 100000) + "x" + std::to_string(n);
-  const std::string peer_if = "mp" + std::to_string(getpid() % 100000) + "x" + std::to_string(n);
+  peer_if_ = "mp" + std::to_string(getpid() % 100000) + "x" + std::to_string(n);
+  const std::string &peer_if = peer_if_;
   host_ip_ = "10.213." + std::to_string(id) + ".1";
   const std::string peer_ip = "10.213." + std::to_string(id) + ".2";
   std::string out;
@@ -402,8 +431,10 @@ NetNs::NetNs() {
 }
 
 NetNs::~NetNs() {
+  if (lock_fd_ < 0) return;
   Run("ip link del " + host_if_);
   Run("ip netns del " + name_);
+  close(lock_fd_);
 }
 
 }  // namespace maru_test

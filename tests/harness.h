@@ -103,11 +103,23 @@ class NetNs {
   ~NetNs();
   bool ok() const { return ok_; }
   const std::string &host_ip() const { return host_ip_; }  // the host's end
-  // Prefix that runs a command inside the namespace.
-  std::string Exec() const { return "ip netns exec " + name_ + " "; }
+  // Prefix that runs a command inside the namespace. UCX there uses the
+  // namespace's veth only.
+  std::string Exec() const {
+    return "ip netns exec " + name_ + " env UCX_NET_DEVICES=" + peer_if_ + " ";
+  }
+  // The host's end of the veth: what a UCX process on the host should use
+  // (UCX_NET_DEVICES), not the veths of other test runs that come and go.
+  const std::string &host_if() const { return host_if_; }
 
  private:
-  std::string name_, host_if_, host_ip_;
+  // Claims a 10.213.N.0/24 subnet no other namespace on this host uses (an
+  // exclusive lock per N across processes, and no route to it already);
+  // returns N, or 0 if none is free.
+  int ClaimSubnet();
+
+  std::string name_, host_if_, peer_if_, host_ip_;
+  int lock_fd_ = -1;  // holds the subnet's lock while the namespace lives
   bool ok_ = false;
 };
 

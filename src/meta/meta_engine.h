@@ -96,8 +96,10 @@ class MetaEngine {
   void ListChunks(const Caller &c, const rpc::ListChunksRequest &req, rpc::ListChunksReply *rep);
   void Evict(const Caller &c, const rpc::EvictRequest &req, rpc::EvictReply *rep);
   void Fsck(const Caller &c, const rpc::StatsRequest &req, rpc::FsckReply *rep);
-  void RegisterAgent(const Caller &c, const rpc::RegisterAgentRequest &req, rpc::ErrorReply *rep);
+  void RegisterAgent(const Caller &c, const rpc::RegisterAgentRequest &req,
+                     rpc::RegisterAgentReply *rep);
   void CheckExtents(const Caller &c, const rpc::CheckExtentsRequest &req, rpc::ErrorReply *rep);
+  void IssueGrant(const Caller &c, const rpc::IssueGrantRequest &req, rpc::GrantReply *rep);
 
   // What Stats reports, without a session (for /metrics).
   void Snapshot(rpc::StatsReply *rep);
@@ -227,6 +229,14 @@ class MetaEngine {
     uint64_t session = 0;
   };
   std::map<uint32_t, AgentInfo> agents_;  // device index -> the agent serving it
+  // Whether `session` holds every one of `extents` of `device`: a lease or
+  // its own reservation, or (`writable`) its own unsealed reservation only.
+  Status HoldsExtents(const Session &session, uint32_t device,
+                      const google::protobuf::RepeatedPtrField<rpc::Extent> &extents,
+                      bool writable);
+  // Signs grants; drawn at start, handed to agents at RegisterAgent.
+  std::string grant_key_;
+  uint64_t grant_serial_ = 0;
   // --- Batched and lease-free operations (issue #13): private part ---
   // The bodies of Create and Seal, for calls that run several of them (or
   // one with more) under one lock and one commit.

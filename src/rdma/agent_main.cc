@@ -24,11 +24,14 @@ int Fail(const std::string &message) {
   return 1;
 }
 
-// Tells the server which devices this agent serves, and where.
-int Register(MetaClient &client, const rpc::RegisterAgentRequest &req) {
+// Tells the server which devices this agent serves, and where; the reply
+// carries the key the server signs grants with (new after a restart).
+int Register(MetaClient &client, const rpc::RegisterAgentRequest &req, UcxAgent *agent) {
   rpc::RegisterAgentRequest r = req;
-  rpc::ErrorReply rep;
-  return client.Call(&rpc::Meta::Stub::RegisterAgent, r, &rep);
+  rpc::RegisterAgentReply rep;
+  int rc = client.Call(&rpc::Meta::Stub::RegisterAgent, r, &rep);
+  if (rc == 0) agent->set_grant_key(rep.grant_key());
+  return rc;
 }
 
 std::string Hostname() {
@@ -42,18 +45,21 @@ std::string Hostname() {
 int main(int argc, char **argv) {
   SetLogTag("maru-agent");
   std::vector<std::string> pools;
-  std::string server = kDefaultServerAddress, listen = "tcp://0.0.0.0:7071", advertise,
+  std::string server = kDefaultServerAddress, listen = "tcp://127.0.0.1:7071", advertise,
               log_level = "info";
   Flags flags(
       "maru-agent --pool PATH [--pool PATH...] [--server ADDRESS] [--listen tcp://HOST:PORT]",
       "Serves pool devices of this memory node to hosts that cannot map them: remote\n"
-      "clients read and write extents with UCX one-sided get/put, after maru-server\n"
-      "confirms their session holds them. UCX picks the transport (UCX_TLS): RDMA\n"
+      "clients read and write extents with UCX one-sided get/put, under grants that\n"
+      "maru-server issues for extents their session holds. UCX picks the transport (UCX_TLS): "
+      "RDMA\n"
       "verbs where there is a NIC, TCP where there is none.");
   flags.Strings("pool", &pools,
                 "pool device to serve (repeatable); it must belong to the server's pool");
   flags.String("server", &server, "maru-server address");
-  flags.String("listen", &listen, "where remote clients connect (port 0: any free port)");
+  flags.String("listen", &listen,
+               "where remote clients connect (default tcp://127.0.0.1:7071, loopback only: name\n"
+               "the address of a trusted network to serve other hosts; port 0: any free port)");
   flags.String(
       "advertise", &advertise,
       "the address clients are told (default: --listen, with this host's name for 0.0.0.0)");
@@ -106,7 +112,9 @@ int main(int argc, char **argv) {
     advertise = "tcp://" + host + ":" + std::to_string((*agent)->port());
   }
   registration.set_address(advertise);
-  if (int rc = Register(*meta, registration))
+  // A grant the agent cannot verify may come from a restarted server.
+  (*agent)->set_key_refresher([&] { Register(*meta, registration, agent->get()); });
+  if (int rc = Register(*meta, registration, agent->get()))
     return Fail("cannot register with " + server + ": " + strerror(-rc));
   LOG_INFO("serving %d device(s) at %s", registration.device_uuids_size(), advertise.c_str());
 
@@ -119,7 +127,7 @@ int main(int argc, char **argv) {
   sigaction(SIGTERM, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
   (*agent)->Run([&] {
-    if (resumed.exchange(false)) Register(*meta, registration);
+    if (resumed.exchange(false)) Register(*meta, registration, agent->get());
   });
   g_agent = nullptr;
   LOG_INFO("stopping");

@@ -12,10 +12,12 @@
 namespace maru {
 
 Result<std::unique_ptr<RemotePool>> RemotePool::Create(AgentMap agents, int64_t timeout_ms,
-                                                       std::function<AgentMap()> refresh) {
+                                                       std::function<AgentMap()> refresh,
+                                                       Issuer issue) {
   std::unique_ptr<RemotePool> pool(new RemotePool());
   pool->timeout_ms_ = timeout_ms;
   pool->refresh_ = std::move(refresh);
+  pool->issue_ = std::move(issue);
   Result<std::unique_ptr<UcxWorker>> ucx = UcxWorker::Create();
   if (!ucx.ok()) return ucx.status();
   pool->ucx_ = std::move(*ucx);
@@ -48,20 +50,33 @@ ucs_status_t RemotePool::OnReply(void *arg, const void *, size_t, void *data, si
   // The message may sit at any alignment in UCX's buffer: copy its header out.
   wire::GrantReply r;
   memcpy(&r, data, sizeof(r));
-  if (sizeof(wire::GrantReply) + r.rkey_bytes > length) return UCS_OK;
-  Reply &out = self->replies_[r.request_id];
+  Reply out;
   out.error = r.error;
   out.base = r.remote_base;
-  const auto *rkey = static_cast<const uint8_t *>(data) + sizeof(wire::GrantReply);
-  out.rkey.assign(rkey, rkey + r.rkey_bytes);
-  if (r.error == 0 && r.rkey_bytes == 0) out.error = EPROTO;
+  const auto *at = static_cast<const uint8_t *>(data) + sizeof(wire::GrantReply);
+  const auto *end = static_cast<const uint8_t *>(data) + length;
+  for (uint32_t i = 0; i < r.count && out.error == 0; ++i) {
+    uint32_t n = 0;
+    if (end - at < static_cast<ptrdiff_t>(sizeof(n))) break;
+    memcpy(&n, at, sizeof(n));
+    at += sizeof(n);
+    if (static_cast<size_t>(end - at) < n) break;
+    out.rkeys.emplace_back(at, at + n);
+    at += n;
+  }
+  if (r.error == 0 && (r.count == 0 || out.rkeys.size() != r.count)) out.error = EPROTO;
+  self->replies_[r.request_id] = std::move(out);
   return UCS_OK;
+}
+
+void RemotePool::DropKeys(Agent &agent) {
+  for (ucp_rkey_h k : agent.rkeys) ucp_rkey_destroy(k);
+  agent.rkeys.clear();
 }
 
 void RemotePool::Disconnect(Agent &agent) {
   if (agent.failed) agent.lost = true;
-  if (agent.rkey) ucp_rkey_destroy(agent.rkey);
-  agent.rkey = nullptr;
+  DropKeys(agent);
   if (agent.ep) {
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
@@ -105,22 +120,24 @@ Status RemotePool::Connect(Agent &agent) {
   return Status::Ok();
 }
 
-Status RemotePool::Grant(Agent &agent, uint64_t session, uint32_t device,
-                         const std::vector<const Transfer *> &transfers) {
-  std::vector<uint8_t> msg(sizeof(wire::GrantRequest) + transfers.size() * 16);
-  auto *req = reinterpret_cast<wire::GrantRequest *>(msg.data());
-  req->request_id = next_request_++;
-  req->session = session;
-  req->device = device;
-  req->count = static_cast<uint32_t>(transfers.size());
-  for (size_t i = 0; i < transfers.size(); ++i) {
-    req->extents[i].offset = transfers[i]->offset;
-    req->extents[i].length = transfers[i]->length;
-  }
+Status RemotePool::Grant(Agent &agent, uint32_t device,
+                         const std::vector<const Transfer *> &transfers, bool put,
+                         std::vector<ucp_rkey_h> *keys, uint64_t *base) {
+  std::vector<Range> ranges;
+  for (const Transfer *t : transfers) ranges.push_back({t->offset, t->length});
+  Result<std::string> grant =
+      issue_ ? issue_(device, ranges, put) : Status::Error(EPERM, "no grant issuer");
+  if (!grant.ok()) return grant.status();
+  std::vector<uint8_t> msg(sizeof(wire::GrantRequest) + grant->size());
+  wire::GrantRequest head{};
+  head.request_id = next_request_++;
+  head.grant_bytes = static_cast<uint32_t>(grant->size());
+  memcpy(msg.data(), &head, sizeof(head));
+  memcpy(msg.data() + sizeof(head), grant->data(), grant->size());
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   p.flags = UCP_AM_SEND_FLAG_REPLY;
-  const uint64_t id = req->request_id;
+  const uint64_t id = head.request_id;
   ucs_status_t st = ucx_->Wait(
       ucp_am_send_nbx(agent.ep, wire::kGrantRequestId, nullptr, 0, msg.data(), msg.size(), &p),
       timeout_ms_, [&] {
@@ -137,40 +154,44 @@ Status RemotePool::Grant(Agent &agent, uint64_t session, uint32_t device,
   Reply reply = std::move(replies_[id]);
   replies_.erase(id);
   agent.proven = true;  // a full round trip: the connection is up
-  if (reply.error) return Status::Error(reply.error, "agent refused the extents");
-  if (!agent.rkey || agent.base != reply.base) {
-    if (agent.rkey) ucp_rkey_destroy(agent.rkey);
-    agent.rkey = nullptr;
-    st = ucp_ep_rkey_unpack(agent.ep, reply.rkey.data(), &agent.rkey);
+  if (reply.error)
+    return Status::Error(reply.error,
+                         "agent " + agent.address + " refused the grant: " + strerror(reply.error));
+  if (reply.rkeys.size() != transfers.size())
+    return Status::Error(EPROTO, "agent " + agent.address + " sent the wrong number of keys");
+  for (const std::vector<uint8_t> &packed : reply.rkeys) {
+    ucp_rkey_h k = nullptr;
+    st = ucp_ep_rkey_unpack(agent.ep, packed.data(), &k);
     if (st != UCS_OK) return Status::Error(UcsErrno(st), "bad remote key from " + agent.address);
-    agent.base = reply.base;
+    agent.rkeys.push_back(k);  // destroyed once the transfers are done
+    keys->push_back(k);
   }
+  *base = reply.base;
   return Status::Ok();
 }
 
-Status RemotePool::Move(uint64_t session, const std::vector<Transfer> &transfers, bool put) {
+Status RemotePool::Move(const std::vector<Transfer> &transfers, bool put) {
   std::lock_guard<std::mutex> lock(mu_);
   bool fresh_failed = false;
-  Status s = MoveOnce(session, transfers, put, &fresh_failed);
+  Status s = MoveOnce(transfers, put, &fresh_failed);
   // UCX may reset a connection while setting it up (seen over TCP under
   // load). One that never completed an exchange is made again, once: the
   // transfers are idempotent. A proven connection that breaks is reported.
   if (!s.ok() && fresh_failed) {
     LOG_INFO("%s; connecting again", s.ToString().c_str());
-    s = MoveOnce(session, transfers, put, &fresh_failed);
+    s = MoveOnce(transfers, put, &fresh_failed);
   }
   if (!s.ok()) LOG_WARN("%s", s.ToString().c_str());
   return s;
 }
 
-Status RemotePool::MoveOnce(uint64_t session, const std::vector<Transfer> &transfers, bool put,
-                            bool *fresh_failed) {
+Status RemotePool::MoveOnce(const std::vector<Transfer> &transfers, bool put, bool *fresh_failed) {
   std::map<uint32_t, std::vector<const Transfer *>> by_device;
   for (const Transfer &t : transfers) by_device[t.device].push_back(&t);
   std::vector<std::pair<Agent *, void *>> requests;
   Status result;
   for (auto &[device, list] : by_device) {
-    result = Post(session, device, list, put, &requests);
+    result = Post(device, list, put, &requests);
     if (!result.ok()) break;  // but what was posted is still waited for
   }
   // The caller frees its buffers once this returns: every request posted
@@ -192,12 +213,12 @@ Status RemotePool::MoveOnce(uint64_t session, const std::vector<Transfer> &trans
   for (auto &[device, agent] : agents_) {
     if (agent.failed && !agent.proven) *fresh_failed = true;
     if (agent.failed) Disconnect(agent);
+    DropKeys(agent);  // every transfer that used them is finished
   }
   return result;
 }
 
-Status RemotePool::Post(uint64_t session, uint32_t device,
-                        const std::vector<const Transfer *> &list, bool put,
+Status RemotePool::Post(uint32_t device, const std::vector<const Transfer *> &list, bool put,
                         std::vector<std::pair<Agent *, void *>> *requests) {
   auto it = agents_.find(device);
   if (it == agents_.end())
@@ -208,17 +229,19 @@ Status RemotePool::Post(uint64_t session, uint32_t device,
   for (size_t first = 0; first < list.size(); first += wire::kMaxGrantExtents) {
     const size_t n = std::min<size_t>(wire::kMaxGrantExtents, list.size() - first);
     std::vector<const Transfer *> part(list.begin() + first, list.begin() + first + n);
-    Status granted = Grant(agent, session, device, part);
+    std::vector<ucp_rkey_h> keys;
+    uint64_t base = 0;
+    Status granted = Grant(agent, device, part, put, &keys, &base);
     if (!granted.ok()) {
       if (agent.failed) agent.lost = true;  // the next call reconnects, maybe elsewhere
       return granted;
     }
     // Every transfer of the grant in flight at once.
-    for (const Transfer *t : part) {
+    for (size_t i = 0; i < part.size(); ++i) {
+      const Transfer *t = part[i];
       ucp_request_param_t p{};
-      void *r =
-          put ? ucp_put_nbx(agent.ep, t->local, t->length, agent.base + t->offset, agent.rkey, &p)
-              : ucp_get_nbx(agent.ep, t->local, t->length, agent.base + t->offset, agent.rkey, &p);
+      void *r = put ? ucp_put_nbx(agent.ep, t->local, t->length, base + t->offset, keys[i], &p)
+                    : ucp_get_nbx(agent.ep, t->local, t->length, base + t->offset, keys[i], &p);
       requests->emplace_back(&agent, r);
     }
   }

@@ -1,8 +1,9 @@
 // RemotePool: a client's way to pool devices it cannot map, through the
 // maru-agent of each device. Bytes move with one-sided UCX get/put between
-// the caller's buffers and the agent's registered pool memory; before each
-// transfer the agent checks with maru-server that this client's session
-// holds the extents it names.
+// the caller's buffers and the agent's pool memory. Before each batch of
+// transfers the client gets a grant for their extents from maru-server
+// (read-only under a lease, writable for its own reservation) and presents
+// it to the agent, which answers with remote keys for just those extents.
 //
 // Thread-safe (one lock around the UCX worker). An agent that dies makes the
 // transfers in flight fail with ECONNRESET; the next call reconnects.
@@ -30,20 +31,30 @@ class RemotePool {
   };
 
   using AgentMap = std::map<uint32_t, std::string>;  // device index -> tcp://HOST:PORT
+  struct Range {
+    uint64_t offset;
+    uint64_t length;
+  };
+  // Asks maru-server for a grant on `ranges` of `device` (rpc::Grant,
+  // serialized), or its error.
+  using Issuer = std::function<Result<std::string>(
+      uint32_t device, const std::vector<Range> &ranges, bool writable)>;
 
   // `refresh` asks the server where the agents are now: an agent that went
   // away may come back elsewhere.
   static Result<std::unique_ptr<RemotePool>> Create(AgentMap agents, int64_t timeout_ms,
-                                                    std::function<AgentMap()> refresh);
+                                                    std::function<AgentMap()> refresh,
+                                                    Issuer issue);
   ~RemotePool();
 
   bool serves(uint32_t device) const { return agents_.count(device) > 0; }
   // All transfers in flight at once; returns when all are done or one failed.
-  Status Get(uint64_t session, const std::vector<Transfer> &transfers) {
-    return Move(session, transfers, false);
+  // The session is the one the issuer's grants name.
+  Status Get(uint64_t /*session*/, const std::vector<Transfer> &transfers) {
+    return Move(transfers, false);
   }
-  Status Put(uint64_t session, const std::vector<Transfer> &transfers) {
-    return Move(session, transfers, true);
+  Status Put(uint64_t /*session*/, const std::vector<Transfer> &transfers) {
+    return Move(transfers, true);
   }
 
  private:
@@ -51,30 +62,31 @@ class RemotePool {
     std::string address;
     ucp_ep_h ep = nullptr;
     bool failed = false;
-    ucp_rkey_h rkey = nullptr;
-    uint64_t base = 0;
-    bool lost = false;    // went away: look its address up again before reconnecting
-    bool proven = false;  // this connection completed an exchange
+    std::vector<ucp_rkey_h> rkeys;  // of the grants of the transfers in flight
+    bool lost = false;              // went away: look its address up again before reconnecting
+    bool proven = false;            // this connection completed an exchange
   };
   struct Reply {
     int error = 0;
     uint64_t base = 0;
-    std::vector<uint8_t> rkey;
+    std::vector<std::vector<uint8_t>> rkeys;  // one per extent of the grant
   };
 
   RemotePool() = default;
-  Status Move(uint64_t session, const std::vector<Transfer> &transfers, bool put);
+  Status Move(const std::vector<Transfer> &transfers, bool put);
   // One try; `fresh_failed` tells whether a connection failed before its
   // first complete exchange.
-  Status MoveOnce(uint64_t session, const std::vector<Transfer> &transfers, bool put,
-                  bool *fresh_failed);
+  Status MoveOnce(const std::vector<Transfer> &transfers, bool put, bool *fresh_failed);
   // Grants and posts the transfers of one device, appending the requests.
-  Status Post(uint64_t session, uint32_t device, const std::vector<const Transfer *> &list,
-              bool put, std::vector<std::pair<Agent *, void *>> *requests);
+  Status Post(uint32_t device, const std::vector<const Transfer *> &list, bool put,
+              std::vector<std::pair<Agent *, void *>> *requests);
   Status Connect(Agent &agent);
   void Disconnect(Agent &agent);
-  Status Grant(Agent &agent, uint64_t session, uint32_t device,
-               const std::vector<const Transfer *> &t);
+  static void DropKeys(Agent &agent);
+  // Presents a grant for `t` to the agent; `keys` gets one remote key per
+  // transfer, and `base` where the device sits in the agent.
+  Status Grant(Agent &agent, uint32_t device, const std::vector<const Transfer *> &t, bool put,
+               std::vector<ucp_rkey_h> *keys, uint64_t *base);
   static void OnError(void *arg, ucp_ep_h ep, ucs_status_t status);
   static ucs_status_t OnReply(void *arg, const void *header, size_t header_length, void *data,
                               size_t length, const ucp_am_recv_param_t *param);
@@ -86,6 +98,7 @@ class RemotePool {
   uint64_t next_request_ = 1;
   int64_t timeout_ms_ = 10000;
   std::function<AgentMap()> refresh_;
+  Issuer issue_;
 };
 
 }  // namespace maru

@@ -7,8 +7,11 @@
 #include <algorithm>
 #include <cstring>
 
+#include "grant_mac.h"
 #include "rdma/ucx_wire.h"
+#include "util/clock.h"
 #include "util/log.h"
+#include "util/units.h"
 
 namespace maru {
 
@@ -22,27 +25,14 @@ Result<std::unique_ptr<UcxAgent>> UcxAgent::Start(
   if (!ucx.ok()) return ucx.status();
   agent->ucx_ = std::move(*ucx);
 
-  // Register each device once, whole: remote clients address it directly.
-  for (auto &[index, dev] : agent->devices_) {
-    Registered reg;
-    reg.device = dev.get();
-    ucp_mem_map_params_t mp{};
-    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
-    mp.address = dev->base();
-    mp.length = dev->mapped_bytes();
-    ucs_status_t st = ucp_mem_map(agent->ucx_->context(), &mp, &reg.memh);
-    if (st != UCS_OK)
-      return Status::Error(UcsErrno(st), "cannot register " + dev->path() + " with UCX");
-    void *packed = nullptr;
-    size_t size = 0;
-    st = ucp_rkey_pack(agent->ucx_->context(), reg.memh, &packed, &size);
-    if (st != UCS_OK || size > wire::kMaxRkeyBytes)
-      return Status::Error(EIO, "cannot pack a remote key");
-    reg.rkey.assign(static_cast<uint8_t *>(packed), static_cast<uint8_t *>(packed) + size);
-    ucp_rkey_buffer_release(packed);
-    agent->registered_[index] = std::move(reg);
-  }
+  // Extents are registered one by one as grants name them.
+  agent->registry_ = std::make_unique<ExtentRegistry>(agent->ucx_->context());
 
+  // Every other id gets a handler that drops the message: UCX 1.13 crashed
+  // the agent on a message under an id with no handler (a test sends some).
+  for (unsigned id = 0; id <= UINT16_MAX; ++id)
+    if (id != wire::kGrantRequestId)
+      MARU_RETURN_IF_ERROR(agent->ucx_->SetHandler(id, OnStray, nullptr));
   MARU_RETURN_IF_ERROR(agent->ucx_->SetHandler(wire::kGrantRequestId, OnGrant, agent.get()));
 
   addrinfo hints{}, *res = nullptr;
@@ -81,9 +71,9 @@ UcxAgent::~UcxAgent() {
     p.flags = UCP_EP_CLOSE_FLAG_FORCE;
     ucx_->Wait(ucp_ep_close_nbx(ep, &p), 1000);
   }
+  ReapReplies();
   if (listener_) ucp_listener_destroy(listener_);
-  for (auto &[index, reg] : registered_)
-    if (reg.memh) ucp_mem_unmap(ucx_->context(), reg.memh);
+  registry_.reset();
 }
 
 void UcxAgent::OnConnect(ucp_conn_request_h request, void *arg) {
@@ -118,6 +108,13 @@ ucs_status_t UcxAgent::OnGrant(void *arg, const void *, size_t, void *data, size
   if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ||
       !(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP))
     return UCS_OK;  // not a grant request this agent can answer
+  // An honest client waits for each answer: one that piles up requests (or
+  // does not read its replies) is dropped rather than queued without bound.
+  if (self->Backlog(param->reply_ep) >= kMaxBacklog) {
+    LOG_WARN("a client has %zu grant requests outstanding; dropping it", kMaxBacklog);
+    self->failed_.push_back(param->reply_ep);
+    return UCS_OK;
+  }
   // Answered from the main loop: asking the server must not block progress.
   PendingGrant g{param->reply_ep, std::vector<uint8_t>(static_cast<uint8_t *>(data),
                                                        static_cast<uint8_t *>(data) + length)};
@@ -125,52 +122,144 @@ ucs_status_t UcxAgent::OnGrant(void *arg, const void *, size_t, void *data, size
   return UCS_OK;
 }
 
-void UcxAgent::Answer(const PendingGrant &grant) {
-  std::vector<uint8_t> out(sizeof(wire::GrantReply));
-  auto reply = [&]() { return reinterpret_cast<wire::GrantReply *>(out.data()); };
-  reply()->error = EINVAL;
-  if (grant.request.size() >= sizeof(wire::GrantRequest)) {
-    const auto *req = reinterpret_cast<const wire::GrantRequest *>(grant.request.data());
-    reply()->request_id = req->request_id;
-    const size_t need =
-        sizeof(wire::GrantRequest) + static_cast<size_t>(req->count) * sizeof(req->extents[0]);
-    auto reg = registered_.find(req->device);
-    if (req->count > wire::kMaxGrantExtents || grant.request.size() < need) {
-      reply()->error = EINVAL;
-    } else if (reg == registered_.end()) {
-      reply()->error = ENODEV;
-    } else {
-      rpc::CheckExtentsRequest check;
-      check.set_client_session(req->session);
-      check.set_device(req->device);
-      for (uint32_t i = 0; i < req->count; ++i) {
-        rpc::Extent *e = check.add_extents();
-        e->set_device(req->device);
-        e->set_offset(req->extents[i].offset);
-        e->set_length(req->extents[i].length);
-      }
-      rpc::ErrorReply rep;
-      int rc = client_->Call(&rpc::Meta::Stub::CheckExtents, check, &rep);
-      reply()->error = -rc;
-      if (rc == 0) {
-        const std::vector<uint8_t> &rkey = reg->second.rkey;
-        out.resize(sizeof(wire::GrantReply) + rkey.size());
-        reply()->rkey_bytes = static_cast<uint32_t>(rkey.size());
-        reply()->remote_base = reinterpret_cast<uint64_t>(reg->second.device->base());
-        memcpy(reply()->rkey, rkey.data(), rkey.size());
-      }
-    }
+ucs_status_t UcxAgent::OnStray(void *, const void *, size_t, void *, size_t,
+                               const ucp_am_recv_param_t *) {
+  return UCS_OK;  // not ours to answer
+}
+
+bool UcxAgent::Authentic(const rpc::Grant &grant) {
+  if (GrantMacValid(grant_key_, grant)) return true;
+  const int64_t now_ms = MonotonicNs() / 1000000;
+  if (!refresh_key_ || now_ms - key_refreshed_ms_ < 1000) return false;
+  key_refreshed_ms_ = now_ms;
+  refresh_key_();
+  return GrantMacValid(grant_key_, grant);
+}
+
+size_t UcxAgent::Backlog(ucp_ep_h ep) const {
+  return std::count_if(pending_.begin(), pending_.end(),
+                       [&](const PendingGrant &g) { return g.reply_ep == ep; }) +
+         std::count_if(sending_.begin(), sending_.end(),
+                       [&](const Sending &s) { return s.ep == ep; });
+}
+
+int UcxAgent::Verify(const std::vector<uint8_t> &request, rpc::Grant *grant) {
+  wire::GrantRequest head;
+  if (request.size() < sizeof(head)) return EINVAL;
+  memcpy(&head, request.data(), sizeof(head));
+  if (head.grant_bytes > wire::kMaxGrantBytes || request.size() < sizeof(head) + head.grant_bytes)
+    return EINVAL;
+  if (!grant->ParseFromArray(request.data() + sizeof(head), static_cast<int>(head.grant_bytes)))
+    return EINVAL;
+  // The server's signature, not the client's word: a forged or altered grant
+  // (another session, other extents, write for read) fails here.
+  if (!Authentic(*grant)) {
+    LOG_WARN("refused a grant with a bad MAC (session %016lx)", grant->session());
+    return EKEYREJECTED;
   }
+  if (grant->expires_ms() <= RealtimeNs() / 1000000) return EKEYEXPIRED;
+  auto dev = devices_.find(grant->device());
+  if (dev == devices_.end()) return ENODEV;
+  if (grant->extents_size() == 0 ||
+      grant->extents_size() > static_cast<int>(wire::kMaxGrantExtents))
+    return EINVAL;
+  const uint64_t size = dev->second->mapped_bytes();
+  for (const rpc::Extent &e : grant->extents())
+    if (e.device() != grant->device() || e.length() == 0 || e.offset() >= size ||
+        e.length() > size - e.offset())
+      return EINVAL;
+  return 0;
+}
+
+int UcxAgent::Admit(const std::vector<uint8_t> &request, std::vector<uint8_t> *out) {
+  rpc::Grant grant;
+  if (int error = Verify(request, &grant)) return error;
+  PoolDevice *dev = devices_.at(grant.device()).get();
+  // Still held? A lease released or a reservation sealed or aborted revokes
+  // the grant before it expires.
+  rpc::CheckExtentsRequest check;
+  check.set_client_session(grant.session());
+  check.set_device(grant.device());
+  *check.mutable_extents() = grant.extents();
+  check.set_writable(grant.writable());
+  rpc::ErrorReply rep;
+  if (int rc = client_->Call(&rpc::Meta::Stub::CheckExtents, check, &rep)) return -rc;
+  // Keys outlive the grant by one more TTL: transfers posted just before it
+  // expires must be able to finish.
+  const int64_t until_ms = grant.expires_ms() + kMaxGrantTtlMs;
+  for (const rpc::Extent &e : grant.extents()) {
+    auto key = registry_->Key(grant.device(), dev->base(), e.offset(), e.length(), grant.writable(),
+                              until_ms, grant.writable() ? grant.session() : 0);
+    if (!key.ok()) return key.status().errnum();
+    const uint32_t n = static_cast<uint32_t>((*key)->size());
+    out->insert(out->end(), reinterpret_cast<const uint8_t *>(&n),
+                reinterpret_cast<const uint8_t *>(&n) + sizeof(n));
+    out->insert(out->end(), (*key)->begin(), (*key)->end());
+  }
+  auto *reply = reinterpret_cast<wire::GrantReply *>(out->data());
+  reply->count = static_cast<uint32_t>(grant.extents_size());
+  reply->remote_base = reinterpret_cast<uint64_t>(dev->base());
+  return 0;
+}
+
+void UcxAgent::Answer(const PendingGrant &grant) {
+  Sending s{grant.reply_ep, nullptr, std::vector<uint8_t>(sizeof(wire::GrantReply)),
+            MonotonicNs() / 1000000 + kReplyTimeoutMs};
+  wire::GrantRequest head{};
+  if (grant.request.size() >= sizeof(head)) memcpy(&head, grant.request.data(), sizeof(head));
+  const int error = Admit(grant.request, &s.buffer);
+  auto *reply = reinterpret_cast<wire::GrantReply *>(s.buffer.data());
+  reply->request_id = head.request_id;
+  reply->error = error;
+  if (error) {
+    LOG_DEBUG("grant refused: %s", strerror(error));
+    s.buffer.resize(sizeof(wire::GrantReply));
+    reply = reinterpret_cast<wire::GrantReply *>(s.buffer.data());
+    reply->count = 0;
+  }
+  // Sent without waiting: a client that does not read its replies must not
+  // hold up the others. ReapReplies() frees the buffer once UCX is done.
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   p.flags = UCP_AM_SEND_FLAG_REPLY;
-  ucs_status_t st = ucx_->Wait(
-      ucp_am_send_nbx(grant.reply_ep, wire::kGrantReplyId, nullptr, 0, out.data(), out.size(), &p),
-      5000, [&] {
-        failed_.push_back(grant.reply_ep);  // a client that does not drain: drop it
-        CloseFailedEndpoints();
-      });
-  if (st != UCS_OK) LOG_DEBUG("grant reply not delivered: %s", ucs_status_string(st));
+  s.request = ucp_am_send_nbx(grant.reply_ep, wire::kGrantReplyId, nullptr, 0, s.buffer.data(),
+                              s.buffer.size(), &p);
+  if (s.request == nullptr) return;  // sent already
+  if (UCS_PTR_IS_ERR(s.request)) {
+    LOG_DEBUG("grant reply not sent: %s", ucs_status_string(UCS_PTR_STATUS(s.request)));
+    return;
+  }
+  sending_.push_back(std::move(s));
+}
+
+void UcxAgent::ReapReplies() {
+  const int64_t now_ms = MonotonicNs() / 1000000;
+  std::erase_if(sending_, [&](Sending &s) {
+    if (ucp_request_check_status(s.request) != UCS_INPROGRESS) {
+      ucp_request_free(s.request);
+      return true;
+    }
+    if (now_ms > s.deadline_ms && std::find(failed_.begin(), failed_.end(), s.ep) == failed_.end())
+      failed_.push_back(s.ep);  // a client that does not drain: drop it
+    return false;
+  });
+}
+
+void UcxAgent::RevokeEndedWrites() {
+  for (const auto &[where, session] : registry_->Writable()) {
+    rpc::CheckExtentsRequest check;
+    check.set_client_session(session);
+    check.set_device(std::get<0>(where));
+    rpc::Extent *e = check.add_extents();
+    e->set_device(std::get<0>(where));
+    e->set_offset(std::get<1>(where));
+    e->set_length(std::get<2>(where));
+    check.set_writable(true);
+    rpc::ErrorReply rep;
+    // Only the server's word that the reservation is over revokes a key.
+    const int rc = client_->Call(&rpc::Meta::Stub::CheckExtents, check, &rep);
+    if (rc == -ESTALE || rc == -EACCES) registry_->Drop(where);
+  }
 }
 
 void UcxAgent::CloseFailedEndpoints() {
@@ -183,16 +272,33 @@ void UcxAgent::CloseFailedEndpoints() {
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     p.flags = UCP_EP_CLOSE_FLAG_FORCE;
     ucx_->Wait(ucp_ep_close_nbx(ep, &p), 1000);
+    // Closing finishes the replies still queued for it.
+    ucx_->ProgressUntil(
+        [&] {
+          return std::none_of(sending_.begin(), sending_.end(), [&](const Sending &s) {
+            return s.ep == ep && ucp_request_check_status(s.request) == UCS_INPROGRESS;
+          });
+        },
+        10000);
   }
   failed_.clear();
+  ReapReplies();
 }
 
 void UcxAgent::Run(const std::function<void()> &tick) {
+  int64_t next_expiry_ms = 0;
   while (!stop_) {
     tick();
     ucx_->Progress();
+    ReapReplies();
+    // A scan of the registrations, at most ten times a second.
+    if (const int64_t now_ms = RealtimeNs() / 1000000; now_ms >= next_expiry_ms) {
+      registry_->Expire(now_ms);
+      RevokeEndedWrites();
+      next_expiry_ms = now_ms + 100;
+    }
     if (pending_.empty() && failed_.empty()) {
-      ucx_->Sleep(200);
+      ucx_->Sleep(sending_.empty() ? 200 : 10);
       continue;
     }
     CloseFailedEndpoints();

@@ -1,8 +1,9 @@
 // UcxAgent: the heart of maru-agent. It maps the pool devices of a memory
-// node, registers them with UCX, and lets remote clients read and write
-// extents with one-sided get/put. A client first asks for a grant; the agent
-// gives it the device's remote key only after maru-server confirms that the
-// client's session holds a lease or reservation on the extents it names.
+// node and lets remote clients read and write extents with one-sided
+// get/put. A client presents a grant that maru-server issued (rpc::Grant);
+// the agent checks its MAC and expiry itself, asks the server only whether
+// it was revoked (the lease or reservation ended), and answers with remote
+// keys registered for just the granted extents, read-only for a lease.
 // The bytes never pass through the agent's CPU.
 #pragma once
 
@@ -16,6 +17,7 @@
 
 #include "alloc/pool_device.h"
 #include "client/meta_client.h"
+#include "rdma/extent_registry.h"
 #include "rdma/ucx_worker.h"
 
 namespace maru {
@@ -32,35 +34,66 @@ class UcxAgent {
   // and then on the same thread.
   void Run(const std::function<void()> &tick);
   void Stop() { stop_ = true; }
+  // The key maru-server signs grants with (from RegisterAgent).
+  void set_grant_key(const std::string &key) { grant_key_ = key; }
+  // Registers again, for the server's current key (after its restart).
+  void set_key_refresher(std::function<void()> refresh) { refresh_key_ = std::move(refresh); }
   int port() const { return port_; }
 
  private:
-  struct Registered {
-    PoolDevice *device = nullptr;
-    ucp_mem_h memh = nullptr;
-    std::vector<uint8_t> rkey;
-  };
   struct PendingGrant {
     ucp_ep_h reply_ep;
     std::vector<uint8_t> request;
   };
+  // A reply on its way: its buffer lives until UCX is done with it.
+  struct Sending {
+    ucp_ep_h ep;
+    void *request;
+    std::vector<uint8_t> buffer;
+    int64_t deadline_ms;
+  };
+
+  static constexpr size_t kMaxBacklog = 16;  // requests + replies per client
+  static constexpr int64_t kReplyTimeoutMs = 5000;
 
   UcxAgent() = default;
   static void OnConnect(ucp_conn_request_h request, void *arg);
   static ucs_status_t OnGrant(void *arg, const void *header, size_t header_length, void *data,
                               size_t length, const ucp_am_recv_param_t *param);
   static void OnEndpointError(void *arg, ucp_ep_h ep, ucs_status_t status);
+  static ucs_status_t OnStray(void *arg, const void *header, size_t header_length, void *data,
+                              size_t length, const ucp_am_recv_param_t *param);
   void Answer(const PendingGrant &grant);
+  // Parses the grant of a request and checks its MAC, expiry and extents;
+  // returns a positive errno.
+  int Verify(const std::vector<uint8_t> &request, rpc::Grant *grant);
+  // Verifies a grant, checks it was not revoked, and fills `out` with its
+  // keys; returns a positive errno.
+  int Admit(const std::vector<uint8_t> &request, std::vector<uint8_t> *out);
+  // Whether `grant` carries the server's MAC; on a mismatch asks the server
+  // for its key again, at most once a second (it may have restarted).
+  bool Authentic(const rpc::Grant &grant);
+  // Requests and replies queued or in flight for `ep`.
+  size_t Backlog(ucp_ep_h ep) const;
+  // Unmaps the writable keys whose reservation was sealed or aborted: the
+  // chunk's bytes are final then, even on RDMA.
+  void RevokeEndedWrites();
+  // Frees the replies delivered; drops clients whose replies are stuck.
+  void ReapReplies();
   void CloseFailedEndpoints();
 
   std::unique_ptr<MetaClient> client_;
   std::unique_ptr<UcxWorker> ucx_;
   std::map<uint32_t, std::unique_ptr<PoolDevice>> devices_;
-  std::map<uint32_t, Registered> registered_;
+  std::unique_ptr<ExtentRegistry> registry_;
+  std::string grant_key_;
+  std::function<void()> refresh_key_;
+  int64_t key_refreshed_ms_ = 0;
   ucp_listener_h listener_ = nullptr;
   std::vector<ucp_ep_h> endpoints_;
   std::vector<ucp_ep_h> failed_;
   std::deque<PendingGrant> pending_;
+  std::vector<Sending> sending_;
   std::atomic<bool> stop_{false};
   int port_ = 0;
 };

@@ -1,0 +1,218 @@
+// grant_client: a remote client that talks to maru-agent with grants it may
+// have tampered with, to show what the agent refuses. Exits with the errno
+// of the last transfer (0 when it worked).
+//
+//   grant_client SERVER CASE PATH|DEV:OFF:LEN
+//
+// CASE: ok, forged (MAC replaced), modified (session changed), write-flip (a
+// read grant turned writable, used to put), write-on-lease (asks the server
+// for a write grant on a lease), expired, released (a grant used again after
+// its lease is released), other (extents this session does not hold),
+// extents (prints PATH's extents as DEV:OFF:LEN), stall (sends grant
+// requests for PATH as fast as it can and never reads a reply: prints
+// "stalled", exits once the file GO exists), odd-ids (the same with
+// messages under ids the agent does not handle).
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <netdb.h>
+#include <unistd.h>
+
+#include "client/meta_client.h"
+#include "grant_mac.h"
+#include "rdma/remote_pool.h"
+#include "rdma/ucx_wire.h"
+#include "util/address.h"
+#include "util/clock.h"
+#include "util/units.h"
+
+using namespace maru;
+using Stub = rpc::Meta::Stub;
+
+namespace {
+
+struct Grants {
+  MetaClient *meta = nullptr;
+  std::string mode;
+  std::string saved;  // "released": the grant used again
+  std::string last;   // the last one issued
+  uint32_t ttl_ms = 0;
+
+  Result<std::string> Issue(uint32_t device, const std::vector<RemotePool::Range> &ranges,
+                            bool writable) {
+    if (!saved.empty()) return saved;
+    rpc::IssueGrantRequest req;
+    req.set_device(device);
+    // write-flip: ask for what a lease gets, then claim more.
+    req.set_writable(mode == "write-on-lease" || (writable && mode != "write-flip"));
+    req.set_ttl_ms(ttl_ms);
+    for (const RemotePool::Range &r : ranges) {
+      rpc::Extent *e = req.add_extents();
+      e->set_device(device);
+      e->set_offset(r.offset);
+      e->set_length(r.length);
+    }
+    rpc::GrantReply rep;
+    if (int rc = meta->Call(&Stub::IssueGrant, req, &rep))
+      return Status::Error(-rc, "server refused the grant");
+    rpc::Grant g = rep.grant();
+    if (mode == "forged") g.set_mac(std::string(32, 'x'));
+    if (mode == "modified") g.set_session(g.session() ^ 1);
+    if (mode == "write-flip") g.set_writable(true);
+    if (mode == "expired") {
+      printf("waiting for the grant to expire\n");
+      while (RealtimeNs() / 1000000 <= g.expires_ms()) {
+      }
+    }
+    last = g.SerializeAsString();
+    return last;
+  }
+};
+
+// A client that does not drain: floods the agent at `address` with grant
+// requests (each answered with many keys) and never progresses its worker,
+// so the replies pile up in the network.
+int Stall(const std::string &address, const std::string &grant, const std::string &go,
+          bool odd_ids) {
+  auto ucx = UcxWorker::Create();
+  Result<Address> a = ParseAddress(address);
+  if (!ucx.ok() || !a.ok()) return fprintf(stderr, "bad agent address %s\n", address.c_str()), 2;
+  // Replies that arrive while sending are thrown away.
+  Status handled = (*ucx)->SetHandler(
+      wire::kGrantReplyId,
+      [](void *, const void *, size_t, void *, size_t, const ucp_am_recv_param_t *) {
+        return UCS_OK;
+      },
+      nullptr);
+  if (!handled.ok()) return 2;
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_socktype = SOCK_STREAM;
+  if (getaddrinfo(a->host.c_str(), std::to_string(a->port).c_str(), &hints, &res) != 0) return 2;
+  ucp_ep_params_t ep{};
+  ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                  UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+  // As the agent's side. No error handler: UCX logs it when the agent
+  // drops this client, which is what should happen.
+  ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  ep.sockaddr.addr = res->ai_addr;
+  ep.sockaddr.addrlen = res->ai_addrlen;
+  ucp_ep_h handle;
+  if (ucp_ep_create((*ucx)->worker(), &ep, &handle) != UCS_OK) return 2;
+  freeaddrinfo(res);
+  std::vector<uint8_t> msg(sizeof(wire::GrantRequest) + grant.size());
+  wire::GrantRequest head{};
+  head.grant_bytes = static_cast<uint32_t>(grant.size());
+  memcpy(msg.data(), &head, sizeof(head));
+  memcpy(msg.data() + sizeof(head), grant.data(), grant.size());
+  // Requests as fast as they go out, far more than the agent answers at
+  // once (it should drop this client); then no progress at all, so replies
+  // still coming are never read.
+  int sent = 0;
+  for (; sent < 2000; ++sent) {
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_AM_SEND_FLAG_REPLY;
+    // odd-ids: messages under ids the agent has no handler for.
+    static const unsigned kOdd[] = {2, 3, 77, 1000};
+    if (odd_ids && sent == 40) break;
+    const unsigned id = odd_ids ? kOdd[sent % 4] : wire::kGrantRequestId;
+    void *r = ucp_am_send_nbx(handle, id, nullptr, 0, msg.data(), msg.size(), &p);
+    bool closed = false;
+    ucs_status_t st = (*ucx)->Wait(r, 2000, [&] {
+      ucp_request_param_t c{};
+      c.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      c.flags = UCP_EP_CLOSE_FLAG_FORCE;
+      (*ucx)->Wait(ucp_ep_close_nbx(handle, &c), 2000);
+      closed = true;
+    });
+    if (st != UCS_OK || closed) break;  // dropped by the agent (or stuck)
+  }
+  printf("stalled after %d requests\n", sent);
+  fflush(stdout);
+  while (access(go.c_str(), F_OK) != 0) usleep(10000);
+  _exit(0);  // no goodbye to the agent either
+}
+
+int Report(const Status &s) {
+  printf("%s\n", s.ok() ? "ok" : s.ToString().c_str());
+  return s.errnum();
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  if (argc < 4 || argc > 5)
+    return fprintf(stderr, "usage: grant_client SERVER CASE PATH|DEV:OFF:LEN [GO]\n"), 2;
+  const std::string mode = argv[2], target = argv[3];
+  ClientOptions options;
+  options.client_name = "grant_client";
+  auto client = MetaClient::Connect(argv[1], options);
+  if (!client.ok()) return fprintf(stderr, "%s\n", client.status().ToString().c_str()), 2;
+  MetaClient *meta = client->get();
+  RemotePool::AgentMap agents;
+  const rpc::OpenSessionReply info = meta->session_info();
+  for (const rpc::Device &d : info.devices()) agents[d.index()] = d.agent();
+  Grants grants;
+  grants.meta = meta;
+  grants.mode = mode;
+  if (mode == "expired") grants.ttl_ms = 1;
+  auto pool = RemotePool::Create(agents, 5000, nullptr, [&](auto device, auto &ranges, bool w) {
+    return grants.Issue(device, ranges, w);
+  });
+  if (!pool.ok()) return fprintf(stderr, "%s\n", pool.status().ToString().c_str()), 2;
+
+  rpc::ChunkReply chunk;
+  if (mode == "other") {
+    unsigned device = 0;
+    unsigned long long offset = 0, length = 0;
+    if (sscanf(target.c_str(), "%u:%llu:%llu", &device, &offset, &length) != 3) return 2;
+    rpc::Extent *e = chunk.add_extents();
+    e->set_device(device);
+    e->set_offset(offset);
+    e->set_length(length);
+  } else {
+    rpc::RefRequest open;
+    open.mutable_ref()->set_path(target);
+    if (int rc = meta->Call(&Stub::Open, open, &chunk))
+      return fprintf(stderr, "open %s: %s\n", target.c_str(), strerror(-rc)), 2;
+  }
+  uint64_t total = 0;
+  for (const rpc::Extent &e : chunk.extents()) total += e.length();
+  std::vector<uint8_t> buffer(total);
+  std::vector<RemotePool::Transfer> transfers;
+  uint64_t at = 0;
+  for (const rpc::Extent &e : chunk.extents()) {
+    transfers.push_back({e.device(), e.offset(), e.length(), buffer.data() + at});
+    at += e.length();
+  }
+  if (mode == "extents") {
+    for (const rpc::Extent &e : chunk.extents())
+      printf("%u:%lu:%lu\n", e.device(), e.offset(), e.length());
+    return 0;
+  }
+  if (mode == "stall" || mode == "odd-ids") {
+    // A valid grant naming the chunk's first extent 256 times: long replies.
+    std::vector<RemotePool::Range> ranges(256,
+                                          {chunk.extents(0).offset(), chunk.extents(0).length()});
+    auto grant = grants.Issue(chunk.extents(0).device(), ranges, false);
+    if (!grant.ok()) return Report(grant.status());
+    return Stall(agents[chunk.extents(0).device()], *grant, argc > 4 ? argv[4] : "/nonexistent",
+                 mode == "odd-ids");
+  }
+  if (mode == "write-flip" || mode == "write-on-lease") return Report((*pool)->Put(0, transfers));
+  if (mode != "released") return Report((*pool)->Get(0, transfers));
+
+  // Keep the grant the first read used, release the lease, present it again.
+  if (Status s = (*pool)->Get(0, transfers); !s.ok()) return Report(s);
+  grants.saved = grants.last;
+  rpc::ReleaseRequest release;
+  release.add_leases(chunk.lease());
+  rpc::ErrorReply released;
+  if (int rc = meta->Call(&Stub::Release, release, &released))
+    return fprintf(stderr, "release: %s\n", strerror(-rc)), 2;
+  return Report((*pool)->Get(0, transfers));
+}
