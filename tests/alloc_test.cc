@@ -1,6 +1,8 @@
 // ExtentAllocator against a model, superblock encoding, pool formatting.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <map>
@@ -194,6 +196,29 @@ TEST(Superblock, RefusesGeometryWithAValidCrc) {
     EXPECT_NE(s.message().find("geometry"), std::string::npos)
         << "case " << i << ": " << s.ToString();
   }
+}
+
+// A test stopped by meson's timeout (SIGTERM) still removes its pools.
+TEST(TestPool, IsRemovedWhenTheTestIsKilledBySigterm) {
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  pid_t child = fork();
+  if (child == 0) {
+    maru_test::TestPool pool(8 << 20);
+    ssize_t n = write(fds[1], pool.path().c_str(), pool.path().size());
+    (void)n;
+    raise(SIGTERM);
+    _exit(0);
+  }
+  close(fds[1]);
+  char path[256] = {};
+  ASSERT_GT(read(fds[0], path, sizeof(path) - 1), 0);
+  close(fds[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM);
+  EXPECT_NE(access(path, F_OK), 0) << path << " was left behind";
+  unlink(path);
 }
 
 TEST(FormatPool, CreatesRefusesAndReformats) {

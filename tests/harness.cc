@@ -18,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -40,8 +41,46 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(path_, ec);
 }
 
+// Pools still to remove if the test is stopped by a signal (meson's timeout
+// sends SIGTERM): destructors do not run then, and a pool is hundreds of MiB
+// of /dev/shm. Fixed slots, so the handler only reads memory and unlinks.
+namespace {
+
+constexpr int kPoolSlots = 64;
+char pool_slots[kPoolSlots][128];
+std::atomic<bool> pool_slot_used[kPoolSlots];
+
+void RemovePoolsAndDie(int sig) {
+  for (int i = 0; i < kPoolSlots; ++i)
+    if (pool_slot_used[i].load()) unlink(pool_slots[i]);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+void RemoveOnSignal(const std::string &path) {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (int sig : {SIGTERM, SIGINT, SIGHUP}) signal(sig, RemovePoolsAndDie);
+  });
+  if (path.size() >= sizeof(pool_slots[0])) return;
+  for (int i = 0; i < kPoolSlots; ++i) {
+    if (pool_slot_used[i].load()) continue;
+    memcpy(pool_slots[i], path.c_str(), path.size() + 1);
+    pool_slot_used[i].store(true);
+    return;
+  }
+}
+
+void ForgetOnSignal(const std::string &path) {
+  for (int i = 0; i < kPoolSlots; ++i)
+    if (pool_slot_used[i].load() && path == pool_slots[i]) pool_slot_used[i].store(false);
+}
+
+}  // namespace
+
 TestPool::TestPool(uint64_t size, uint64_t unit) {
   path_ = "/dev/shm/" + UniqueName("maru-test") + ".pool";
+  RemoveOnSignal(path_);
   std::string out;
   int rc = Run(MaructlBinary() + " mkpool " + path_ + " --size " + std::to_string(size) +
                    " --unit " + std::to_string(unit) + " --mode 666",
@@ -54,6 +93,7 @@ TestPool::TestPool(uint64_t size, uint64_t unit) {
 
 TestPool::~TestPool() {
   unlink(path_.c_str());
+  ForgetOnSignal(path_);
 }
 
 std::string BinDir(const std::string &name) {
