@@ -113,10 +113,11 @@ class MetaEngine {
   const EngineOptions &options() const { return options_; }
 
   // --- Batched and lease-free operations (issue #13) ---
-  // A batch of more than kBatchMax requests fails whole with E2BIG, before
-  // any work; otherwise each request gets its own result. A path named twice
-  // in one batch gets EEXIST the second time.
-  static constexpr int kBatchMax = 4096;
+  // A batch of more than the keys-per-call limit (Limits, by default
+  // kBatchMax) fails whole with E2BIG, before any work; otherwise each
+  // request gets its own result. A path named twice in one batch gets
+  // EEXIST the second time.
+  static constexpr int kBatchMax = static_cast<int>(Limits{}.keys_per_call);
   void CreateBatch(const Caller &c, const rpc::CreateBatchRequest &req, rpc::ChunkBatchReply *rep);
   void SealBatch(const Caller &c, const rpc::SealBatchRequest &req, rpc::ChunkBatchReply *rep);
   // LookupPrefix's walk without leases: counts sealed, readable chunks.
