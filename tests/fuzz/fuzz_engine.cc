@@ -9,28 +9,16 @@
 #include <memory>
 #include <string>
 
-#include "alloc/pool_device.h"
-#include "meta/meta_engine.h"
+#include "fuzz_engine_fixture.h"
 
 namespace {
 
 using namespace maru;
 
-struct Fixture {
-  std::string pool, dir;
-  std::unique_ptr<MetaEngine> engine;
-  Caller callers[3];
-  uint64_t sessions[3] = {};
-};
-
-Fixture *fixture = nullptr;
+fuzz::EngineFixture *fixture = nullptr;
 
 void Cleanup() {
-  if (!fixture) return;
-  fixture->engine.reset();
-  unlink(fixture->pool.c_str());
-  std::string rm = "rm -rf '" + fixture->dir + "'";
-  if (system(rm.c_str()) != 0) return;
+  if (fixture) fuzz::CloseEngine(fixture);
 }
 
 // One record: u8 operation, u8 caller, u16 length, then that many bytes.
@@ -66,32 +54,8 @@ constexpr int kOps = 0
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int *, char ***) {
-  fixture = new Fixture;
-  fixture->pool = "/dev/shm/maru-fuzz-" + std::to_string(getpid()) + ".pool";
-  char tmpl[] = "/tmp/maru-fuzz.XXXXXX";
-  if (!mkdtemp(tmpl)) abort();
-  fixture->dir = tmpl;
-  FormatOptions format;
-  format.size = 64 << 20;
-  format.force = true;
-  if (!FormatPool(fixture->pool, format).ok()) abort();
-  EngineOptions options;
-  options.pool_paths = {fixture->pool};
-  options.db_dir = fixture->dir + "/db";
-  options.session_timeout_ms = 60000;
-  options.grace_ms = 0;
-  Result<std::unique_ptr<MetaEngine>> engine = MetaEngine::Open(options);
-  if (!engine.ok()) abort();
-  fixture->engine = std::move(*engine);
-  const uint32_t uids[3] = {0, 1000, 65534};
-  for (int i = 0; i < 3; ++i) {
-    fixture->callers[i].uid = fixture->callers[i].gid = uids[i];
-    fixture->callers[i].pid = 1;
-    rpc::OpenSessionRequest req;
-    rpc::OpenSessionReply rep;
-    fixture->engine->OpenSession(fixture->callers[i], req, &rep);
-    fixture->sessions[i] = rep.session();
-  }
+  fixture = new fuzz::EngineFixture;
+  fuzz::OpenEngine("engine", fixture);
   atexit(Cleanup);
   return 0;
 }

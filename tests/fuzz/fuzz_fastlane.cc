@@ -4,7 +4,7 @@
 // as FastLaneServer::Serve reads it) and each frame goes to
 // FastLaneServer::Dispatch on a real MetaEngine, until one does not parse
 // (the server would then drop the connection). Peers are Unix callers
-// (root, an ordinary uid, nobody) and TCP ones, trusted or squashed; a
+// (root, an ordinary uid, nobody) and TCP ones, authenticated as root or not; a
 // request naming no session gets its peer's live one, so requests get past
 // the session check and into the operations.
 #include <fcntl.h>
@@ -15,10 +15,9 @@
 #include <memory>
 #include <string>
 
-#include "alloc/pool_device.h"
 #include "fast_lane.h"
+#include "fuzz_engine_fixture.h"
 #include "meta/fast_lane_server.h"
-#include "meta/meta_engine.h"
 #include "util/frame.h"
 
 namespace maru {
@@ -37,26 +36,17 @@ namespace {
 
 using namespace maru;
 
-struct Fixture {
-  std::string pool, dir;
-  std::unique_ptr<MetaEngine> engine;
-  std::unique_ptr<FastLaneServer> trusting, squashing;
-  uint64_t sessions[3] = {};  // of root, uid 1000, nobody
+struct Fixture : fuzz::EngineFixture {
+  std::unique_ptr<FastLaneServer> server;
 };
 
 Fixture *fixture = nullptr;
 
 void Cleanup() {
   if (!fixture) return;
-  fixture->trusting.reset();
-  fixture->squashing.reset();
-  fixture->engine.reset();
-  unlink(fixture->pool.c_str());
-  std::string rm = "rm -rf '" + fixture->dir + "'";
-  if (system(rm.c_str()) != 0) return;
+  fixture->server.reset();
+  fuzz::CloseEngine(fixture);
 }
-
-constexpr uint32_t kUids[3] = {0, 1000, kNobody};
 
 // Every request's field 1 is its Header: a request without a session gets
 // the peer's own. Anything that does not parse as that goes through as is.
@@ -73,37 +63,10 @@ std::string WithSession(const std::string &payload, int who) {
 
 extern "C" int LLVMFuzzerInitialize(int *, char ***) {
   fixture = new Fixture;
-  fixture->pool = "/dev/shm/maru-fuzz-fastlane-" + std::to_string(getpid()) + ".pool";
-  char tmpl[] = "/tmp/maru-fuzz.XXXXXX";
-  if (!mkdtemp(tmpl)) abort();
-  fixture->dir = tmpl;
-  FormatOptions format;
-  format.size = 64 << 20;
-  format.force = true;
-  if (!FormatPool(fixture->pool, format).ok()) abort();
-  EngineOptions options;
-  options.pool_paths = {fixture->pool};
-  options.db_dir = fixture->dir + "/db";
-  options.session_timeout_ms = 60000;
-  options.grace_ms = 0;
-  Result<std::unique_ptr<MetaEngine>> engine = MetaEngine::Open(options);
-  if (!engine.ok()) abort();
-  fixture->engine = std::move(*engine);
-  for (int i = 0; i < 3; ++i) {
-    Caller caller;
-    caller.uid = caller.gid = kUids[i];
-    caller.pid = 1;
-    rpc::OpenSessionRequest req;
-    rpc::OpenSessionReply rep;
-    fixture->engine->OpenSession(caller, req, &rep);
-    fixture->sessions[i] = rep.session();
-  }
+  fuzz::OpenEngine("fastlane", fixture);
   // Never bound: Dispatch() needs no socket.
-  const std::string path = fixture->dir + "/fast";
-  fixture->trusting = std::make_unique<FastLaneServer>(path, fixture->engine.get(),
-                                                       IdentityPolicy::WithTcpSquash(false));
-  fixture->squashing = std::make_unique<FastLaneServer>(path, fixture->engine.get(),
-                                                        IdentityPolicy::WithTcpSquash(true));
+  fixture->server = std::make_unique<FastLaneServer>(fixture->dir + "/fast", fixture->engine.get(),
+                                                     IdentityPolicy{});
   atexit(Cleanup);
   return 0;
 }
@@ -111,12 +74,16 @@ extern "C" int LLVMFuzzerInitialize(int *, char ***) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1) return 0;
   // Who sends: bits 0-1 pick root, uid 1000, nobody (over Unix) or a TCP
-  // peer; bit 2 squashes TCP peers.
+  // peer; bit 2 makes the TCP peer one authenticated as root (it may
+  // assert), else it proved nothing and is nobody.
   const int kind = data[0] & 3;
-  const int who = kind == 3 ? 0 : kind;  // a trusted TCP peer is root
-  FastLaneServer *server = (data[0] & 4) ? fixture->squashing.get() : fixture->trusting.get();
-  const Peer peer =
-      kind == 3 ? Peer::Tcp() : Peer::Unix(PeerCredentials{1, kUids[who], kUids[who], {}});
+  const bool tcp_root = data[0] & 4;
+  const int who = kind == 3 ? (tcp_root ? 0 : 2) : kind;
+  const Peer peer = kind != 3
+                        ? Peer::Unix(PeerCredentials{1, fuzz::kUids[who], fuzz::kUids[who], {}})
+                    : tcp_root ? Peer::TcpAuthenticated(0, 0)
+                               : Peer::Tcp();
+  FastLaneServer *server = fixture->server.get();
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) return 0;
   int buf = 1 << 20;
