@@ -37,6 +37,12 @@ Result<TraceRequest> ParseRequest(const std::string &line) {
     r.timestamp_ms =
         ts->is_number_float() ? static_cast<int64_t>(ts->get<double>()) : ts->get<int64_t>();
   }
+  auto length = j.find("input_length");
+  if (length != j.end()) {
+    if (!length->is_number_unsigned())
+      return Status::Error(EINVAL, "\"input_length\" is not a token count");
+    r.input_tokens = length->get<uint64_t>();
+  }
   auto ids = j.find("hash_ids");
   if (ids == j.end() || !ids->is_array()) return Status::Error(EINVAL, "no \"hash_ids\" list");
   r.blocks.reserve(ids->size());

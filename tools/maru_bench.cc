@@ -16,6 +16,7 @@ int main(int argc, char **argv) {
   if (cmd == "fill") return RunFill(argc, argv);
   if (cmd == "scale") return RunScale(argc, argv);
   if (cmd == "quota") return RunQuota(argc, argv);
+  if (cmd == "policies") return RunPolicies(argc, argv);
   if (cmd == "--help" || cmd == "-h") {
     puts(
         "Usage: maru-bench COMMAND [OPTIONS]\n"
@@ -25,6 +26,7 @@ int main(int argc, char **argv) {
         "  lookup   latency of batched prefix lookups\n"
         "  batch    per-key cost of batched store and exists calls against one by one\n"
         "  replay   replay a Mooncake-format KV-cache trace: hit ratios and requests/s\n"
+        "  policies eviction policies side by side, offline: block/token hit, recompute saved\n"
         "  share    one producer, N consumer processes sharing chunks (Maru or Redis)\n"
         "  files    write and cold-read files in a directory (a mount, or tmpfs)\n"
         "  suite    all of the above side by side on a node it starts: Markdown and a plot\n"

@@ -15,6 +15,10 @@ uint64_t EvictionPolicy::Victim(const std::function<bool(uint64_t)> &evictable) 
   return victim;
 }
 
+std::vector<std::string> EvictionPolicyNames() {
+  return {"lru", "prefix"};
+}
+
 Result<std::unique_ptr<EvictionPolicy>> MakeEvictionPolicy(const std::string &name,
                                                            const ChunkChains &chains) {
   if (name == "lru") return std::unique_ptr<EvictionPolicy>(new LruEviction());

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "meta/chunk_chains.h"
 #include "util/status.h"
@@ -42,6 +43,9 @@ class EvictionPolicy {
   virtual bool EvictsDescendants() const = 0;
   virtual const char *name() const = 0;
 };
+
+// The names MakeEvictionPolicy knows.
+std::vector<std::string> EvictionPolicyNames();
 
 // "lru" or "prefix"; EINVAL for anything else. `chains` must outlive the
 // policy.

@@ -1,0 +1,132 @@
+#include "policy_sim.h"
+
+#include <unordered_set>
+
+#include "meta/eviction_policy.h"
+#include "sim_policies.h"
+
+namespace maru::bench {
+namespace {
+
+constexpr uint64_t kTokensPerBlock = 512;
+
+// One of the server's policies, told what the Evictor tells it: reads,
+// seals (after the chains know the parent), removals (before the chains
+// forget the chunk). Its victim is the first chunk of its order: with one
+// client nothing is pinned, leased or being written while it chooses.
+class ServerPolicy : public SimPolicy {
+ public:
+  explicit ServerPolicy(std::unique_ptr<EvictionPolicy> policy) : policy_(std::move(policy)) {}
+  void Hit(uint64_t block) override { policy_->OnAccess(block); }
+  void Insert(uint64_t block, uint64_t) override { policy_->OnInsert(block); }
+  uint64_t Victim() override {
+    return policy_->Victim([](uint64_t) { return true; });
+  }
+  void Erase(uint64_t block) override { policy_->OnRemove(block); }
+  bool Cascades() const override { return policy_->EvictsDescendants(); }
+
+ private:
+  std::unique_ptr<EvictionPolicy> policy_;
+};
+
+// Tokens of block `i` of `req`: 512, but the last block of a prompt holds
+// what is left of it.
+uint64_t BlockTokens(const TraceRequest &req, size_t i) {
+  if (req.input_tokens == 0) return kTokensPerBlock;
+  const uint64_t start = i * kTokensPerBlock;
+  if (req.input_tokens <= start) return 1;
+  return std::min(kTokensPerBlock, req.input_tokens - start);
+}
+
+}  // namespace
+
+double RecomputeCost::Tokens(uint64_t first, uint64_t count) const {
+  // Sum of positions first .. first+count-1.
+  const double n = static_cast<double>(count), f = static_cast<double>(first);
+  return n * per_token + per_position * (n * f + n * (n - 1) / 2);
+}
+
+RecomputeCost Llama8BCost() {
+  const double layers = 32, d = 4096, kv = 8 * 128, mlp = 14336;
+  const double weights = d * (d + 2 * kv) + d * d + 3 * d * mlp;  // QKV, O, gate/up/down
+  // Per earlier token: QK^T and the weighted sum of V, over all 32 heads.
+  return RecomputeCost{2 * weights * layers, 4 * d * layers};
+}
+
+std::vector<std::string> SimPolicyNames() {
+  std::vector<std::string> names = EvictionPolicyNames();
+  for (const std::string &n : CandidatePolicyNames()) names.push_back(n);
+  return names;
+}
+
+Result<std::unique_ptr<SimPolicy>> MakeSimPolicy(const std::string &name, const ChunkChains &chains,
+                                                 uint64_t capacity) {
+  for (const std::string &n : EvictionPolicyNames())
+    if (n == name) {
+      Result<std::unique_ptr<EvictionPolicy>> made = MakeEvictionPolicy(name, chains);
+      if (!made.ok()) return made.status();
+      return std::unique_ptr<SimPolicy>(new ServerPolicy(std::move(*made)));
+    }
+  return MakeCandidatePolicy(name, chains, capacity);
+}
+
+Result<PolicyFigures> SimulatePolicy(const std::vector<TraceRequest> &trace, uint64_t capacity,
+                                     const std::string &name, const RecomputeCost &cost) {
+  ChunkChains chains;
+  Result<std::unique_ptr<SimPolicy>> made = MakeSimPolicy(name, chains, capacity);
+  if (!made.ok()) return made.status();
+  SimPolicy &policy = **made;
+  std::unordered_set<uint64_t> cached;
+  auto evict = [&](uint64_t victim) {
+    std::vector<uint64_t> gone{victim};
+    if (policy.Cascades())
+      chains.ForEachDescendant(victim, [&](uint64_t d) {
+        if (cached.count(d)) gone.push_back(d);
+      });
+    for (uint64_t b : gone) {
+      policy.Erase(b);
+      chains.Remove(b);
+      cached.erase(b);
+    }
+  };
+  PolicyFigures f;
+  for (const TraceRequest &req : trace) {
+    const size_t n = req.blocks.size();
+    size_t hits = 0;
+    while (hits < n && cached.count(req.blocks[hits] + 1)) ++hits;
+    uint64_t position = 0;
+    for (size_t j = 0; j < n; ++j) {
+      const uint64_t tokens = BlockTokens(req, j);
+      const double flops = cost.Tokens(position, tokens);
+      position += tokens;
+      f.tokens += tokens;
+      f.flops += flops;
+      if (j < hits) {
+        f.token_hits += tokens;
+        f.flops_saved += flops;
+      }
+    }
+    f.blocks += n;
+    f.hits += hits;
+    for (size_t j = 0; j < hits; ++j) policy.Hit(req.blocks[j] + 1);
+    for (size_t j = hits; j < n && capacity > 0; ++j) {
+      const uint64_t b = req.blocks[j] + 1;
+      if (cached.count(b)) continue;  // stored already: left as it is
+      if (cached.size() >= capacity) {
+        const uint64_t victim = policy.Victim();
+        if (!victim || !cached.count(victim))
+          return Status::Error(EIO, name + " chose no cached block to evict");
+        evict(victim);
+      }
+      // Its predecessor may have gone to make room: then it extends nothing.
+      const uint64_t parent =
+          j > 0 && cached.count(req.blocks[j - 1] + 1) ? req.blocks[j - 1] + 1 : 0;
+      if (parent) chains.SetParent(b, parent);
+      cached.insert(b);
+      policy.Insert(b, parent);
+    }
+  }
+  return f;
+}
+
+}  // namespace maru::bench

@@ -1,0 +1,337 @@
+#include "sim_policies.h"
+
+#include <cmath>
+#include <functional>
+#include <list>
+#include <set>
+#include <tuple>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace maru::bench {
+namespace {
+
+// What a keyed policy knows of a cached block.
+struct BlockState {
+  uint64_t last = 0;      // last use, a sequence number
+  uint64_t hits = 0;      // reads since stored
+  uint64_t depth = 0;     // blocks before it in its chain
+  uint64_t children = 0;  // cached blocks extending it
+  uint64_t parent = 0;
+  int rank = 0;  // where it sits in the order: 1 behind every leaf
+  double key = 0;
+};
+
+// Evicts the block of least key (ties: least recently used). Keys are
+// computed when a block is stored or read, from its state and `inflation`
+// (GreedyDual's L: the key of the last victim). With `leaves_first`, a
+// block something extends goes only when no leaf is left.
+class KeyedPolicy : public SimPolicy {
+ public:
+  using KeyFn = std::function<double(const BlockState &, double inflation)>;
+  KeyedPolicy(KeyFn key, bool cascades, bool leaves_first)
+      : key_(std::move(key)), cascades_(cascades), leaves_first_(leaves_first) {}
+
+  void Hit(uint64_t b) override {
+    Update(b, [&](BlockState &s) {
+      s.last = ++clock_;
+      ++s.hits;
+    });
+  }
+  void Insert(uint64_t b, uint64_t parent) override {
+    BlockState s;
+    s.last = ++clock_;
+    s.parent = parent;
+    if (auto p = state_.find(parent); parent && p != state_.end()) {
+      s.depth = p->second.depth + 1;
+      Update(
+          parent, [](BlockState &ps) { ++ps.children; }, false);
+    }
+    state_[b] = s;
+    order_.insert(Entry(b, state_[b]));
+    Update(b, [](BlockState &) {});
+  }
+  uint64_t Victim() override {
+    if (order_.empty()) return 0;
+    inflation_ = std::get<1>(*order_.begin());
+    return std::get<3>(*order_.begin());
+  }
+  void Erase(uint64_t b) override {
+    auto it = state_.find(b);
+    if (it == state_.end()) return;
+    order_.erase(Entry(b, it->second));
+    const uint64_t parent = it->second.parent;
+    state_.erase(it);
+    if (auto p = state_.find(parent); parent && p != state_.end())
+      Update(
+          parent, [](BlockState &ps) { --ps.children; }, false);
+  }
+  bool Cascades() const override { return cascades_; }
+
+ private:
+  using OrderEntry = std::tuple<int, double, uint64_t, uint64_t>;  // (rank, key, last, block)
+  OrderEntry Entry(uint64_t b, const BlockState &s) const { return {s.rank, s.key, s.last, b}; }
+  // Changes a block's state by `change`, and its place in the order.
+  // Its key is computed again only on a use (`used`).
+  template <class F>
+  void Update(uint64_t b, F change, bool used = true) {
+    BlockState &s = state_.at(b);
+    order_.erase(Entry(b, s));  // where it was
+    change(s);
+    s.rank = leaves_first_ && s.children ? 1 : 0;
+    if (used) s.key = key_(s, inflation_);
+    order_.insert(Entry(b, s));
+  }
+
+  KeyFn key_;
+  bool cascades_, leaves_first_;
+  uint64_t clock_ = 0;
+  double inflation_ = 0;
+  std::unordered_map<uint64_t, BlockState> state_;
+  std::set<OrderEntry> order_;
+};
+
+// SIEVE (Zhang et al., NSDI'24): a FIFO with one visited bit per block; a
+// hand walks from the oldest toward the newest, clearing bits, and evicts
+// the first unvisited block. Survivors keep their place.
+class SievePolicy : public SimPolicy {
+ public:
+  void Hit(uint64_t b) override { where_.at(b)->second = true; }
+  void Insert(uint64_t b, uint64_t) override {
+    queue_.push_front({b, false});
+    where_[b] = queue_.begin();
+  }
+  uint64_t Victim() override {
+    if (queue_.empty()) return 0;
+    auto hand = hand_valid_ ? hand_ : std::prev(queue_.end());
+    while (hand->second) {
+      hand->second = false;
+      hand = hand == queue_.begin() ? std::prev(queue_.end()) : std::prev(hand);
+    }
+    hand_ = hand;
+    hand_valid_ = true;
+    return hand->first;
+  }
+  void Erase(uint64_t b) override {
+    auto it = where_.at(b);
+    if (hand_valid_ && hand_ == it) {
+      hand_valid_ = it != queue_.begin();
+      if (hand_valid_) hand_ = std::prev(it);
+    }
+    queue_.erase(it);
+    where_.erase(b);
+  }
+  bool Cascades() const override { return false; }
+
+ private:
+  std::list<std::pair<uint64_t, bool>> queue_;  // front: newest
+  std::unordered_map<uint64_t, std::list<std::pair<uint64_t, bool>>::iterator> where_;
+  std::list<std::pair<uint64_t, bool>>::iterator hand_;
+  bool hand_valid_ = false;
+};
+
+// S3-FIFO (Yang et al., SOSP'23): new blocks enter a small FIFO (10%);
+// one read there moves a block to the main FIFO when it reaches the end,
+// else it leaves, remembered in a ghost FIFO; a block stored again while
+// remembered goes straight to main. Main is a FIFO with a 2-bit frequency
+// given a second chance per read.
+class S3FifoPolicy : public SimPolicy {
+ public:
+  explicit S3FifoPolicy(uint64_t capacity)
+      : small_cap_(std::max<uint64_t>(1, capacity / 10)), ghost_cap_(capacity) {}
+  void Hit(uint64_t b) override {
+    Block &s = blocks_.at(b);
+    s.freq = std::min(s.freq + 1, 3);
+  }
+  void Insert(uint64_t b, uint64_t) override {
+    const bool remembered = ghost_set_.erase(b) > 0;
+    Block s{remembered, 0, {}};
+    auto &q = remembered ? main_ : small_;
+    q.push_front(b);
+    s.at = q.begin();
+    blocks_[b] = s;
+  }
+  uint64_t Victim() override {
+    for (;;) {
+      if (!small_.empty() && (small_.size() >= small_cap_ || main_.empty())) {
+        const uint64_t b = small_.back();
+        Block &s = blocks_.at(b);
+        if (s.freq == 0) {
+          Remember(b);
+          return b;
+        }
+        small_.pop_back();
+        main_.push_front(b);
+        s = Block{true, 0, main_.begin()};
+        continue;
+      }
+      if (main_.empty()) return 0;
+      const uint64_t b = main_.back();
+      Block &s = blocks_.at(b);
+      if (s.freq == 0) return b;
+      --s.freq;
+      main_.pop_back();
+      main_.push_front(b);
+      s.at = main_.begin();
+    }
+  }
+  void Erase(uint64_t b) override {
+    auto it = blocks_.find(b);
+    if (it == blocks_.end()) return;
+    (it->second.in_main ? main_ : small_).erase(it->second.at);
+    blocks_.erase(it);
+  }
+  bool Cascades() const override { return false; }
+
+ private:
+  struct Block {
+    bool in_main;
+    int freq;
+    std::list<uint64_t>::iterator at;
+  };
+  void Remember(uint64_t b) {
+    ghost_.push_front(b);
+    ghost_set_.insert(b);
+    while (ghost_.size() > ghost_cap_) {
+      ghost_set_.erase(ghost_.back());
+      ghost_.pop_back();
+    }
+  }
+  uint64_t small_cap_, ghost_cap_;
+  std::list<uint64_t> small_, main_, ghost_;  // front: newest
+  std::unordered_set<uint64_t> ghost_set_;    // may keep a block the ghost FIFO dropped
+  std::unordered_map<uint64_t, Block> blocks_;
+};
+
+// A 2Q-like segmented LRU: stored blocks are on probation, a read moves
+// one to the protected segment (at most 80%), whose least recently used
+// falls back to probation. Probation's least recently used goes first.
+class SegmentedLruPolicy : public SimPolicy {
+ public:
+  explicit SegmentedLruPolicy(uint64_t capacity) : protected_cap_(capacity * 8 / 10) {}
+  void Hit(uint64_t b) override {
+    Block &s = blocks_.at(b);
+    (s.is_protected ? protected_ : probation_).erase(s.at);
+    protected_.push_front(b);
+    s = Block{true, protected_.begin()};
+    while (protected_.size() > protected_cap_) {
+      const uint64_t d = protected_.back();
+      protected_.pop_back();
+      probation_.push_front(d);
+      blocks_.at(d) = Block{false, probation_.begin()};
+    }
+  }
+  void Insert(uint64_t b, uint64_t) override {
+    probation_.push_front(b);
+    blocks_[b] = Block{false, probation_.begin()};
+  }
+  uint64_t Victim() override {
+    if (!probation_.empty()) return probation_.back();
+    return protected_.empty() ? 0 : protected_.back();
+  }
+  void Erase(uint64_t b) override {
+    auto it = blocks_.find(b);
+    if (it == blocks_.end()) return;
+    (it->second.is_protected ? protected_ : probation_).erase(it->second.at);
+    blocks_.erase(it);
+  }
+  bool Cascades() const override { return false; }
+
+ private:
+  struct Block {
+    bool is_protected;
+    std::list<uint64_t>::iterator at;
+  };
+  uint64_t protected_cap_;
+  std::list<uint64_t> probation_, protected_;  // front: most recent
+  std::unordered_map<uint64_t, Block> blocks_;
+};
+
+// Recompute cost of a block at `depth` relative to the first block: its
+// 512 tokens' weights plus attention over everything before them
+// (RecomputeCost of Llama-3.1-8B).
+double DepthCost(uint64_t depth) {
+  static const RecomputeCost cost = Llama8BCost();
+  static const double first = cost.Tokens(0, 512);
+  return cost.Tokens(depth * 512, 512) / first;
+}
+
+struct Candidate {
+  const char *name;
+  std::function<std::unique_ptr<SimPolicy>(uint64_t capacity)> make;
+};
+
+const std::vector<Candidate> &Candidates() {
+  static const std::vector<Candidate> all = {
+      {"sieve", [](uint64_t) { return std::make_unique<SievePolicy>(); }},
+      {"s3fifo", [](uint64_t c) { return std::make_unique<S3FifoPolicy>(c); }},
+      {"slru", [](uint64_t c) { return std::make_unique<SegmentedLruPolicy>(c); }},
+      // LFU with dynamic aging: reads + 1, plus L.
+      {"lfuda",
+       [](uint64_t) {
+         return std::make_unique<KeyedPolicy>(
+             [](const BlockState &s, double l) { return l + static_cast<double>(s.hits + 1); },
+             false, false);
+       }},
+      // GreedyDual-Size-Frequency: L + frequency x recompute cost / size.
+      {"gdsf",
+       [](uint64_t) {
+         return std::make_unique<KeyedPolicy>(
+             [](const BlockState &s, double l) {
+               return l + static_cast<double>(s.hits + 1) * DepthCost(s.depth);
+             },
+             false, false);
+       }},
+      // The same over the prefix tree: leaves first, so a prefix is never
+      // evicted from under the chains that extend it.
+      {"tree-gdsf",
+       [](uint64_t) {
+         return std::make_unique<KeyedPolicy>(
+             [](const BlockState &s, double l) {
+               return l + static_cast<double>(s.hits + 1) * DepthCost(s.depth);
+             },
+             false, true);
+       }},
+      // LRU over the prefix tree, leaves first, a block's age discounted by
+      // its recompute cost (deep blocks stay longer).
+      {"tree-cost-lru",
+       [](uint64_t c) {
+         return std::make_unique<KeyedPolicy>(
+             [c](const BlockState &s, double) {
+               return static_cast<double>(s.last) +
+                      static_cast<double>(c) * (DepthCost(s.depth) - 1);
+             },
+             false, true);
+       }},
+      // LRU where a block read before stays a capacity's worth of uses longer.
+      {"freq-lru",
+       [](uint64_t c) {
+         return std::make_unique<KeyedPolicy>(
+             [c](const BlockState &s, double) {
+               return static_cast<double>(s.last) +
+                      static_cast<double>(c) * static_cast<double>(std::min<uint64_t>(s.hits, 2));
+             },
+             false, false);
+       }},
+  };
+  return all;
+}
+
+}  // namespace
+
+std::vector<std::string> CandidatePolicyNames() {
+  std::vector<std::string> names;
+  for (const Candidate &c : Candidates()) names.push_back(c.name);
+  return names;
+}
+
+Result<std::unique_ptr<SimPolicy>> MakeCandidatePolicy(const std::string &name, const ChunkChains &,
+                                                       uint64_t capacity) {
+  for (const Candidate &c : Candidates())
+    if (name == c.name) return c.make(capacity);
+  std::string known;
+  for (const std::string &n : SimPolicyNames()) known += (known.empty() ? "" : ", ") + n;
+  return Status::Error(EINVAL, "unknown policy '" + name + "' (" + known + ")");
+}
+
+}  // namespace maru::bench
