@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "meta/chunk_chains.h"
+#include "meta/eviction_frequency.h"
 #include "meta/eviction_policy.h"
 
 namespace maru {
@@ -19,14 +20,44 @@ namespace {
 // The order from its definition: every sealed chunk has a last use (seal,
 // re-seal, read, new parent). LRU: least recently used first. Prefix: the
 // tails (sealed chunks no sealed chunk names as parent) by last use, then
-// every sealed chunk by last use.
+// every sealed chunk by last use. Frequency: by the key each chunk got at
+// its last use (FrequencyEviction::Key of that use's tick, the reads and
+// depth then, the sealed chunks then), least first.
 class Reference {
  public:
+  struct Frequency {
+    int64_t key = 0;
+    uint32_t reads = 0, depth = 0;
+  };
   std::map<uint64_t, uint64_t> parent;    // every chunk not removed (0: none)
   std::map<uint64_t, uint64_t> last_use;  // the sealed ones
+  std::map<uint64_t, Frequency> frequency;
   uint64_t clock = 0;
 
-  std::vector<uint64_t> Order(bool prefix) const {
+  // A use of sealed `ino` at `clock`: a read, a seal again, or (`fresh`)
+  // the first seal or a new parent, which starts its reads over.
+  void Used(uint64_t ino, bool fresh) {
+    Frequency &f = frequency[ino];
+    if (fresh) {
+      auto p = frequency.find(parent[ino]);
+      f = Frequency{0, 0, p == frequency.end() || p->first == ino ? 0 : p->second.depth + 1};
+    } else {
+      ++f.reads;
+    }
+    f.key = FrequencyEviction::Key(clock, f.reads, f.depth, last_use.size(),
+                                   FrequencyEviction::kWeight);
+  }
+
+  std::vector<uint64_t> Order(const std::string &policy) const {
+    if (policy == "frequency") {
+      std::vector<std::pair<int64_t, uint64_t>> by_key;
+      for (const auto &[ino, f] : frequency) by_key.emplace_back(f.key, ino);
+      std::sort(by_key.begin(), by_key.end());
+      std::vector<uint64_t> order;
+      for (const auto &[key, ino] : by_key) order.push_back(ino);
+      return order;
+    }
+    const bool prefix = policy == "prefix";
     std::vector<std::pair<uint64_t, uint64_t>> by_use;
     for (const auto &[ino, use] : last_use) by_use.emplace_back(use, ino);
     std::sort(by_use.begin(), by_use.end());
@@ -45,7 +76,7 @@ class Reference {
 // Drives chains and policy as the Evictor does, and the reference alike.
 class Workload {
  public:
-  Workload(const std::string &policy, uint32_t seed) : prefix_(policy == "prefix"), rng_(seed) {
+  Workload(const std::string &policy, uint32_t seed) : policy_name_(policy), rng_(seed) {
     policy_ = std::move(*MakeEvictionPolicy(policy, chains_));
   }
 
@@ -69,7 +100,7 @@ class Workload {
     });
     return walked;
   }
-  std::vector<uint64_t> Expected() const { return ref_.Order(prefix_); }
+  std::vector<uint64_t> Expected() const { return ref_.Order(policy_name_); }
 
   // Some sealed chunks held (leased, pinned...): not evictable.
   std::set<uint64_t> Held() {
@@ -111,11 +142,14 @@ class Workload {
   }
   void Seal(uint64_t ino) {
     policy_->OnInsert(ino);
+    const bool fresh = !ref_.last_use.count(ino);
     ref_.last_use[ino] = ++ref_.clock;
+    ref_.Used(ino, fresh);
   }
   void Read(uint64_t ino) {
     policy_->OnAccess(ino);
     ref_.last_use[ino] = ++ref_.clock;
+    ref_.Used(ino, false);
   }
   void SetParent(uint64_t ino, uint64_t parent) {
     if (ref_.parent[ino] == parent) return;
@@ -124,16 +158,20 @@ class Workload {
     chains_.SetParent(ino, parent);
     if (sealed) policy_->OnInsert(ino);
     ref_.parent[ino] = parent;
-    if (sealed) ref_.last_use[ino] = ++ref_.clock;
+    if (!sealed) return;
+    ref_.frequency.erase(ino);  // known again only once re-inserted
+    ref_.last_use[ino] = ++ref_.clock;
+    ref_.Used(ino, true);
   }
   void Remove(uint64_t ino) {
     if (ref_.last_use.count(ino)) policy_->OnRemove(ino);
     chains_.Remove(ino);
     ref_.parent.erase(ino);
     ref_.last_use.erase(ino);
+    ref_.frequency.erase(ino);
   }
 
-  const bool prefix_;
+  const std::string policy_name_;
   std::mt19937_64 rng_;
   ChunkChains chains_;
   std::unique_ptr<EvictionPolicy> policy_;
@@ -245,7 +283,87 @@ TEST_P(EvictionOrderTest, ParkingPassedChunksKeepsTheOrderOfEvictions) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Policies, EvictionOrderTest, testing::Values("lru", "prefix"));
+INSTANTIATE_TEST_SUITE_P(Policies, EvictionOrderTest,
+                         testing::Values("lru", "prefix", "frequency"));
+
+// The frequency policy on small cases worked out by hand.
+class FrequencyOrderTest : public testing::Test {
+ protected:
+  std::vector<uint64_t> Order() const {
+    std::vector<uint64_t> order;
+    policy_->InOrder([&](uint64_t ino) {
+      order.push_back(ino);
+      return true;
+    });
+    return order;
+  }
+  void Seal(uint64_t ino, uint64_t parent = 0) {
+    chains_.SetParent(ino, parent);
+    policy_->OnInsert(ino);
+  }
+  ChunkChains chains_;
+  std::unique_ptr<EvictionPolicy> policy_ = std::move(*MakeEvictionPolicy("frequency", chains_));
+};
+
+TEST_F(FrequencyOrderTest, AChunkReadOnceOutlastsChunksStoredAfterIt) {
+  for (uint64_t ino = 1; ino <= 8; ++ino) Seal(ino);  // ticks 1..8: keys 1..8
+  policy_->OnAccess(1);                               // tick 9: 9 + 8 x 0.25 = 11
+  Seal(9);                                            // tick 10: 10
+  Seal(10);                                           // tick 11: 11, after 1 by number
+  // LRU would take 1 before 9.
+  EXPECT_EQ(Order(), (std::vector<uint64_t>{2, 3, 4, 5, 6, 7, 8, 9, 1, 10}));
+}
+
+TEST_F(FrequencyOrderTest, ReadsCountLessAndLessAndAReadChunkAgesStill) {
+  for (uint64_t ino = 1; ino <= 16; ++ino) Seal(ino);   // keys 1..16
+  policy_->OnAccess(1);                                 // tick 17: 17 + 16/4 x log2(2) = 21
+  policy_->OnAccess(2);                                 // 18 + 4
+  policy_->OnAccess(2);                                 // 19 + int(4 x log2(3)) = 25
+  policy_->OnAccess(2);                                 // 20 + 4 x log2(4) = 28
+  for (uint64_t ino = 17; ino <= 26; ++ino) Seal(ino);  // keys 21..30
+  // Ties go by number.
+  EXPECT_EQ(Order(), (std::vector<uint64_t>{3,  4, 5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15,
+                                            16, 1, 17, 18, 19, 20, 21, 22, 23, 2,  24, 25, 26}));
+}
+
+TEST_F(FrequencyOrderTest, AChainStoredInOnePassGoesTailFirst) {
+  Seal(1);
+  Seal(2, 1);
+  Seal(3, 2);  // keys 1, 2 - 2 x 1, 3 - 2 x 2
+  Seal(4);
+  Seal(5);  // 4, 5
+  EXPECT_EQ(Order(), (std::vector<uint64_t>{3, 2, 1, 4, 5}));
+  // Read front to back, a tick apart, the chain keeps its tail first:
+  // 1: 6 + int(5/4) = 7, 2: 7 + 1 - 2 = 6, 3: 8 + 1 - 4 = 5 (before 5 by number).
+  policy_->OnAccess(1);
+  policy_->OnAccess(2);
+  policy_->OnAccess(3);
+  EXPECT_EQ(Order(), (std::vector<uint64_t>{4, 3, 5, 2, 1}));
+}
+
+TEST_F(FrequencyOrderTest, ChunksNotEvictableAreNeverChosen) {
+  for (uint64_t ino = 1; ino <= 6; ++ino) Seal(ino);
+  // 1 pinned, 2 leased by a reader: the Evictor's predicate says no.
+  const std::set<uint64_t> held{1, 2};
+  auto evictable = [&](uint64_t ino) { return !held.count(ino); };
+  EXPECT_EQ(policy_->Victim(evictable), 3u);
+  std::vector<uint64_t> passed;
+  for (int round = 0; round < 4; ++round) {
+    const uint64_t v = policy_->Victim([&](uint64_t ino) {
+      if (evictable(ino)) return true;
+      passed.push_back(ino);
+      return false;
+    });
+    for (uint64_t ino : passed) policy_->Park(ino);
+    passed.clear();
+    ASSERT_NE(v, 0u);
+    EXPECT_FALSE(held.count(v));
+    policy_->OnRemove(v);
+  }
+  EXPECT_EQ(policy_->Victim(evictable), 0u);  // only the held ones are left
+  policy_->UnparkAll();
+  EXPECT_EQ(Order(), (std::vector<uint64_t>{1, 2}));
+}
 
 }  // namespace
 }  // namespace maru

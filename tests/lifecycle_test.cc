@@ -201,7 +201,8 @@ TEST(Lifecycle, ReplayMatchesTheOfflineLruSimulation) {
   // 64 KiB blocks (1/1024 of Llama-3.1-8B's), a pool of 191 of them for a
   // working set of about 2000.
   TestPool pool(12ull << 20);
-  Server server(pool.path(), {"--high-watermark", "1", "--low-watermark", "1"});
+  Server server(pool.path(),
+                {"--high-watermark", "1", "--low-watermark", "1", "--eviction", "lru"});
   ASSERT_TRUE(server.Start());
   maru_test::TempDir dir;
   const std::string trace = WriteSyntheticTrace(dir.path() + "/trace.jsonl");
@@ -226,6 +227,35 @@ TEST(Lifecycle, ReplayMatchesTheOfflineLruSimulation) {
   EXPECT_EQ(field("wrong_blocks"), 0) << last;
   EXPECT_GT(field("zero_copy_bytes"), 0) << last;
   EXPECT_GT(field("prefix_p99_us"), 0) << last;
+}
+
+// The server's policy, live with one client, does what the offline
+// simulator (maru-bench policies) says it does on the same trace and
+// capacity: the simulator drives the very policy class as the Evictor does.
+TEST(Lifecycle, ReplayMatchesTheOfflineSimulationOfTheServersPolicy) {
+  for (const std::string policy : {"frequency", "prefix"}) {
+    SCOPED_TRACE(policy);
+    TestPool pool(12ull << 20);
+    Server server(pool.path(),
+                  {"--high-watermark", "1", "--low-watermark", "1", "--eviction", policy});
+    ASSERT_TRUE(server.Start());
+    maru_test::TempDir dir;
+    const std::string trace = WriteSyntheticTrace(dir.path() + "/trace.jsonl");
+    std::string out;
+    int rc = maru_test::Run(maru_test::BinDir("tools/maru-bench") + " replay --trace " + trace +
+                                " --server " + server.address() + " --clients 1 --policy " +
+                                policy + " --json",
+                            &out);
+    ASSERT_EQ(rc, 0) << out;
+    const std::string last = out.substr(out.rfind('{'));
+    auto field = [&](const std::string &name) {
+      size_t at = last.find("\"" + name + "\":");
+      EXPECT_NE(at, std::string::npos) << name << " missing in " << last;
+      return strtod(last.c_str() + at + name.size() + 3, nullptr);
+    };
+    EXPECT_GT(field("hit_ratio"), 0) << last;
+    EXPECT_NEAR(field("hit_ratio"), field("offline_policy_hit_ratio"), 0.005) << last;
+  }
 }
 
 }  // namespace

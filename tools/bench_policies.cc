@@ -41,7 +41,7 @@ std::vector<std::string> SplitList(const std::string &list) {
 int RunPolicies(int argc, char **argv) {
   std::string trace_path, policies_list, fractions_list = "0.045,0.09,0.18",
                                          synthetic_list = "scan,hot-prefix";
-  int64_t limit = 0, synthetic_requests = 12000;
+  int64_t limit = 0, synthetic_requests = 12000, capacity_blocks = 0;
   bool json = false;
   Flags flags("maru-bench policies [--trace FILE] [--policies A,B] [--capacities F,G] [--json]",
               "Simulates eviction policies offline, as maru-bench replay serves a trace with\n"
@@ -52,12 +52,15 @@ int RunPolicies(int argc, char **argv) {
   flags.String("trace", &trace_path, "trace file (JSON lines with hash_ids); none: synthetic only");
   flags.String("policies", &policies_list, "comma-separated policies (default: all)");
   flags.String("capacities", &fractions_list, "comma-separated fractions of the distinct blocks");
+  flags.Int("capacity-blocks", &capacity_blocks,
+            "one capacity in blocks instead of --capacities (as maru-bench replay prints it)");
   flags.String("synthetic", &synthetic_list, "synthetic traces to add (scan, hot-prefix; '' none)");
   flags.Int("synthetic-requests", &synthetic_requests, "requests per synthetic trace");
   flags.Int("limit", &limit, "use only the first N requests of --trace (0: all)");
   flags.Bool("json", &json, "one JSON line per row instead of Markdown");
   if (int rc = ParseFlags(flags, argc, argv); rc >= 0) return rc;
-  if (limit < 0 || synthetic_requests < 0) return Fail("--limit and --synthetic-requests >= 0");
+  if (limit < 0 || synthetic_requests < 0 || capacity_blocks < 0)
+    return Fail("--limit, --synthetic-requests and --capacity-blocks must be >= 0");
 
   std::vector<NamedTrace> traces;
   if (!trace_path.empty()) {
@@ -83,6 +86,7 @@ int RunPolicies(int argc, char **argv) {
     if (*end || !(v > 0 && v <= 1)) return Fail("--capacities: '" + f + "' is not in (0, 1]");
     fractions.push_back(v);
   }
+  if (capacity_blocks > 0) fractions = {0};  // one capacity, given in blocks
 
   const RecomputeCost cost = Llama8BCost();
   if (!json)
@@ -92,7 +96,10 @@ int RunPolicies(int argc, char **argv) {
   for (const NamedTrace &t : traces) {
     const size_t distinct = DistinctBlocks(t.requests);
     for (double fraction : fractions) {
-      const uint64_t capacity = static_cast<uint64_t>(fraction * static_cast<double>(distinct));
+      const uint64_t capacity =
+          capacity_blocks > 0 ? static_cast<uint64_t>(capacity_blocks)
+                              : static_cast<uint64_t>(fraction * static_cast<double>(distinct));
+      fraction = static_cast<double>(capacity) / static_cast<double>(distinct);
       const double lru = SimulateLru(t.requests, capacity).hit_ratio();
       const double belady = SimulateBelady(t.requests, capacity).hit_ratio();
       for (const std::string &policy : policies) {

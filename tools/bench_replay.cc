@@ -14,6 +14,7 @@
 #include "bench_common.h"
 #include "json_output.h"
 #include "kv_trace.h"
+#include "policy_sim.h"
 #include "redis_client.h"
 #include "util/flags.h"
 #include "util/units.h"
@@ -169,7 +170,7 @@ int RunClient(const std::string &server, const std::string &dir,
 }  // namespace
 
 int RunReplay(int argc, char **argv) {
-  std::string trace_path, server = "unix:///run/maru/maru.sock", dir;
+  std::string trace_path, server = "unix:///run/maru/maru.sock", dir, policy;
   int64_t clients = 4, bytes_per_token = 128, limit = 0, capacity_blocks = 0, redis_port = 0;
   bool json = false, progress = false;
   Flags flags(
@@ -188,6 +189,9 @@ int RunReplay(int argc, char **argv) {
   flags.Int("capacity-blocks", &capacity_blocks,
             "cache capacity for the simulations (default: from the pool)");
   flags.String("dir", &dir, "namespace directory for the blocks (default /maru-bench/replay-PID)");
+  flags.String("policy", &policy,
+               "also simulate this eviction policy offline (the server's --eviction, to "
+               "compare; see maru-bench policies)");
   flags.Bool("json", &json, "end with one JSON line of the figures");
   flags.Bool("progress", &progress, "show progress on stderr while it runs");
   flags.Int("redis", &redis_port,
@@ -254,6 +258,13 @@ int RunReplay(int argc, char **argv) {
   }
   SimResult lru = SimulateLru(*trace, static_cast<uint64_t>(capacity_blocks));
   SimResult belady = SimulateBelady(*trace, static_cast<uint64_t>(capacity_blocks));
+  PolicyFigures offline;
+  if (!policy.empty()) {
+    Result<PolicyFigures> f =
+        SimulatePolicy(*trace, static_cast<uint64_t>(capacity_blocks), policy, Llama8BCost());
+    if (!f.ok()) return Fail(f.status().message());
+    offline = *f;
+  }
 
   const uint64_t blocks = shared->blocks, hits = shared->hits;
   const double hit_ratio = blocks ? static_cast<double>(hits) / static_cast<double>(blocks) : 0;
@@ -269,6 +280,7 @@ int RunReplay(int argc, char **argv) {
          clients);
   printf("  live hit ratio            %.4f\n", hit_ratio);
   printf("  offline LRU hit ratio     %.4f\n", lru.hit_ratio());
+  if (!policy.empty()) printf("  offline %-17s %.4f\n", policy.c_str(), offline.block_hit());
   printf("  Belady (offline optimum)  %.4f\n", belady.hit_ratio());
   printf("  requests/s                %.1f   (%" PRIu64 " blocks stored, %" PRIu64
          " not stored for lack of evictable space, %" PRIu64 " errors)\n",
@@ -281,23 +293,29 @@ int RunReplay(int argc, char **argv) {
       p50, p99);
   printf("  served without a copy     %s in %" PRIu64 " blocks, %" PRIu64 " wrong\n",
          FormatSize(hits * block_bytes).c_str(), hits, shared->corrupt.load());
-  if (json)
-    PrintJson({{"requests", trace->size()},
-               {"block_references", blocks},
-               {"block_bytes", block_bytes},
-               {"capacity_blocks", capacity_blocks},
-               {"clients", clients},
-               {"hit_ratio", Rounded(hit_ratio, 5)},
-               {"offline_lru_hit_ratio", Rounded(lru.hit_ratio(), 5)},
-               {"belady_hit_ratio", Rounded(belady.hit_ratio(), 5)},
-               {"requests_per_s", Rounded(rps, 2)},
-               {"stored_blocks", shared->stored.load()},
-               {"not_stored_blocks", shared->not_stored.load()},
-               {"errors", shared->errors.load()},
-               {"prefix_p50_us", Rounded(p50, 0)},
-               {"prefix_p99_us", Rounded(p99, 0)},
-               {"zero_copy_bytes", hits * block_bytes},
-               {"wrong_blocks", shared->corrupt.load()}});
+  if (json) {
+    Json j = {{"requests", trace->size()},
+              {"block_references", blocks},
+              {"block_bytes", block_bytes},
+              {"capacity_blocks", capacity_blocks},
+              {"clients", clients},
+              {"hit_ratio", Rounded(hit_ratio, 5)},
+              {"offline_lru_hit_ratio", Rounded(lru.hit_ratio(), 5)},
+              {"belady_hit_ratio", Rounded(belady.hit_ratio(), 5)},
+              {"requests_per_s", Rounded(rps, 2)},
+              {"stored_blocks", shared->stored.load()},
+              {"not_stored_blocks", shared->not_stored.load()},
+              {"errors", shared->errors.load()},
+              {"prefix_p50_us", Rounded(p50, 0)},
+              {"prefix_p99_us", Rounded(p99, 0)},
+              {"zero_copy_bytes", hits * block_bytes},
+              {"wrong_blocks", shared->corrupt.load()}};
+    if (!policy.empty()) {
+      j["offline_policy"] = policy;
+      j["offline_policy_hit_ratio"] = Rounded(offline.block_hit(), 5);
+    }
+    PrintJson(j);
+  }
   return shared->errors.load() || shared->corrupt.load() ? 1 : 0;
 }
 

@@ -47,7 +47,7 @@ class EvictionPolicy {
 // The names MakeEvictionPolicy knows.
 std::vector<std::string> EvictionPolicyNames();
 
-// "lru" or "prefix"; EINVAL for anything else. `chains` must outlive the
+// "frequency", "lru" or "prefix"; EINVAL for anything else. `chains` must outlive the
 // policy.
 Result<std::unique_ptr<EvictionPolicy>> MakeEvictionPolicy(const std::string &name,
                                                            const ChunkChains &chains);

@@ -41,7 +41,7 @@ class Evictor {
     double low;   // ... until usage is below this
   };
 
-  // `policy`: "lru" or "prefix". The tree and space must outlive the Evictor.
+  // `policy`: "frequency", "lru" or "prefix". The tree and space must outlive the Evictor.
   static Result<std::unique_ptr<Evictor>> Make(const std::string &policy, Watermarks watermarks,
                                                NamespaceTree *tree, SpaceManager *space);
 

@@ -1,0 +1,67 @@
+#include "meta/eviction_frequency.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace maru {
+
+int64_t FrequencyEviction::Key(uint64_t clock, uint32_t reads, uint32_t depth, size_t held,
+                               double weight) {
+  const double bonus = weight * static_cast<double>(held) * std::log2(1.0 + reads);
+  return static_cast<int64_t>(clock) + static_cast<int64_t>(bonus) -
+         2 * static_cast<int64_t>(depth);
+}
+
+void FrequencyEviction::Use(uint64_t ino, State *s) {
+  order_.erase({s->key, ino});
+  s->key = Key(++clock_, s->reads, s->depth, state_.size(), kWeight);
+  order_.insert({s->key, ino});
+}
+
+void FrequencyEviction::OnInsert(uint64_t ino) {
+  if (state_.count(ino)) return OnAccess(ino);  // a new version: a use
+  uint32_t depth = 0;
+  if (auto parent = state_.find(chains_.Parent(ino)); parent != state_.end())
+    depth = std::min<uint32_t>(parent->second.depth + 1, kMaxDepth);
+  State s{Key(++clock_, 0, depth, state_.size() + 1, kWeight), 0, depth};
+  state_.emplace(ino, s);
+  order_.insert({s.key, ino});
+}
+
+void FrequencyEviction::OnAccess(uint64_t ino) {
+  auto it = state_.find(ino);
+  if (it == state_.end()) return;
+  State &s = it->second;
+  if (s.reads < UINT32_MAX) ++s.reads;
+  Use(ino, &s);
+}
+
+void FrequencyEviction::OnRemove(uint64_t ino) {
+  auto it = state_.find(ino);
+  if (it == state_.end()) return;
+  const State &s = it->second;
+  order_.erase({s.key, ino});
+  state_.erase(it);
+}
+
+bool FrequencyEviction::InOrder(const std::function<bool(uint64_t)> &visit) const {
+  for (const auto &[key, ino] : order_)
+    if (!visit(ino)) return false;
+  return true;
+}
+
+void FrequencyEviction::Park(uint64_t ino) {
+  auto it = state_.find(ino);
+  if (it != state_.end() && order_.erase({it->second.key, ino}))
+    parked_.push_back({it->second.key, ino});
+}
+
+void FrequencyEviction::UnparkAll() {
+  // Only what is still known, and unused since: anything else moved on.
+  for (const auto &[key, ino] : parked_)
+    if (auto it = state_.find(ino); it != state_.end() && it->second.key == key)
+      order_.insert({key, ino});
+  parked_.clear();
+}
+
+}  // namespace maru
