@@ -521,6 +521,29 @@ TEST_F(EvictionTest, PinnedAndReadChunksStayUntilNothingElseIsLeft) {
   EXPECT_TRUE(Fsck().empty());
 }
 
+TEST_F(EvictionTest, FrequencyPolicyNeverTakesPinnedOrLeasedChunks) {
+  UsePolicy("frequency");
+  for (int i = 0; i < 7; ++i) ASSERT_EQ(Store("/c" + std::to_string(i), kChunk), 0);
+  auto pin = With<rpc::PinRequest>(session_);
+  pin.mutable_ref()->set_path("/c0");
+  pin.set_pin(true);
+  rpc::AttrReply pinned;
+  engine_->Pin(root_, pin, &pinned);
+  ASSERT_EQ(pinned.error(), 0);
+  uint64_t reader = NewSession(root_);
+  rpc::ChunkReply held = Open("/c1", root_, reader);
+  ASSERT_EQ(held.error(), 0);
+  // The pinned /c0 and the leased /c1 are the least recently used.
+  for (int i = 2; i < 7; ++i) Touch("/c" + std::to_string(i));
+  for (int i = 0; i < 5; ++i) ASSERT_EQ(Store("/n" + std::to_string(i), kChunk), 0);
+  EXPECT_TRUE(Exists("/c0"));
+  EXPECT_TRUE(Exists("/c1"));
+  EXPECT_EQ(Store("/big", 60 << 20), ENOSPC);
+  EXPECT_TRUE(Exists("/c0"));
+  EXPECT_TRUE(Exists("/c1"));
+  EXPECT_TRUE(Fsck().empty());
+}
+
 TEST_F(EvictionTest, PrefixPolicyTakesTailsFirstAndPrefixesTakeTheirTails) {
   UsePolicy("prefix");
   ASSERT_EQ(Store("/a", kChunk), 0);
