@@ -49,11 +49,11 @@ for _ in $(seq 200); do $build/tools/maructl df --json --server "$addr" | grep -
 MARU_DATA=remote $build/tools/maru-bench chunks --server "$addr" --iterations 20 --dir /maru-bench/remote
 
 if [ -f "$trace" ]; then
-  for policy in lru prefix; do
+  for policy in frequency lru prefix; do
     echo
     echo "## replay, eviction $policy"
     start_server "replay-$policy" 1G --eviction "$policy" --high-watermark 1 --low-watermark 1
-    $build/tools/maru-bench replay --trace "$trace" --server "$addr" --clients 4 --json
+    $build/tools/maru-bench replay --trace "$trace" --server "$addr" --clients 4 --policy "$policy" --json
   done
   echo
   echo "## replay, eviction lru, one client (for the comparison with the offline LRU)"

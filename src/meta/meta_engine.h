@@ -57,10 +57,11 @@ struct EngineOptions {
   int64_t grace_ms = -1;
   double high_watermark = 0.95;  // start evicting above this fraction used
   double low_watermark = 0.90;   // ... until usage is below this
-  std::string eviction = "frequency";  // "frequency", "lru" or "prefix"
-  uint32_t max_fragments = 64;   // extents per chunk before a create fails
-  std::string fast_lane;         // the fast lane's socket path, told to clients
-  Limits limits;                 // what one request and one session may ask (client_limits.h)
+  // The eviction policy: "frequency", "lru" or "prefix".
+  std::string eviction = "frequency";
+  uint32_t max_fragments = 64;  // extents per chunk before a create fails
+  std::string fast_lane;        // the fast lane's socket path, told to clients
+  Limits limits;                // what one request and one session may ask (client_limits.h)
 };
 
 class MetaEngine {
