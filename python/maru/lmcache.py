@@ -283,7 +283,7 @@ class MaruBackend:
         try:
             chunk = self._client.alloc(size)
         except OSError as e:
-            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
                 logger.debug("maru.lmcache: allocate %d bytes: %s", size, e)
                 return None
             raise
