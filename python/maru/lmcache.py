@@ -107,7 +107,9 @@ class MaruMemoryObj:
     contract once published or when it came from a get. The object holds
     the chunk (its reservation, or its lease) while its reference count is
     above zero; the tensor itself also holds it, so a tensor kept after
-    ``ref_count_down`` still reads the bytes it was made from.
+    ``ref_count_down`` still reads the bytes it was made from. An allocated
+    object whose put lost to another writer of the same key had its space
+    given back: its tensor must not be used after the put.
     """
 
     def __init__(self, chunk: Chunk, shape: Any, dtype: Any, fmt: Any = None) -> None:
@@ -234,6 +236,7 @@ class MaruBackend:
             and _get(metadata, "world_size", 1) > 1 and _get(metadata, "worker_id", 0) != 0)
         self._client = Client(parse_maru_path(path), instance=extra.get("maru_instance_id"))
         self._put_lock = threading.Lock()
+        self._put_done = threading.Condition(self._put_lock)
         self._put_tasks: set = set()
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="maru-lmcache-put")
@@ -352,8 +355,9 @@ class MaruBackend:
                     stored.append(key)
                 prev = path
         finally:
-            with self._put_lock:
+            with self._put_done:
                 self._put_tasks.difference_update(keys)
+                self._put_done.notify_all()
             for obj in objs:
                 obj.ref_count_down()
         for key in stored:
@@ -508,6 +512,8 @@ class MaruBackend:
 
     def close(self) -> None:
         """Waits for pending puts, then closes the connection."""
+        with self._put_done:
+            self._put_done.wait_for(lambda: not self._put_tasks)
         self._executor.shutdown(wait=True)
         self._client.close()
 

@@ -147,7 +147,11 @@ class MaruHiCacheStorage(_Base):  # type: ignore[misc,valid-type]
         per ``maru.BATCH_MAX`` keys, no lease taken."""
         found = 0
         for part in _batches(keys):
-            n = self._client.count_prefix([self.path(k) for k in part])
+            try:
+                n = self._client.count_prefix([self.path(k) for k in part])
+            except OSError as e:  # HiCache's threads must not die of it
+                logger.warning("maru.sglang: batch_exists: %s", e)
+                break
             found += n
             if n < len(part):
                 break
@@ -192,11 +196,13 @@ class MaruHiCacheStorage(_Base):  # type: ignore[misc,valid-type]
         if not keys:
             return results
         pieces = self._pieces(keys, host_indices)
-        done = 0
         for part in _batches(list(range(len(keys)))):
-            n = self._get_pages([keys[i] for i in part], [pieces[i] for i in part])
+            try:
+                n = self._get_pages([keys[i] for i in part], [pieces[i] for i in part])
+            except OSError as e:  # a lost server: these pages are not loaded
+                logger.warning("maru.sglang: batch_get_v1: %s", e)
+                break
             results[part[0]:part[0] + n] = [True] * n
-            done += n
             if n < len(part):
                 break
         return results
@@ -247,8 +253,12 @@ class MaruHiCacheStorage(_Base):  # type: ignore[misc,valid-type]
         parents = [prefix[-1] if prefix else None] + list(keys[:-1])
         results: List[bool] = []
         for part in _batches(list(range(len(keys)))):
-            results += self._set_pages([keys[i] for i in part], [pieces[i] for i in part],
-                                       [parents[i] for i in part])
+            try:
+                results += self._set_pages([keys[i] for i in part], [pieces[i] for i in part],
+                                           [parents[i] for i in part])
+            except OSError as e:  # a lost server: these pages are not stored
+                logger.warning("maru.sglang: batch_set_v1: %s", e)
+                results += [False] * len(part)
         return results
 
     def _set_pages(self, keys: Sequence[str], pieces: Sequence[Sequence[tuple]],

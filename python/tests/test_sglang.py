@@ -140,3 +140,20 @@ def test_full_pool_pages_fail_cleanly(make_server, ns) -> None:
         assert s.batch_exists(keys) == results.index(False)
     finally:
         s.close()
+
+
+def test_lost_server_is_a_miss_not_an_exception(make_server, ns, monkeypatch) -> None:
+    # HiCache's prefetch and backup threads are never restarted: an
+    # exception there would switch the L3 tier off for good.
+    monkeypatch.setenv("MARU_TIMEOUT_MS", "500")  # each call gives up soon
+    monkeypatch.setenv("MARU_RETRY_MS", "100")
+    gone = make_server()
+    s = make(gone, ns, PageFirstPool())
+    try:
+        assert s.batch_set_v1(["a", "b"], torch.arange(8)) == [True, True]
+        gone.stop()
+        assert s.batch_exists(["a", "b"]) == 0
+        assert s.batch_get_v1(["a", "b"], torch.arange(8)) == [False, False]
+        assert s.batch_set_v1(["c"], torch.arange(4)) == [False]
+    finally:
+        s.close()
