@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 from typing import Any, List, Optional, Sequence, Tuple
 
+from ._maru import BATCH_MAX
 from .chunk import Chunk
 from .client import Client
 
@@ -31,39 +32,31 @@ def raw_buffer(address: int, length: int) -> Any:
 
 
 def _as_buffer(obj: Any) -> Any:
-    # torch tensors do not export the buffer protocol; their numpy view
-    # shares the storage (CPU tensors only, contiguous: checked by numpy's
-    # buffer export in the binding).
+    # torch tensors (1.13) do not export the buffer protocol, which the
+    # binding takes; their numpy view shares the storage (CPU tensors only;
+    # the binding refuses a non-contiguous one).
     numpy = getattr(obj, "numpy", None)
     if numpy is not None and not isinstance(obj, (bytes, bytearray, memoryview)):
         return numpy()
     return obj
 
 
-def _each(ops: Sequence[Op], copy: Any) -> List[Optional[OSError]]:
-    # Until Client.read_into_batch / write_from_batch exist (branch
-    # layerwise): one library call per op, same results.
+def _in_calls(call: Any, ops: Sequence[Op]) -> List[Optional[OSError]]:
+    # One library call per BATCH_MAX ops (a layer_first page has two pieces
+    # per layer: 128 pages of a 32-layer model are 8192 ops).
     errors: List[Optional[OSError]] = []
-    for chunk, buf, off in ops:
-        try:
-            copy(chunk, _as_buffer(buf), off)
-            errors.append(None)
-        except OSError as e:
-            errors.append(e)
+    for start in range(0, len(ops), BATCH_MAX):
+        errors += call([(c, _as_buffer(b), off) for c, b, off in ops[start:start + BATCH_MAX]])
     return errors
 
 
 def read_into_batch(client: Client, ops: Sequence[Op]) -> List[Optional[OSError]]:
-    """Copies chunk bytes into the caller's buffers (one call of the library)."""
-    batch = getattr(client, "read_into_batch", None)
-    if batch is None:
-        return _each(ops, lambda c, b, off: c.read_into(b, off))
-    return batch([(c, _as_buffer(b), off) for c, b, off in ops])
+    """``Client.read_into_batch``: chunk bytes into the caller's buffers, one
+    call of the library per ``maru.BATCH_MAX`` ops (GIL released)."""
+    return _in_calls(client.read_into_batch, ops)
 
 
 def write_from_batch(client: Client, ops: Sequence[Op]) -> List[Optional[OSError]]:
-    """Copies the caller's buffers into writable chunks (one call of the library)."""
-    batch = getattr(client, "write_from_batch", None)
-    if batch is None:
-        return _each(ops, lambda c, b, off: c.write(b, off))
-    return batch([(c, _as_buffer(b), off) for c, b, off in ops])
+    """``Client.write_from_batch``: the caller's buffers into writable chunks,
+    one call of the library per ``maru.BATCH_MAX`` ops (GIL released)."""
+    return _in_calls(client.write_from_batch, ops)

@@ -157,3 +157,43 @@ def test_lost_server_is_a_miss_not_an_exception(make_server, ns, monkeypatch) ->
         assert s.batch_set_v1(["c"], torch.arange(4)) == [False]
     finally:
         s.close()
+
+
+class LayerFirstPool:
+    """A layer_first MHA host pool: kv_buffer [2, layers, tokens, heads, dim];
+    a page is two strided pieces per layer."""
+
+    layout = "layer_first"
+
+    def __init__(self, tokens: int, page_size: int, layers: int) -> None:
+        self.page_size, self.size, self.layers = page_size, tokens, layers
+        self.kv_buffer = torch.zeros(2, layers, tokens, 1, 4)
+
+    def get_page_buffer_meta(self, indices) -> tuple:
+        tok, base = 16, self.kv_buffer.data_ptr()
+        v = self.layers * self.size * tok
+        ptrs: List[int] = []
+        for i in range(0, len(indices), self.page_size):
+            for layer in range(self.layers):
+                k = base + (layer * self.size + int(indices[i])) * tok
+                ptrs += [k, k + v]
+        return ptrs, [self.page_size * tok] * len(ptrs)
+
+
+def test_layer_first_pages_beyond_one_copy_call(server, ns) -> None:
+    pages, layers = 60, 40  # 4800 pieces: more than BATCH_MAX ops
+    a_pool, b_pool = LayerFirstPool(pages * 2, 2, layers), LayerFirstPool(pages * 2, 2, layers)
+    a_pool.kv_buffer.copy_(torch.randn(a_pool.kv_buffer.shape))
+    a, b = make(server, ns, a_pool), make(server, ns, b_pool)
+    try:
+        keys = [f"l{i}" for i in range(pages)]
+        idx = torch.arange(pages * 2)
+        assert 2 * layers * pages > BATCH_MAX
+        assert a.batch_set_v1(keys, idx) == [True] * pages
+        assert b.batch_get_v1(keys, idx.flip(0).view(-1, 2).flip(1).reshape(-1)) == [True] * pages
+        # page i went to the slots of page pages-1-i in B's pool
+        assert torch.equal(b_pool.kv_buffer.view(2, layers, pages, 2, 1, 4).flip(2),
+                           a_pool.kv_buffer.view(2, layers, pages, 2, 1, 4))
+    finally:
+        a.close()
+        b.close()
