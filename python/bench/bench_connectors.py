@@ -7,9 +7,9 @@ loads N pages, side by side:
 
 - SGLang: ``MaruHiCacheStorage.batch_set_v1`` / ``batch_get_v1`` between a
   page_first host KV pool and the store, against the same work written
-  directly on ``maru.Client`` (create_batch, write K and V of each page
-  from the host tensors, seal_batch; lookup_prefix, read K and V into the
-  host tensors, release);
+  directly on ``maru.Client`` (create_batch, write_from_batch of every
+  page's K and V from the host tensors, seal_batch; lookup_prefix,
+  read_into_batch into the host tensors, release);
 - LMCache: ``MaruBackend.batched_allocate`` + fill + ``batched_submit_put_task``
   and ``batched_get_blocking``, against ``Client.alloc`` + fill +
   ``Chunk.publish`` and ``lookup_prefix`` + ``Chunk.torch``.
@@ -86,22 +86,24 @@ def sglang_turn(client: maru.Client, store: MaruHiCacheStorage, src: PageFirstPo
     raw_paths = [f"/bench-raw/{k}" for k in keys]
     page_bytes = 2 * src.page_size * src.tok
 
+    def page_ops(chunks: List[maru.Chunk], pool: PageFirstPool) -> list:
+        ops = []
+        for i, c in enumerate(chunks):
+            k, v = pool.page_views(i)
+            ops += [(c, k.numpy(), 0), (c, v.numpy(), page_bytes // 2)]
+        return ops
+
     def raw_set() -> None:
         chunks = client.create_batch(raw_paths, [page_bytes] * pages)
-        for i, c in enumerate(chunks):
-            k, v = src.page_views(i)
-            c.write(k.numpy(), 0)
-            c.write(v.numpy(), page_bytes // 2)
+        client.write_from_batch(page_ops(chunks, src))
         client.seal_batch(chunks)
         for c in chunks:
             c.release()
 
     def raw_get() -> None:
         chunks = client.lookup_prefix(raw_paths)
-        for i, c in enumerate(chunks):
-            k, v = dst.page_views(i)
-            c.read_into(k.numpy(), 0)
-            c.read_into(v.numpy(), page_bytes // 2)
+        client.read_into_batch(page_ops(chunks, dst))
+        for c in chunks:
             c.release()
 
     # The connector loads into the pool it stored from (the same bytes), raw into dst.
