@@ -166,3 +166,30 @@ def test_mla_workers_share_worker0(server: Any, ns: str) -> None:
     finally:
         w0.close()
         w1.close()
+
+
+def test_puts_on_lmcache_event_loop(server: Any, ns: str) -> None:
+    import asyncio
+    import threading
+
+    loop = asyncio.new_event_loop()  # LMCache runs its backends' puts on its own loop
+    runner = threading.Thread(target=loop.run_forever, daemon=True)
+    runner.start()
+    b = MaruBackend({"maru_path": server.url, "extra_config": {"maru_namespace": ns}},
+                    dict(shapes=[SHAPE], dtypes=[torch.float32], chunk_size=16), loop)
+    try:
+        done = []
+        objs = b.batched_allocate(SHAPE, torch.float32, 2)
+        for o in objs:
+            o.tensor.fill_(7.0)
+        keys = [Key("e0"), Key("e1")]
+        (future,) = b.batched_submit_put_task(keys, objs, on_complete_callback=done.append)
+        assert future.result(timeout=30) == keys and done == keys
+        for o in objs:
+            o.ref_count_down()
+        assert b.batched_contains(keys) == 2
+    finally:
+        b.close()
+        loop.call_soon_threadsafe(loop.stop)
+        runner.join()
+        loop.close()
