@@ -1,4 +1,5 @@
-"""A handle on an instance.py process: send a request, read its answer."""
+"""A handle on an instance.py (or connector_instance.py) process: send a
+request, read its answer."""
 from __future__ import annotations
 
 import json
@@ -7,20 +8,21 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 HERE = Path(__file__).resolve().parent
 
 
 class InstanceProcess:
     def __init__(self, server: str, directory: str = "/tiny_llm", block: int = 32,
-                 layout: str = "block", name: str = "tiny-llm"):
+                 layout: str = "block", name: str = "tiny-llm", script: str = "instance.py",
+                 extra: Sequence[str] = ()):
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in [str(HERE), env.get("PYTHONPATH", "")] if p)
         self.proc = subprocess.Popen(
-            [sys.executable, str(HERE / "instance.py"), "--server", server, "--dir", directory,
-             "--block", str(block), "--layout", layout, "--name", name],
+            [sys.executable, str(HERE / script), "--server", server, "--dir", directory,
+             "--block", str(block), "--layout", layout, "--name", name, *extra],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
         self._read()  # {"ready": true}: the model is built, the store connected
 

@@ -6,6 +6,7 @@ goes through :func:`key_to_path`.
 
 from __future__ import annotations
 
+import re
 from typing import Union
 
 Key = Union[int, str, bytes]
@@ -13,6 +14,7 @@ Key = Union[int, str, bytes]
 # Bytes kept as they are in a path component; every other byte is written
 # %XX (two upper-case hex digits), '%' itself included.
 _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.")
+_ALL_SAFE = re.compile(rb"[A-Za-z0-9_.-]+")  # hashes and the like: nothing to escape
 
 
 def check_namespace(namespace: str) -> str:
@@ -39,6 +41,8 @@ def escape_component(raw: bytes) -> str:
         raise ValueError("maru: empty key")
     if raw.strip(b".") == b"":
         return "%2E" * len(raw)
+    if _ALL_SAFE.fullmatch(raw):
+        return raw.decode("ascii")
     return "".join(chr(b) if b in _SAFE else f"%{b:02X}" for b in raw)
 
 

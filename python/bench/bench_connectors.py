@@ -1,0 +1,197 @@
+"""What the engine connectors cost over the raw Python package, in one run.
+
+    PYTHONPATH=build/python /usr/bin/python3 python/bench/bench_connectors.py
+
+Starts its own maru-server (examples/tiny_llm/maru_node.py) and stores and
+loads N pages, side by side:
+
+- SGLang: ``MaruHiCacheStorage.batch_set_v1`` / ``batch_get_v1`` between a
+  page_first host KV pool and the store, against the same work written
+  directly on ``maru.Client`` (create_batch, write_from_batch of every
+  page's K and V from the host tensors, seal_batch; lookup_prefix,
+  read_into_batch into the host tensors, release);
+- LMCache: ``MaruBackend.batched_allocate`` + fill + ``batched_submit_put_task``
+  and ``batched_get_blocking``, against ``Client.alloc`` + fill +
+  ``Chunk.publish`` and ``lookup_prefix`` + ``Chunk.torch``.
+
+Each turn runs both sides back to back, in alternating order; a ratio is
+the median of the turns' ratios (connector ÷ raw), so that load from other
+work slows both sides alike. Prints a Markdown table.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Callable, Dict, List, Tuple
+
+import torch
+
+import maru
+from maru.lmcache import MaruBackend
+from maru.sglang import MaruHiCacheStorage
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "examples" / "tiny_llm"))
+from maru_node import MaruNode  # noqa: E402
+
+
+class PageFirstPool:
+    """SGLang's page_first MHA host pool: kv_buffer [2, tokens, layers, heads, dim]."""
+
+    layout = "page_first"
+
+    def __init__(self, pages: int, page_size: int, layers: int, heads: int, dim: int) -> None:
+        self.page_size, self.size = page_size, pages * page_size
+        self.kv_buffer = torch.randn(2, self.size, layers, heads, dim).to(torch.float16)
+        self.tok = layers * heads * dim * 2
+
+    def page_views(self, page: int) -> Tuple[torch.Tensor, torch.Tensor]:
+        lo = page * self.page_size
+        return self.kv_buffer[0, lo:lo + self.page_size], self.kv_buffer[1, lo:lo + self.page_size]
+
+    def get_page_buffer_meta(self, indices) -> Tuple[List[int], List[int]]:
+        base, v = self.kv_buffer.data_ptr(), self.size * self.tok
+        ptrs: List[int] = []
+        for i in range(0, len(indices), self.page_size):
+            k = base + int(indices[i]) * self.tok
+            ptrs += [k, k + v]
+        return ptrs, [self.page_size * self.tok] * len(ptrs)
+
+
+def timed(fn: Callable[[], None]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1e6
+
+
+def pair(name: str, connector: Callable[[], None], raw: Callable[[], None],
+         raw_first: bool) -> Dict[str, float]:
+    """Both sides of one call, back to back, in the given order."""
+    if raw_first:
+        r = timed(raw)
+        return {f"{name}_raw": r, f"{name}_connector": timed(connector)}
+    c = timed(connector)
+    return {f"{name}_connector": c, f"{name}_raw": timed(raw)}
+
+
+def sglang_turn(client: maru.Client, store: MaruHiCacheStorage, src: PageFirstPool,
+                dst: PageFirstPool, pages: int, raw_first: bool) -> Dict[str, float]:
+    tag = uuid.uuid4().hex[:8]
+    keys = [f"{tag}-{i}" for i in range(pages)]
+    idx = torch.arange(pages * src.page_size)
+    raw_paths = [f"/bench-raw/{k}" for k in keys]
+    page_bytes = 2 * src.page_size * src.tok
+
+    def page_ops(chunks: List[maru.Chunk], pool: PageFirstPool) -> list:
+        ops = []
+        for i, c in enumerate(chunks):
+            k, v = pool.page_views(i)
+            ops += [(c, k.numpy(), 0), (c, v.numpy(), page_bytes // 2)]
+        return ops
+
+    def raw_set() -> None:
+        chunks = client.create_batch(raw_paths, [page_bytes] * pages)
+        client.write_from_batch(page_ops(chunks, src))
+        client.seal_batch(chunks)
+        for c in chunks:
+            c.release()
+
+    def raw_get() -> None:
+        chunks = client.lookup_prefix(raw_paths)
+        client.read_into_batch(page_ops(chunks, dst))
+        for c in chunks:
+            c.release()
+
+    # The connector loads into the pool it stored from (the same bytes), raw into dst.
+    out = pair("sglang_set", lambda: store.batch_set_v1(keys, idx), raw_set, raw_first)
+    out.update(pair("sglang_get", lambda: store.batch_get_v1(keys, idx), raw_get, raw_first))
+    store.clear()
+    client.unlink_batch(raw_paths)
+    return out
+
+
+def lmcache_turn(client: maru.Client, backend: MaruBackend, shape: torch.Size,
+                 pages: int, value: torch.Tensor, raw_first: bool) -> Dict[str, float]:
+    tag = uuid.uuid4().hex[:8]
+    keys = [f"{tag}-{i}" for i in range(pages)]
+    raw_paths = [f"/bench-raw/{k}" for k in keys]
+    nbytes = value.numel() * value.element_size()
+
+    def connector_put() -> None:
+        objs = backend.batched_allocate(shape, torch.float16, pages)
+        for o in objs:
+            o.tensor.copy_(value)
+        for f in backend.batched_submit_put_task(keys, objs):
+            f.result()
+        for o in objs:
+            o.ref_count_down()
+
+    def raw_put() -> None:
+        prev = None
+        for p in raw_paths:
+            with client.alloc(nbytes) as c:
+                c.torch(torch.float16, shape).copy_(value)
+                c.publish(p, prev)
+            prev = p
+
+    def connector_get() -> None:
+        for o in backend.batched_get_blocking(keys):
+            o.ref_count_down()
+
+    def raw_get() -> None:
+        for c in client.lookup_prefix(raw_paths):
+            c.torch(torch.float16, shape)
+            c.release()
+
+    out = pair("lmcache_put", connector_put, raw_put, raw_first)
+    out.update(pair("lmcache_get", connector_get, raw_get, raw_first))
+    backend.batched_remove(keys)
+    client.unlink_batch(raw_paths)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--pages", type=int, default=64)
+    ap.add_argument("--repeat", type=int, default=7)
+    args = ap.parse_args()
+    # (page tokens, layers, kv heads, head dim): small pages, and 16 tokens
+    # of an 8-layer slice of a Llama-8B-like model (fp16).
+    cases = [("16 KiB pages", (4, 4, 2, 64)), ("512 KiB pages", (16, 8, 8, 128))]
+    print("| pages | call | connector (µs) | raw package (µs) | connector ÷ raw |")
+    print("|---|---|---:|---:|---:|")
+    with MaruNode(pool_size=512 << 20) as node, maru.Client(node.url) as client:
+        for label, (tokens, layers, heads, dim) in cases:
+            src = PageFirstPool(args.pages, tokens, layers, heads, dim)
+            dst = PageFirstPool(args.pages, tokens, layers, heads, dim)
+            store = MaruHiCacheStorage({"model_name": "bench", "extra_config": {
+                "maru_server": node.url, "maru_namespace": "bench-sgl"}}, src)
+            shape = torch.Size([2, layers, tokens, heads * dim])
+            backend = MaruBackend({"maru_path": node.url,
+                                   "extra_config": {"maru_namespace": "bench-lmc"}},
+                                  {"shapes": [shape], "dtypes": [torch.float16],
+                                   "chunk_size": tokens})
+            value = torch.randn(shape).to(torch.float16)
+            turns: List[Dict[str, float]] = []
+            for _ in range(args.repeat):
+                raw_first = len(turns) % 2 == 1
+                t = sglang_turn(client, store, src, dst, args.pages, raw_first)
+                t.update(lmcache_turn(client, backend, shape, args.pages, value, raw_first))
+                turns.append(t)
+            for call in ("sglang_set", "sglang_get", "lmcache_put", "lmcache_get"):
+                conn = statistics.median(t[f"{call}_connector"] for t in turns)
+                raw = statistics.median(t[f"{call}_raw"] for t in turns)
+                ratio = statistics.median(t[f"{call}_connector"] / t[f"{call}_raw"]
+                                          for t in turns)
+                print(f"| {args.pages} × {label} | {call.replace('_', ' ')} | {conn:.0f} "
+                      f"| {raw:.0f} | {ratio:.2f}× |")
+            store.close()
+            backend.close()
+
+
+if __name__ == "__main__":
+    main()

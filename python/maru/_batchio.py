@@ -1,0 +1,62 @@
+"""The connectors' one seam to the copy calls: scatter/gather batches.
+
+An op is ``(chunk, buffer, chunk_offset)``: copy ``len(buffer)`` bytes
+between the chunk at ``chunk_offset`` and ``buffer`` (any object exporting
+a contiguous buffer, a CPU torch tensor, or a :func:`raw_buffer`).
+:func:`read_into_batch` and :func:`write_from_batch` return None or the
+OSError per op, as ``Client.read_into_batch`` / ``write_from_batch`` do.
+
+The engines' connectors (maru.sglang, maru.lmcache) copy only through here,
+so how a batch reaches the library is decided in this one file.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any, List, Optional, Sequence, Tuple
+
+from ._maru import BATCH_MAX
+from .chunk import Chunk
+from .client import Client
+
+Op = Tuple[Chunk, Any, int]
+
+
+def raw_buffer(address: int, length: int) -> Any:
+    """A writable buffer over ``length`` bytes at ``address`` of this process.
+
+    For engines that describe their host memory as (pointer, length) pairs
+    (SGLang's ``get_page_buffer_meta``); the caller keeps that memory alive.
+    """
+    return (ctypes.c_char * length).from_address(address)
+
+
+def _as_buffer(obj: Any) -> Any:
+    # torch tensors (1.13) do not export the buffer protocol, which the
+    # binding takes; their numpy view shares the storage (CPU tensors only;
+    # the binding refuses a non-contiguous one).
+    numpy = getattr(obj, "numpy", None)
+    if numpy is not None and not isinstance(obj, (bytes, bytearray, memoryview)):
+        return numpy()
+    return obj
+
+
+def _in_calls(call: Any, ops: Sequence[Op]) -> List[Optional[OSError]]:
+    # One library call per BATCH_MAX ops (a layer_first page has two pieces
+    # per layer: 128 pages of a 32-layer model are 8192 ops).
+    errors: List[Optional[OSError]] = []
+    for start in range(0, len(ops), BATCH_MAX):
+        errors += call([(c, _as_buffer(b), off) for c, b, off in ops[start:start + BATCH_MAX]])
+    return errors
+
+
+def read_into_batch(client: Client, ops: Sequence[Op]) -> List[Optional[OSError]]:
+    """``Client.read_into_batch``: chunk bytes into the caller's buffers, one
+    call of the library per ``maru.BATCH_MAX`` ops (GIL released)."""
+    return _in_calls(client.read_into_batch, ops)
+
+
+def write_from_batch(client: Client, ops: Sequence[Op]) -> List[Optional[OSError]]:
+    """``Client.write_from_batch``: the caller's buffers into writable chunks,
+    one call of the library per ``maru.BATCH_MAX`` ops (GIL released)."""
+    return _in_calls(client.write_from_batch, ops)
