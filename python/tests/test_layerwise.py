@@ -184,3 +184,32 @@ def test_async_batches(client, ns):
     assert results[:4] == [None] * 4 and results[4].errno == errno.EINVAL
     assert [int(d[0]) for d in dsts] == [5, 6, 7, 8]
     assert client.read_into_batch_async([]).result(timeout=30) == []
+
+
+def test_torch_tensors_by_data_pointer(client, ns):
+    """CPU tensors of any dtype (bfloat16 has no numpy form) go in directly."""
+    src = torch.arange(PART // 2, dtype=torch.bfloat16)
+    chunk = client.create(f"/{ns}/t", PART)
+    assert client.write_from_batch([(chunk, src, 0)]) == [None]
+    chunk.seal()
+    dst = torch.zeros(PART // 2, dtype=torch.bfloat16)
+    halves = torch.zeros(2, PART // 4, dtype=torch.bfloat16)
+    assert client.read_into_batch([(chunk, dst, 0), (chunk, halves[1], PART // 2)]) == [None, None]
+    assert torch.equal(dst, src) and torch.equal(halves[1], src[PART // 4:])
+    with pytest.raises(ValueError):
+        client.read_into_batch([(chunk, halves.t(), 0)])  # not contiguous
+
+
+def test_async_batch_keeps_its_buffers(client, ns):
+    import gc
+
+    chunk = client.create(f"/{ns}/keep", PART)
+    chunk.write(b"\x09" * PART)
+    chunk.seal()
+    dst = np.zeros(PART, dtype=np.uint8)
+    probe = memoryview(dst)  # outlives the batch: the bytes can be checked after
+    fut = client.read_into_batch_async([(chunk, dst, 0)])
+    del dst, chunk
+    gc.collect()
+    assert fut.result(timeout=30) == [None]
+    assert bytes(probe) == b"\x09" * PART
