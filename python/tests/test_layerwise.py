@@ -213,3 +213,21 @@ def test_async_batch_keeps_its_buffers(client, ns):
     gc.collect()
     assert fut.result(timeout=30) == [None]
     assert bytes(probe) == b"\x09" * PART
+
+
+def test_waits_over_grpc_without_the_fast_lane(make_server, ns):
+    srv = make_server(extra=["--no-fast-lane"])
+    path = f"/{ns}/grpc"
+    with maru.Client(srv.url) as writer, maru.Client(srv.url) as reader:
+        w = writer.create(path, 2 * PART, parts=2)
+        r = reader.open_partial(path)
+        done = []
+        t = threading.Thread(target=lambda: done.append(r.wait_part(1, timeout=60)))
+        t.start()
+        w.publish_part(1)
+        t.join(timeout=60)
+        assert done == [None]
+        r.wait_part(0, timeout=0)  # published with part 1
+        w.release()  # abandoned: the path goes
+        with pytest.raises(FileNotFoundError):
+            reader.open_partial(path)
