@@ -231,3 +231,19 @@ def test_waits_over_grpc_without_the_fast_lane(make_server, ns):
         w.release()  # abandoned: the path goes
         with pytest.raises(FileNotFoundError):
             reader.open_partial(path)
+
+
+def test_create_batch_in_parts_and_lookup_keeps_the_count(client, ns):
+    paths = [f"/{ns}/cb{i}" for i in range(3)]
+    chunks = client.create_batch(paths, [2 * PART] * 3, parts=2)
+    assert [c.parts for c in chunks] == [2, 2, 2]
+    assert isinstance(client.create_batch([f"/{ns}/odd"], [PART + 1], parts=2)[0], OSError)
+    for c in chunks:
+        c.publish_part(0)
+    assert client.seal_batch(chunks) == [None] * 3
+    found = client.lookup_prefix(paths)
+    assert [c.parts for c in found] == [2, 2, 2]
+    found[0].wait_part(1, timeout=0)
+    assert found[0].part_range(1) == (PART, PART)
+    with pytest.raises(IndexError):
+        found[0].part_range(2)
