@@ -51,9 +51,10 @@ class Signal {
 
 class LayerwiseTest : public ::testing::Test {
  protected:
-  // A short session timeout: a killed writer is noticed within a second.
+  // A short session timeout: a killed writer is noticed within seconds (not so
+  // short that a loaded machine expires the reader too).
   LayerwiseTest()
-      : server_(pool_.path(), {"--session-timeout-ms", "600", "--heartbeat-ms", "100"}) {}
+      : server_(pool_.path(), {"--session-timeout-ms", "2000", "--heartbeat-ms", "300"}) {}
   void SetUp() override { ASSERT_TRUE(server_.Start()); }
 
   // Connects; call only after the test's forks (handles do not survive one).

@@ -124,7 +124,7 @@ def test_abort_wakes_reader_with_econnaborted(server, ns):
 
 
 def test_killed_writer_wakes_reader(make_server, ns):
-    srv = make_server(extra=["--session-timeout-ms", "600", "--heartbeat-ms", "100"])
+    srv = make_server(extra=["--session-timeout-ms", "2000", "--heartbeat-ms", "300"])
     path = f"/{ns}/killed"
     code = textwrap.dedent(f"""
         import sys, maru
