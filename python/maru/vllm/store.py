@@ -1,0 +1,130 @@
+"""The connector's one seam onto the ``maru`` package.
+
+Everything the scheduler and worker sides do with the pool goes through
+:class:`ChunkStore`: count a prefix, open chunks to load, wait for a layer,
+copy batches in and out, publish a layer, seal. A chunk is written in
+``parts`` equal parts, one per model layer, so that a reader may take layer
+i while the writer still computes layer i+1.
+"""
+
+from __future__ import annotations
+
+import errno
+from typing import Any, List, Optional, Sequence, Tuple, Union
+
+from ..chunk import Chunk
+from ..client import Client
+
+#: (chunk, buffer, offset in the chunk): one copy of a batch.
+CopyOp = Tuple[Chunk, Any, int]
+
+
+class ChunkStore:
+    """Chunk operations of the connector, over one :class:`maru.Client`."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    def count(self, paths: Sequence[str], count_writing: bool) -> int:
+        """How many of ``paths``, from the start, a reader may load: sealed
+        chunks, and with ``count_writing`` also chunks still being written."""
+        if not paths:
+            return 0
+        n = self.client.count_prefix(paths)
+        if not count_writing:
+            return n
+        while n < len(paths):  # one probe per chunk in flight: few at a time
+            try:
+                self.client.open_partial(paths[n]).release()
+            except OSError:
+                break
+            n += 1
+        return n
+
+    def open_load(self, paths: Sequence[str]) -> List[Chunk]:
+        """Read handles on the longest prefix of ``paths`` that is there,
+        sealed or being written; each holds a lease on its bytes."""
+        out: List[Chunk] = []
+        for path in paths:
+            try:
+                out.append(self.client.open_partial(path))
+            except OSError:
+                break
+        return out
+
+    def wait_layer(self, chunk: Chunk, layer: int, timeout_s: float) -> None:
+        """Returns once part ``layer`` of ``chunk`` is final. Raises
+        TimeoutError, or OSError(ECONNABORTED) if its writer gave up or died:
+        the bytes of that part must then not be used."""
+        chunk.wait_part(layer, timeout_s)
+
+    def read(self, ops: Sequence[CopyOp]) -> List[Optional[OSError]]:
+        """Copies chunk bytes into the buffers: one call for the batch."""
+        return self.client.read_into_batch(ops) if ops else []
+
+    def create(self, paths: Sequence[str], sizes: Sequence[int],
+               parents: Sequence[Optional[str]], parts: int) -> List[Union[Chunk, OSError]]:
+        """Reserves the chunks in one round trip, each in ``parts`` parts."""
+        if not paths:
+            return []
+        return self.client.create_batch(paths, sizes, parents=parents, parts=parts)
+
+    def write(self, ops: Sequence[CopyOp]) -> List[Optional[OSError]]:
+        """Copies the buffers into writable chunks: one call for the batch."""
+        return self.client.write_from_batch(ops) if ops else []
+
+    def publish(self, chunk: Chunk, layer: int) -> None:
+        """Makes parts [0, layer] of ``chunk`` readable to waiting readers."""
+        chunk.publish_part(layer)
+
+    def seal(self, chunks: Sequence[Chunk]) -> List[Optional[OSError]]:
+        """Seals the chunks in one round trip (publishing what is left)."""
+        return self.client.seal_batch(chunks) if chunks else []
+
+
+def is_gone(error: BaseException) -> bool:
+    """True for the errors that mean "this chunk cannot be used": missing,
+    evicted, aborted by its writer, or not there in time."""
+    return isinstance(error, (OSError, TimeoutError)) and getattr(error, "errno", None) in (
+        errno.ENOENT, errno.ECONNABORTED, errno.ETIMEDOUT, errno.EBUSY, errno.ESTALE, None)
+
+
+class WholeChunkStore(ChunkStore):
+    """The same operations over the whole-chunk API (no parts): a chunk is
+    readable only once sealed, so a layer is "final" as soon as it can be
+    opened. Used where the package has no layer-wise calls."""
+
+    def count(self, paths: Sequence[str], count_writing: bool) -> int:
+        return self.client.count_prefix(paths) if paths else 0
+
+    def open_load(self, paths: Sequence[str]) -> List[Chunk]:
+        return self.client.lookup_prefix(paths) if paths else []
+
+    def wait_layer(self, chunk: Chunk, layer: int, timeout_s: float) -> None:
+        return None
+
+    def read(self, ops: Sequence[CopyOp]) -> List[Optional[OSError]]:
+        return [_call(lambda: chunk.read_into(buf, off)) for chunk, buf, off in ops]
+
+    def create(self, paths: Sequence[str], sizes: Sequence[int],
+               parents: Sequence[Optional[str]], parts: int) -> List[Union[Chunk, OSError]]:
+        return self.client.create_batch(paths, sizes, parents=parents) if paths else []
+
+    def write(self, ops: Sequence[CopyOp]) -> List[Optional[OSError]]:
+        return [_call(lambda: chunk.write(buf, off)) for chunk, buf, off in ops]
+
+    def publish(self, chunk: Chunk, layer: int) -> None:
+        return None
+
+
+def _call(fn: Any) -> Optional[OSError]:
+    try:
+        fn()
+    except OSError as e:
+        return e
+    return None
+
+
+def make_store(client: Client) -> ChunkStore:
+    """The layer-wise store if the package has the layer-wise API, else the whole-chunk one."""
+    return ChunkStore(client) if hasattr(client, "open_partial") else WholeChunkStore(client)
