@@ -60,8 +60,8 @@ def extra(node, ns, **more):
             "maru_load_timeout_s": 60, **more}
 
 
-def engine(model, node, ns, **more):
-    return PagedEngine(model, BLOCK, 256, extra(node, ns, **more))
+def engine(model, node, ns, role="kv_both", **more):
+    return PagedEngine(model, BLOCK, 256, extra(node, ns, **more), role=role)
 
 
 def reference(model, p):
@@ -179,7 +179,7 @@ def test_full_pool_evicts_and_b_recomputes(model):
                 a.generate(p)
         loaded = []
         for p in reversed(prompts):  # the newest first: they are still there
-            b = run(engine(model, small, "full", maru_save=False), p)
+            b = run(engine(model, small, "full", role="kv_consumer"), p)
             ref = reference(model, p)
             assert b.tokens == ref.tokens and torch.equal(b.decode_logits, ref.decode_logits)
             loaded.append(b.loaded_tokens // BLOCK)

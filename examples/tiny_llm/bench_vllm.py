@@ -1,0 +1,184 @@
+#!/usr/bin/python3
+"""The vLLM connector: layer-wise overlap, and its overhead over the raw package.
+
+A writer engine (in this process, its own connector and client) prefills
+prompts of n blocks + 1 block and stores their chunks. Then, for each
+length, taking turns per repetition, this process measures:
+
+  layerwise   B's first step with the connector, maru_layerwise on: layer i
+              of the prefix is copied while the model computes layer i-1
+  whole       the same, maru_layerwise off: every layer is copied, then
+              the model runs
+  compute     the same step's compute alone (the prefix already in the cache)
+  connector   the connector's load alone: scheduler calls, metadata,
+              start_load_kv, wait_for_layer_load of every layer
+  raw         the same bytes into the same blocks with the maru package
+              directly: count_prefix, open, one batched copy per layer
+
+and prints medians as a Markdown table with the ratios whole/layerwise and
+connector/raw (--write puts it into docs/benchmarks.md).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import random
+import re
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from maru_node import REPO, MaruNode
+from model import Config, TinyLM, deterministic
+from paged_engine import PagedEngine
+from vllm_types import KVCacheBlocks, Request, SchedulerOutput, NewRequestData, ForwardContext
+
+BEGIN, END = "<!-- bench_vllm: begin -->", "<!-- bench_vllm: end -->"
+BLOCK = 16
+
+
+def prompt(seed: int, n: int):
+    rng = random.Random(seed)
+    return [rng.randrange(1000) for _ in range(n)]
+
+
+def timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def connector_load(eng: PagedEngine, p) -> None:
+    """The connector's calls for a load, without the model."""
+    req = Request(f"bench-{uuid.uuid4().hex[:8]}", p)
+    got, _ = eng.sched.get_num_new_matched_tokens(req, 0)
+    table = eng._alloc([], got + BLOCK)
+    try:
+        eng.sched.update_state_after_alloc(req, KVCacheBlocks(table), got)
+        meta = eng.sched.build_connector_meta(SchedulerOutput(
+            [NewRequestData(req.request_id, p, (table,), got)], num_scheduled_tokens={}))
+        eng.worker.bind_connector_metadata(meta)
+        eng.worker.start_load_kv(ForwardContext())
+        for name in eng.names:
+            eng.worker.wait_for_layer_load(name)
+        eng.worker.wait_for_save()
+        assert not eng.worker.get_block_ids_with_load_errors()
+        eng.worker.clear_connector_metadata()
+    finally:
+        eng.sched.request_finished(req, table)
+        eng.free.extend(table)
+
+
+def raw_load(eng: PagedEngine, p) -> None:
+    """The same copies with the package itself: no scheduler, no metadata, no thread."""
+    from maru.vllm.paged import layer_ops
+
+    w = eng.worker._worker
+    st = eng.sched._scheduler
+    paths = st._state("raw", p).paths[:(len(p) - 1) // BLOCK]
+    st.requests.pop("raw")
+    store = w.store
+    n = store.count(paths, False)
+    table = eng._alloc([], n * BLOCK + BLOCK)
+    try:
+        chunks = store.open_load(paths[:n])
+        for layer, name in enumerate(eng.names):
+            for c in chunks:
+                store.wait_layer(c, layer, 60)
+            errors = store.read(layer_ops(w.layout, eng.kv[name], layer,
+                                          [(c, [table[i]]) for i, c in enumerate(chunks)]))
+            assert not any(errors)
+        for c in chunks:
+            c.release()
+    finally:
+        eng.free.extend(table)
+
+
+def measure(model, node, ns: str, n_blocks: int, reps: int):
+    p = prompt(n_blocks, (n_blocks + 1) * BLOCK)
+    ext = {"maru_server": node.url, "maru_namespace": ns, "maru_instance": "bench"}
+    writer = PagedEngine(model, BLOCK, n_blocks + 4, dict(ext, maru_instance="bench-writer"))
+    writer.generate(p, 0)
+    writer.close()
+    blocks = n_blocks + 4
+    lw = PagedEngine(model, BLOCK, blocks, dict(ext, maru_layerwise=True), role="kv_consumer")
+    wh = PagedEngine(model, BLOCK, blocks, dict(ext, maru_layerwise=False), role="kv_consumer")
+    plain = PagedEngine(model, BLOCK, blocks)
+    table = list(range(n_blocks + 1))
+    plain.forward(p, 0, table)  # fills the cache: "compute" redoes only the last block
+    samples = {k: [] for k in ("layerwise", "whole", "compute", "connector", "raw")}
+    for _ in range(reps):
+        for name, eng in (("layerwise", lw), ("whole", wh)):
+            r = None
+
+            def one():
+                nonlocal r
+                r = eng.generate(p, 0)
+            samples[name].append(timed(one))
+            assert r.loaded_tokens == n_blocks * BLOCK and r.recomputed_tokens == 0
+        samples["compute"].append(timed(lambda: plain.forward(p[-BLOCK:], n_blocks * BLOCK,
+                                                              table)))
+        samples["connector"].append(timed(lambda: connector_load(lw, p)))
+        samples["raw"].append(timed(lambda: raw_load(lw, p)))
+    for eng in (lw, wh):
+        eng.close()
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def table(rows, chunk_kib: float, api: str) -> str:
+    ms = lambda s: f"{s * 1e3:.2f}"  # noqa: E731
+    out = ["| prefix tokens | prefix KiB | layerwise ms | whole ms | compute ms | "
+           "**whole / layerwise** | connector load ms | raw load ms | **connector / raw** |",
+           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for n, m in rows:
+        out.append(f"| {n * BLOCK} | {n * chunk_kib:.0f} | {ms(m['layerwise'])} | "
+                   f"{ms(m['whole'])} | {ms(m['compute'])} | "
+                   f"**{m['whole'] / m['layerwise']:.2f}** | {ms(m['connector'])} | "
+                   f"{ms(m['raw'])} | **{m['connector'] / m['raw']:.2f}** |")
+    out.append("")
+    out.append(f"(store: {api}; medians of the repetitions; block {BLOCK} tokens, "
+               f"one chunk per block of {chunk_kib:.0f} KiB)")
+    return "\n".join(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--blocks", default="16,64,128", help="prefix lengths in blocks")
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
+    args = ap.parse_args()
+    deterministic()
+    model = TinyLM(Config())
+    PagedEngine(model, BLOCK, 8).generate(list(range(BLOCK + 1)), 1)  # oneDNN warm-up
+    rows = []
+    with MaruNode(pool_size=512 << 20) as node:
+        for n in (int(x) for x in args.blocks.split(",")):
+            rows.append((n, measure(model, node, f"bench-{n}-{uuid.uuid4().hex[:6]}", n,
+                                    args.reps)))
+            print(f"{n} blocks: " + ", ".join(f"{k} {v * 1e3:.2f} ms"
+                                              for k, v in rows[-1][1].items()), file=sys.stderr)
+        import maru
+        api = ("layer-wise API (open_partial, wait_part, read_into_batch)"
+               if hasattr(maru.Client, "open_partial") else
+               "whole-chunk API (lookup_prefix, Chunk.read_into per block)")
+    cfg = model.cfg
+    chunk_kib = cfg.n_layers * 2 * BLOCK * cfg.d_model * 4 / 1024
+    text = table(rows, chunk_kib, api)
+    print(text)
+    if args.write:
+        doc = REPO / "docs" / "benchmarks.md"
+        body = doc.read_text()
+        stamp = datetime.date.today().isoformat()
+        block = f"{BEGIN}\n{text}\n\n(measured {stamp})\n{END}"
+        if BEGIN in body:
+            body = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: block, body,
+                          flags=re.S)
+        else:
+            body += "\n" + block + "\n"
+        doc.write_text(body)
+
+
+if __name__ == "__main__":
+    main()
