@@ -243,3 +243,23 @@ def test_b_loads_layers_while_a_still_saves(model, node, ns):
     assert (b.loaded_tokens, b.recomputed_tokens) == (4 * BLOCK, 0)
     assert b.tokens == answer["tokens"]
     assert torch.equal(b.decode_logits, reference(model, p).decode_logits)
+
+
+def test_tensor_copies_of_device_caches(node, ns):
+    """The copy path for caches the library cannot reach (a GPU's), run on
+    CPU tensors: the same bytes land where the batch calls put them."""
+    from maru.vllm.store import copy_tensors
+
+    src = torch.arange(256, dtype=torch.uint8)
+    with maru.Client(node.url) as client:
+        chunk = client.create(f"/{ns}/t", 512)
+        assert copy_tensors([(chunk, src, 0), (chunk, src.flip(0), 256)], True) == [None, None]
+        chunk.seal()
+        chunk.release()
+        back = torch.zeros(256, dtype=torch.uint8)
+        with client.open(f"/{ns}/t") as sealed:
+            assert copy_tensors([(sealed, back, 256)], False) == [None]
+            assert torch.equal(back, src.flip(0))
+            whole = bytearray(512)
+            sealed.read_into(whole)
+            assert bytes(whole[:256]) == bytes(range(256))

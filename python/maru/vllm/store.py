@@ -10,7 +10,7 @@ i while the writer still computes layer i+1.
 from __future__ import annotations
 
 import errno
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from ..chunk import Chunk
 from ..client import Client
@@ -60,6 +60,8 @@ class ChunkStore:
 
     def read(self, ops: Sequence[CopyOp]) -> List[Optional[OSError]]:
         """Copies chunk bytes into the buffers: one call for the batch."""
+        if ops and on_device(ops[0][1]):
+            return copy_tensors(ops, into_chunk=False)
         return self.client.read_into_batch(ops) if ops else []
 
     def create(self, paths: Sequence[str], sizes: Sequence[int],
@@ -71,6 +73,8 @@ class ChunkStore:
 
     def write(self, ops: Sequence[CopyOp]) -> List[Optional[OSError]]:
         """Copies the buffers into writable chunks: one call for the batch."""
+        if ops and on_device(ops[0][1]):
+            return copy_tensors(ops, into_chunk=True)
         return self.client.write_from_batch(ops) if ops else []
 
     def publish(self, chunk: Chunk, layer: int) -> None:
@@ -104,6 +108,8 @@ class WholeChunkStore(ChunkStore):
         return None
 
     def read(self, ops: Sequence[CopyOp]) -> List[Optional[OSError]]:
+        if ops and on_device(ops[0][1]):
+            return copy_tensors(ops, into_chunk=False)
         return [_call(lambda: chunk.read_into(buf, off)) for chunk, buf, off in ops]
 
     def create(self, paths: Sequence[str], sizes: Sequence[int],
@@ -111,10 +117,40 @@ class WholeChunkStore(ChunkStore):
         return self.client.create_batch(paths, sizes, parents=parents) if paths else []
 
     def write(self, ops: Sequence[CopyOp]) -> List[Optional[OSError]]:
+        if ops and on_device(ops[0][1]):
+            return copy_tensors(ops, into_chunk=True)
         return [_call(lambda: chunk.write(buf, off)) for chunk, buf, off in ops]
 
     def publish(self, chunk: Chunk, layer: int) -> None:
         return None
+
+
+def on_device(buf: Any) -> bool:
+    """True for a tensor the library cannot copy into (a GPU's)."""
+    return bool(getattr(buf, "is_cuda", False))
+
+
+def copy_tensors(ops: Sequence[CopyOp], into_chunk: bool) -> List[Optional[OSError]]:
+    """The copies of a batch between chunks and uint8 tensors on any device,
+    through tensor views of the chunks (``Chunk.torch()``): for device
+    caches, which the library's batch calls cannot reach. Untested on a GPU
+    here; tested with CPU tensors."""
+    views: Dict[int, Any] = {}
+    errors: List[Optional[OSError]] = []
+    for chunk, buf, off in ops:
+        try:
+            view = views.get(id(chunk))
+            if view is None:
+                view = views[id(chunk)] = chunk.torch()
+            seg = view[off:off + buf.numel()]
+            if into_chunk:
+                seg.copy_(buf)
+            else:
+                buf.copy_(seg)
+            errors.append(None)
+        except (OSError, ValueError, RuntimeError) as e:
+            errors.append(e if isinstance(e, OSError) else OSError(errno.EIO, str(e)))
+    return errors
 
 
 def _call(fn: Any) -> Optional[OSError]:
