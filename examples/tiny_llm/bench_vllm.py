@@ -16,7 +16,11 @@ length, taking turns per repetition, this process measures:
               directly: count_prefix, open, one batched copy per layer
 
 and prints medians as a Markdown table with the ratios whole/layerwise and
-connector/raw (--write puts it into docs/benchmarks.md).
+connector/raw. With the layer-wise API, a second table: B loads while the
+writer (another process, paused between layers 0 and 1 of the step that
+completes the prefix's last chunk) is still saving; from the writer's
+release to B's first token, with and without layer-wise loading.
+(--write puts both into docs/benchmarks.md.)
 """
 from __future__ import annotations
 
@@ -127,6 +131,55 @@ def measure(model, node, ns: str, n_blocks: int, reps: int):
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
+def measure_with_saver(model, node, n_blocks: int, reps: int):
+    """Seconds from the writer's release to B's first token, per mode."""
+    import json
+    import threading
+
+    from maru_node import wait_for
+    from proc import InstanceProcess
+
+    ns = f"saver-{n_blocks}-{uuid.uuid4().hex[:6]}"
+    argv = ["--server", node.url, "--namespace", ns, "--block", str(BLOCK),
+            "--blocks", str(n_blocks + 4), "--name", "bench-saver", "--extra", "{}"]
+    samples = {"layerwise": [], "whole": []}
+    with InstanceProcess(node.url, script="vllm_instance.py", argv=argv) as a:
+        seed = 1000 * n_blocks
+        for _ in range(reps):
+            for mode in samples:
+                seed += 1
+                p = prompt(seed, (n_blocks + 1) * BLOCK)
+                a.send(op="generate", prompt=p, decode=0, pause_at=[n_blocks - 1, 0])
+                assert a.read() == {"paused": [n_blocks - 1, 0]}
+                b = PagedEngine(model, BLOCK, n_blocks + 4,
+                                {"maru_server": node.url, "maru_namespace": ns,
+                                 "maru_layerwise": mode == "layerwise"}, role="kv_consumer")
+                out = {}
+                thread = threading.Thread(target=lambda: out.update(r=b.generate(p, 0)))
+                thread.start()
+                w = b.worker._worker
+                assert wait_for(lambda: w.loading is not None and w.loading.layers[0].is_set()
+                                if mode == "layerwise" else w.loading is not None)
+                t0 = time.perf_counter()
+                a.send(op="go")
+                thread.join()
+                samples[mode].append(time.perf_counter() - t0)
+                a.read()
+                b.close()
+                assert out["r"].loaded_tokens == n_blocks * BLOCK, json.dumps(
+                    out["r"].loaded_tokens)
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def saver_table(rows) -> str:
+    out = ["| prefix tokens | layerwise ms | whole ms | **whole / layerwise** |",
+           "|---:|---:|---:|---:|"]
+    for n, m in rows:
+        out.append(f"| {n * BLOCK} | {m['layerwise'] * 1e3:.2f} | {m['whole'] * 1e3:.2f} | "
+                   f"**{m['whole'] / m['layerwise']:.2f}** |")
+    return "\n".join(out)
+
+
 def table(rows, chunk_kib: float, api: str) -> str:
     ms = lambda s: f"{s * 1e3:.2f}"  # noqa: E731
     out = ["| prefix tokens | prefix KiB | layerwise ms | whole ms | compute ms | "
@@ -160,12 +213,22 @@ def main() -> None:
             print(f"{n} blocks: " + ", ".join(f"{k} {v * 1e3:.2f} ms"
                                               for k, v in rows[-1][1].items()), file=sys.stderr)
         import maru
-        api = ("layer-wise API (open_partial, wait_part, read_into_batch)"
-               if hasattr(maru.Client, "open_partial") else
-               "whole-chunk API (lookup_prefix, Chunk.read_into per block)")
+        layerwise_api = hasattr(maru.Client, "open_partial")
+        api = ("layer-wise API (open_partial, wait_part, read_into_batch)" if layerwise_api
+               else "whole-chunk API (lookup_prefix, Chunk.read_into per block)")
+        saver_rows = []
+        if layerwise_api:
+            for n in (int(x) for x in args.blocks.split(",")):
+                saver_rows.append((n, measure_with_saver(model, node, n, args.reps)))
+                print(f"{n} blocks, writer still saving: " + ", ".join(
+                    f"{k} {v * 1e3:.2f} ms" for k, v in saver_rows[-1][1].items()),
+                    file=sys.stderr)
     cfg = model.cfg
     chunk_kib = cfg.n_layers * 2 * BLOCK * cfg.d_model * 4 / 1024
     text = table(rows, chunk_kib, api)
+    if saver_rows:
+        text += "\n\nWhile the writer is still saving (from its release to B's first token):\n\n"
+        text += saver_table(saver_rows)
     print(text)
     if args.write:
         doc = REPO / "docs" / "benchmarks.md"

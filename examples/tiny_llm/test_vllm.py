@@ -263,3 +263,14 @@ def test_tensor_copies_of_device_caches(node, ns):
             whole = bytearray(512)
             sealed.read_into(whole)
             assert bytes(whole[:256]) == bytes(range(256))
+
+
+def test_chunks_of_two_blocks(model, node, ns):
+    p = prompt(9, 5 * BLOCK + 7)
+    with InstanceA(node, ns, maru_chunk_blocks=2) as a:
+        answer, logits = a.generate(p)
+    b = run(engine(model, node, ns, maru_chunk_blocks=2), p)
+    assert b.loaded_tokens == 4 * BLOCK  # two chunks; the fifth block is in none
+    assert_same(b, answer, logits)
+    # Another chunk size names other chunks: nothing found, nothing mixed up.
+    assert run(engine(model, node, ns), p).loaded_tokens == 0

@@ -72,13 +72,11 @@ class WorkerSide:
             self.pool.submit(job.run)
         if not sync:
             return
-        job = self._job(sync)
+        self.loading = self._job(sync)
         if self.cfg.layerwise:
-            self.loading = job
-            self.pool.submit(job.run)
+            self.pool.submit(self.loading.run)
         else:
-            job.run()
-            self.failed |= job.failed_blocks()
+            self.loading.run()
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         """Blocks until this step's loads have copied ``layer_name``."""
