@@ -50,7 +50,7 @@ class Result:
     prefill_logits: torch.Tensor  # logits of the last prompt token
     decode_logits: torch.Tensor  # [n, vocab]
     loaded_tokens: int  # tokens the connector said it would load
-    recomputed_tokens: int  # of those, tokens recomputed after a failed load
+    recomputed_tokens: int  # of those, tokens recomputed because their load failed
     steps: int
 
 
@@ -174,7 +174,7 @@ class PagedEngine:
     def _run(self, req: Request, table: List[int], loaded: int, n_decode: int,
              hook: Optional[LayerHook]) -> Result:
         prompt = req.prompt_token_ids
-        computed, recomputed, step = loaded, 0, 0
+        computed, usable, step = loaded, loaded, 0
         first = True
         prefill = None
         while computed < len(prompt):
@@ -186,7 +186,7 @@ class PagedEngine:
             first = False
             if failed:  # vLLM drops the step and resumes at the first failed block
                 redo = min(i for i, b in enumerate(table) if b in failed) * self.bs
-                recomputed += computed + n - redo
+                usable = min(usable, redo)
                 computed = redo
                 continue
             computed += n
@@ -204,7 +204,7 @@ class PagedEngine:
             decode.append(cur)
             computed += 1
         return Result(tokens, prefill, torch.stack(decode) if decode else
-                      torch.empty(0, self.model.cfg.vocab), loaded, recomputed, step)
+                      torch.empty(0, self.model.cfg.vocab), loaded, loaded - usable, step)
 
     def _step(self, req: Request, table: List[int], first: bool, new_blocks: List[int],
               computed: int, tokens: Sequence[int], n: int, step: int,

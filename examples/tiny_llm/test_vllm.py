@@ -90,14 +90,15 @@ def chunk_paths_of(ns, p):
     return chunk_paths(ns, chain_keys(model_tag("tiny-llm", "float32", BLOCK, 1, 1), p, BLOCK))
 
 
-def gone(client, path):
+def settled(client, path):
+    """True once ``path`` is no longer being written: missing, or sealed."""
     try:
         client.open(path).release()
     except FileNotFoundError:
         return True
     except OSError:
         return False
-    return False
+    return True
 
 
 def assert_same(b, a_answer, a_logits):
@@ -208,7 +209,7 @@ def test_saver_killed_between_layers(model):
         # Once the dead writer's session expires its reservation is dropped;
         # then an instance stores chunks 3-5 and the next one loads all six.
         with maru.Client(node.url) as client:
-            assert wait_for(lambda: gone(client, chunk_paths_of("killed", p)[3]))
+            assert wait_for(lambda: settled(client, chunk_paths_of("killed", p)[3]))
         run(engine(model, node, "killed"), p)
         c = run(engine(model, node, "killed"), p)
         assert c.loaded_tokens == 6 * BLOCK and torch.equal(c.decode_logits, ref.decode_logits)
@@ -274,3 +275,23 @@ def test_chunks_of_two_blocks(model, node, ns):
     assert_same(b, answer, logits)
     # Another chunk size names other chunks: nothing found, nothing mixed up.
     assert run(engine(model, node, ns), p).loaded_tokens == 0
+
+
+def test_chunk_gone_between_count_and_load(model, node, ns):
+    """Evicted (here: unlinked) after the scheduler counted it: the worker
+    reports its blocks and all after them, the engine recomputes them."""
+    p = prompt(10, 6 * BLOCK + 5)
+    with InstanceA(node, ns) as a:
+        answer, logits = a.generate(p)
+    b_eng = engine(model, node, ns, role="kv_consumer")
+    count = b_eng.sched.get_num_new_matched_tokens
+
+    def count_then_evict(request, computed):
+        got = count(request, computed)
+        b_eng.sched.client.unlink(chunk_paths_of(ns, p)[2])
+        return got
+
+    b_eng.sched.get_num_new_matched_tokens = count_then_evict
+    b = run(b_eng, p)
+    assert (b.loaded_tokens, b.recomputed_tokens) == (6 * BLOCK, 4 * BLOCK)
+    assert_same(b, answer, logits)

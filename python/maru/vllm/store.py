@@ -86,13 +86,6 @@ class ChunkStore:
         return self.client.seal_batch(chunks) if chunks else []
 
 
-def is_gone(error: BaseException) -> bool:
-    """True for the errors that mean "this chunk cannot be used": missing,
-    evicted, aborted by its writer, or not there in time."""
-    return isinstance(error, (OSError, TimeoutError)) and getattr(error, "errno", None) in (
-        errno.ENOENT, errno.ECONNABORTED, errno.ETIMEDOUT, errno.EBUSY, errno.ESTALE, None)
-
-
 class WholeChunkStore(ChunkStore):
     """The same operations over the whole-chunk API (no parts): a chunk is
     readable only once sealed, so a layer is "final" as soon as it can be
