@@ -32,12 +32,11 @@ import statistics
 import sys
 import time
 import uuid
-from pathlib import Path
 
 from maru_node import REPO, MaruNode
 from model import Config, TinyLM, deterministic
 from paged_engine import PagedEngine
-from vllm_types import KVCacheBlocks, Request, SchedulerOutput, NewRequestData, ForwardContext
+from vllm_types import ForwardContext, KVCacheBlocks, NewRequestData, Request, SchedulerOutput
 
 BEGIN, END = "<!-- bench_vllm: begin -->", "<!-- bench_vllm: end -->"
 BLOCK = 16

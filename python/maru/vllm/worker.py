@@ -38,7 +38,10 @@ class WorkerSide:
         self.failed: Set[int] = set()
         self.saving: List[Tuple[Any, Sequence[int]]] = []  # (chunk, block ids)
         self.save_meta: Optional[MaruConnectorMetadata] = None
-        self.pool = ThreadPoolExecutor(2, thread_name_prefix="maru-vllm-load")
+        # One thread for the step's layer-wise loads, one for asynchronous
+        # ones: a long asynchronous load never delays the model's layers.
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="maru-vllm-load")
+        self.async_pool = ThreadPoolExecutor(1, thread_name_prefix="maru-vllm-async")
 
     def rank_path(self, path: str) -> str:
         """This rank's name of a chunk the scheduler named for rank 0."""
@@ -69,7 +72,7 @@ class WorkerSide:
         for spec in (s for s in meta.loads if s.is_async):
             job = self._job([spec])
             self.async_jobs.append(job)
-            self.pool.submit(job.run)
+            self.async_pool.submit(job.run)
         if not sync:
             return
         self.loading = self._job(sync)
@@ -160,3 +163,4 @@ class WorkerSide:
         """Waits for loads in flight and stops the load threads."""
         self._finish_loading()
         self.pool.shutdown(wait=True)
+        self.async_pool.shutdown(wait=True)
