@@ -18,7 +18,7 @@ length, taking turns per repetition, this process measures:
 and prints medians as a Markdown table with the ratios whole/layerwise and
 connector/raw. With the layer-wise API, a second table: B loads while the
 writer (another process, paused between layers 0 and 1 of the step that
-completes the prefix's last chunk) is still saving; from the writer's
+completes the prefix's last chunk, with layer 0 published) is still saving; from the writer's
 release to B's first token, with and without layer-wise loading.
 (--write puts both into docs/benchmarks.md.)
 """
@@ -148,8 +148,8 @@ def measure_with_saver(model, node, n_blocks: int, reps: int):
             for mode in samples:
                 seed += 1
                 p = prompt(seed, (n_blocks + 1) * BLOCK)
-                a.send(op="generate", prompt=p, decode=0, pause_at=[n_blocks - 1, 0])
-                assert a.read() == {"paused": [n_blocks - 1, 0]}
+                a.send(op="generate", prompt=p, decode=0, pause_at=[n_blocks - 1, 1])
+                assert a.read() == {"paused": [n_blocks - 1, 1]}
                 b = PagedEngine(model, BLOCK, n_blocks + 4,
                                 {"maru_server": node.url, "maru_namespace": ns,
                                  "maru_layerwise": mode == "layerwise"}, role="kv_consumer")

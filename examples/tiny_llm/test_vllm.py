@@ -194,7 +194,7 @@ def test_saver_killed_between_layers(model):
         a = InstanceA(node, "killed")
         try:
             # Chunks 0-2 sealed; chunk 3 created, layers 0 and 1 written
-            # (and published, with the layer-wise API), then SIGKILL.
+            # (layer 0 published, with the layer-wise API), then SIGKILL.
             a.send(op="generate", prompt=p, decode=0, stall_at=[3, 1])
             assert a.read() == {"stalled": [3, 1]}
         finally:
@@ -219,10 +219,11 @@ def test_saver_killed_between_layers(model):
 def test_b_loads_layers_while_a_still_saves(model, node, ns):
     p = prompt(8, 4 * BLOCK + 5)
     with InstanceA(node, ns) as a:
-        # A stops between layers 1 and 2 of step 3, which completes chunk 3:
-        # chunks 0-2 are sealed, chunk 3 has layers 0 and 1 published.
-        a.send(op="generate", prompt=p, decode=N_DECODE, save=None, pause_at=[3, 1])
-        assert a.read() == {"paused": [3, 1]}
+        # A stops in step 3, which completes chunk 3, after save_kv_layer of
+        # layer 2: chunks 0-2 are sealed, chunk 3 has layers 0 and 1
+        # published (layer 2 is copied, published at the next layer).
+        a.send(op="generate", prompt=p, decode=N_DECODE, save=None, pause_at=[3, 2])
+        assert a.read() == {"paused": [3, 2]}
         b_eng = engine(model, node, ns)
         result = {}
         thread = threading.Thread(target=lambda: result.update(r=b_eng.generate(p, N_DECODE)))

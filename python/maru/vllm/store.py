@@ -10,6 +10,7 @@ i while the writer still computes layer i+1.
 from __future__ import annotations
 
 import errno
+from concurrent.futures import Future
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from ..chunk import Chunk
@@ -77,6 +78,13 @@ class ChunkStore:
             return copy_tensors(ops, into_chunk=True)
         return self.client.write_from_batch(ops) if ops else []
 
+    def write_async(self, ops: Sequence[CopyOp]) -> "Future[List[Optional[OSError]]]":
+        """:meth:`write`, submitted: the copies run while the caller goes on;
+        the buffers must stay unchanged until the future is done."""
+        if ops and not on_device(ops[0][1]):
+            return self.client.write_from_batch_async(ops)
+        return _done(self.write(ops))
+
     def publish(self, chunk: Chunk, layer: int) -> None:
         """Makes parts [0, layer] of ``chunk`` readable to waiting readers."""
         chunk.publish_part(layer)
@@ -114,8 +122,17 @@ class WholeChunkStore(ChunkStore):
             return copy_tensors(ops, into_chunk=True)
         return [_call(lambda: chunk.write(buf, off)) for chunk, buf, off in ops]
 
+    def write_async(self, ops: Sequence[CopyOp]) -> "Future[List[Optional[OSError]]]":
+        return _done(self.write(ops))
+
     def publish(self, chunk: Chunk, layer: int) -> None:
         return None
+
+
+def _done(result: Any) -> Future:
+    future: Future = Future()
+    future.set_result(result)
+    return future
 
 
 def on_device(buf: Any) -> bool:

@@ -7,15 +7,15 @@ KV; ``wait_for_save`` when the forward ends; then ``get_finished`` and
 ``get_block_ids_with_load_errors``.
 
 Saving is layer-wise too: the chunks completed in this step are created at
-the first layer with one part per layer, and layer i is copied in and
-published (readers waiting on it go on) before the model computes layer
-i+1; ``wait_for_save`` seals them. Copies finish before the step ends, so
+the first layer with one part per layer; layer i is copied in while the
+model computes layer i+1 and published (readers waiting on it go on) once
+copied; ``wait_for_save`` seals them. Copies finish before the step ends, so
 vLLM may reuse the blocks at once.
 """
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from .config import ConnectorConfig
@@ -37,6 +37,7 @@ class WorkerSide:
         self.async_jobs: List[LoadJob] = []
         self.failed: Set[int] = set()
         self.saving: List[Tuple[Any, Sequence[int]]] = []  # (chunk, block ids)
+        self.copying: Optional[Tuple[int, Future]] = None  # (layer, its copy)
         self.save_meta: Optional[MaruConnectorMetadata] = None
         # One thread for the step's layer-wise loads, one for asynchronous
         # ones: a long asynchronous load never delays the model's layers.
@@ -63,7 +64,7 @@ class WorkerSide:
 
     def bind(self, meta: MaruConnectorMetadata) -> None:
         """The step's metadata, before the model runs."""
-        self.save_meta, self.saving = meta, []
+        self.save_meta, self.saving, self.copying = meta, [], None
 
     def start_load_kv(self, meta: MaruConnectorMetadata) -> None:
         """Starts this step's loads: layer by layer in a thread (the model
@@ -95,21 +96,33 @@ class WorkerSide:
     # --- saving ----------------------------------------------------------
 
     def save_kv_layer(self, layer_name: str, kv_layer: Any) -> None:
-        """Copies ``layer_name`` of the chunks completed in this step into
-        the pool and publishes it."""
+        """Starts copying ``layer_name`` of the chunks completed in this
+        step into the pool, and publishes the layer before it once copied:
+        layer i is copied while the model computes layer i+1."""
         meta = self.save_meta
         if meta is not None and meta.saves:
             self._create(meta)  # at the first layer of the step
         if not self.saving:
             return
+        self._publish_copied()
         layer = self.layer_index[layer_name]
         assert self.layout is not None
-        errors = self.store.write(layer_ops(self.layout, kv_layer, layer, self.saving))
+        ops = layer_ops(self.layout, kv_layer, layer, self.saving)
+        self.copying = (layer, self.store.write_async(ops))
+
+    def _publish_copied(self) -> None:
+        """Waits for the layer being copied, drops the chunks whose copy
+        failed (unsealed: readers waiting on them are told, never served),
+        and publishes the layer in the others."""
+        if self.copying is None:
+            return
+        layer, future = self.copying
+        self.copying = None
+        errors = future.result()
         per_chunk = 2 * self.cfg.chunk_blocks
-        bad = {i // per_chunk for i, e in enumerate(errors) if e is not None}
-        if bad:  # dropped unsealed: readers waiting on it are told, never served
-            for i in sorted(bad, reverse=True):
-                self.saving.pop(i)[0].release()
+        for i in sorted({i // per_chunk for i, e in enumerate(errors) if e is not None},
+                        reverse=True):
+            self.saving.pop(i)[0].release()
         for chunk, _ in self.saving:
             self.store.publish(chunk, layer)
 
@@ -129,6 +142,7 @@ class WorkerSide:
     def wait_for_save(self) -> None:
         """Seals this step's chunks (one round trip) and lets the loads finish."""
         try:
+            self._publish_copied()
             if self.saving:
                 self.store.seal([c for c, _ in self.saving])
         finally:
