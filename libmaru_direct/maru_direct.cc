@@ -24,38 +24,12 @@
 #include "util/path.h"
 
 #include "c_conversions.h"
+#include "handles.h"
 #include "maru_direct_internal.h"
 
 using maru::MetaClient;
 namespace rpc = maru::rpc;
 using Stub = maru::rpc::Meta::Stub;
-
-struct maru_handle {
-  std::unique_ptr<MetaClient> client;
-  std::unique_ptr<maru::PoolMap> pool;       // the pool is mapped here
-  std::unique_ptr<maru::RemotePool> remote;  // or reached through agents
-  std::atomic<uint64_t> next_request{1};
-};
-
-struct maru_chunk {
-  maru_t *m = nullptr;
-  uint64_t ino = 0, gen = 0, size = 0;
-  uint8_t *data = nullptr;
-  std::unique_ptr<maru::ChunkView> view;
-  bool writing = false;
-  bool allocated = false;  // from maru_alloc(): published, not sealed
-  uint32_t mode = 0644;    // an allocation's, applied at publish
-  int checksum = MARU_CHECKSUM_NONE;
-  maru::rpc::ChecksumType recorded_type = maru::rpc::CHECKSUM_NONE;
-  uint64_t recorded = 0;
-  uint64_t lease_handle = 0;
-  maru::MetaClient::LeaseWatch lease_watch;  // for maru_lease_check()
-  // Remote chunks: where the bytes are, and a local copy once fetched (or,
-  // for a writer, the staging buffer written to the pool at seal).
-  maru::ExtentMap extents;
-  std::unique_ptr<uint8_t, decltype(&free)> staging{nullptr, &free};
-  bool remote = false;
-};
 
 namespace {
 
@@ -108,6 +82,7 @@ void HoldLease(maru_chunk_t *c, uint64_t lease) {
 // Fetches a remote chunk into a local copy.
 int Fetch(maru_chunk_t *c) {
   if (c->data || c->size == 0) return 0;
+  if (c->partial && c->published < c->parts) return -EBUSY;  // parts not written yet
   if (int rc = AllocateStaging(c); rc < 0) return rc;
   std::vector<maru::RemotePool::Transfer> transfers;
   AddTransfers(c, 0, c->size, c->staging.get(), &transfers);
@@ -132,6 +107,7 @@ int MakeChunk(maru_t *m, const maru::rpc::ChunkReply &rep, bool writing, maru_ch
   c->writing = writing;
   c->recorded_type = rep.attr().checksum_type();
   c->recorded = rep.attr().checksum();
+  c->parts = std::max<uint32_t>(rep.parts(), 1);
   if (m->remote) {
     c->remote = true;
     c->extents = maru::ExtentMap(maru::FromWire(rep.extents()));
@@ -177,6 +153,8 @@ void Sealed(maru_chunk_t *c, maru::rpc::ChecksumType type, uint64_t checksum,
   c->gen = rep.attr().gen();
   c->recorded_type = type;
   c->recorded = checksum;
+  c->published = c->parts;
+  c->partial = false;
   HoldLease(c, rep.lease());
 }
 
@@ -193,6 +171,8 @@ int BuildCreate(maru_t *m, const char *path, uint64_t size, const char *parent,
                 const maru_create_opts_t *opts, maru::rpc::CreateRequest *req) {
   if (int rc = CheckPath(path); rc < 0) return rc;
   if (size == 0) return -EINVAL;
+  if (opts && opts->parts > 1 && (opts->parts > MARU_PARTS_MAX || size % opts->parts))
+    return -EINVAL;
   if (parent)
     if (int rc = CheckPath(parent); rc < 0) return rc;
   req->mutable_ref()->set_path(path);
@@ -202,6 +182,7 @@ int BuildCreate(maru_t *m, const char *path, uint64_t size, const char *parent,
   req->set_request_id(m->next_request++);
   if (parent) req->set_parent_chunk(parent);
   req->set_contiguous(opts && (opts->flags & MARU_CREATE_CONTIGUOUS));
+  if (opts && opts->parts > 1) req->set_parts(opts->parts);
   return 0;
 }
 
@@ -348,14 +329,20 @@ int maru_seal(maru_chunk_t *c) {
   return 0;
 }
 
-int maru_open(maru_t *m, const char *path, maru_chunk_t **out) {
+}  // extern "C"
+
+namespace {
+
+// maru_open() and maru_open_partial(): `call` is the server's operation.
+int OpenChunk(maru_t *m, const char *path, maru_chunk_t **out,
+              int (MetaClient::*call)(rpc::RefRequest &, rpc::ChunkReply *)) {
   if (out) *out = nullptr;
   if (!m || !out) return -EINVAL;
   if (int rc = CheckPath(path); rc < 0) return rc;
   maru::rpc::RefRequest req;
   req.mutable_ref()->set_path(path);
   maru::rpc::ChunkReply rep;
-  int rc = m->client->Open(req, &rep);
+  int rc = (m->client.get()->*call)(req, &rep);
   if (rc < 0) return rc;
   rc = MakeChunk(m, rep, false, out);
   if (rc < 0) {
@@ -363,8 +350,23 @@ int maru_open(maru_t *m, const char *path, maru_chunk_t **out) {
     rel.add_leases(rep.lease());
     maru::rpc::ErrorReply ignored;
     m->client->Call(&Stub::Release, rel, &ignored);
+    return rc;
   }
-  return rc;
+  (*out)->published = rep.writing() ? std::min(rep.published(), (*out)->parts) : (*out)->parts;
+  (*out)->partial = rep.writing();
+  return 0;
+}
+
+}  // namespace
+
+extern "C" {
+
+int maru_open(maru_t *m, const char *path, maru_chunk_t **out) {
+  return OpenChunk(m, path, out, &MetaClient::Open);
+}
+
+int maru_open_partial(maru_t *m, const char *path, maru_chunk_t **out) {
+  return OpenChunk(m, path, out, &MetaClient::OpenPartial);
 }
 
 int maru_lookup_prefix(maru_t *m, const char *const *paths, size_t n, maru_chunk_t **out,
@@ -415,6 +417,41 @@ uint64_t maru_chunk_size(const maru_chunk_t *c) {
   return c ? c->size : 0;
 }
 
+}  // extern "C"
+
+namespace maru {
+
+int CheckReadOp(const maru_read_op_t &op) {
+  const maru_chunk_t *c = op.chunk;
+  if (!c || (!op.dst && op.len) || op.off > c->size || op.len > c->size - op.off) return -EINVAL;
+  // A chunk still being written: only the parts seen published.
+  if (c->partial && op.off + op.len > c->published * (c->size / c->parts)) return -EBUSY;
+  return 0;
+}
+
+int CheckWriteOp(const maru_write_op_t &op) {
+  const maru_chunk_t *c = op.chunk;
+  if (!c || !c->writing || !c->data || (!op.src && op.len) || op.off > c->size ||
+      op.len > c->size - op.off)
+    return -EINVAL;
+  return 0;
+}
+
+}  // namespace maru
+
+extern "C" {
+
+int maru_write_from_batch(const maru_write_op_t *ops, size_t n) {
+  if (!ops && n) return -EINVAL;
+  for (size_t i = 0; i < n; ++i)
+    if (int rc = maru::CheckWriteOp(ops[i]); rc < 0) return rc;
+  // A writer's bytes are local (the pool mapping, or the staging buffer of
+  // a remote chunk, written to the pool at seal): plain copies.
+  for (size_t i = 0; i < n; ++i)
+    if (ops[i].len) memcpy(ops[i].chunk->data + ops[i].off, ops[i].src, ops[i].len);
+  return 0;
+}
+
 int maru_read_into(maru_chunk_t *c, void *dst, uint64_t off, uint64_t len) {
   maru_read_op_t op{c, dst, off, len};
   return maru_read_into_batch(&op, 1);
@@ -424,10 +461,11 @@ int maru_read_into_batch(const maru_read_op_t *ops, size_t n) {
   if (!ops && n) return -EINVAL;
   std::vector<maru::RemotePool::Transfer> transfers;
   maru_t *m = nullptr;
+  for (size_t i = 0; i < n; ++i)
+    if (int rc = maru::CheckReadOp(ops[i]); rc < 0) return rc;
   for (size_t i = 0; i < n; ++i) {
     const maru_read_op_t &op = ops[i];
     maru_chunk_t *c = op.chunk;
-    if (!c || (!op.dst && op.len) || op.off > c->size || op.len > c->size - op.off) return -EINVAL;
     if (c->data) {
       if (op.len) memcpy(op.dst, c->data + op.off, op.len);
       continue;
@@ -750,6 +788,76 @@ int maru_pool_regions(maru_t *m, maru_region_t *out, size_t max, size_t *count) 
   }
   *count = found;
   return 0;
+}
+
+}  // extern "C"
+
+// --- Layer-wise chunks (issue #14) -------------------------------------------
+
+namespace {
+
+// The server holds one wait at most this long; the client calls again.
+constexpr int kWaitSliceMs = 1000;
+
+uint64_t PartBytes(const maru_chunk_t *c) {
+  return c->size / c->parts;
+}
+
+}  // namespace
+
+extern "C" {
+
+uint32_t maru_chunk_parts(const maru_chunk_t *c) {
+  return c ? c->parts : 0;
+}
+
+int maru_publish_part(maru_chunk_t *c, uint32_t upto) {
+  if (!c || !c->writing || c->allocated || upto >= c->parts) return -EINVAL;
+  if (upto < c->published) return 0;
+  if (c->remote) {
+    // The parts go from the staging buffer to the pool before readers wake.
+    const uint64_t from = c->published * PartBytes(c), to = (upto + 1) * PartBytes(c);
+    std::vector<maru::RemotePool::Transfer> transfers;
+    AddTransfers(c, from, to - from, c->staging.get() + from, &transfers);
+    maru::Status s = c->m->remote->Put(c->m->client->session(), transfers);
+    if (!s.ok()) return -s.errnum();
+  }
+  rpc::PartRequest req;
+  req.set_ino(c->ino);
+  req.set_gen(c->gen);
+  req.set_parts(c->parts);
+  req.set_upto(upto);
+  rpc::PartReply rep;
+  int rc = c->m->client->PublishPart(req, &rep);
+  if (rc < 0) return rc;
+  c->published = upto + 1;
+  return 0;
+}
+
+int maru_wait_part(maru_chunk_t *c, uint32_t part, int timeout_ms) {
+  if (!c || c->writing || !c->lease_handle || part >= c->parts) return -EINVAL;
+  if (part < c->published) return 0;
+  const int64_t deadline = timeout_ms < 0 ? INT64_MAX : maru::MonotonicMs() + timeout_ms;
+  rpc::PartRequest req;
+  req.set_ino(c->ino);
+  req.set_gen(c->gen);
+  req.set_upto(part);
+  for (;;) {
+    // The lease's id may change when a resumed session renews it.
+    req.set_lease(c->lease_watch.lease ? c->lease_watch.lease->load() : 0);
+    const int64_t left = deadline - maru::MonotonicMs();
+    req.set_timeout_ms(static_cast<uint32_t>(std::clamp<int64_t>(left, 0, kWaitSliceMs)));
+    rpc::PartReply rep;
+    int rc = c->m->client->WaitPart(req, &rep);
+    if (rc == 0) {
+      c->published = rep.sealed()
+                         ? c->parts
+                         : std::min(c->parts, std::max(c->published.load(), rep.published()));
+      if (rep.sealed()) c->partial = false;
+      return 0;
+    }
+    if (rc != -ETIMEDOUT || maru::MonotonicMs() >= deadline) return rc;
+  }
 }
 
 }  // extern "C"

@@ -108,6 +108,9 @@ typedef struct maru_create_opts {
   const char *parent; /* the chunk this one extends (a prefix chain), or NULL */
   int checksum;       /* enum maru_checksum, computed at seal */
   uint32_t flags;     /* MARU_CREATE_* */
+  uint32_t parts;     /* layer-wise: 0 or 1 = one part; N > 1 = published in
+                       * N equal parts (size % N == 0 and N <= MARU_PARTS_MAX,
+                       * else -EINVAL); see maru_publish_part() */
 } maru_create_opts_t;
 
 /* One extent: maru_chunk_data() then points inside a region that
@@ -216,6 +219,110 @@ typedef struct maru_read_op {
 /* maru_read_into() of many ranges (of chunks of one maru_t), with all the
  * remote transfers in flight at once. */
 int maru_read_into_batch(const maru_read_op_t *ops, size_t n);
+
+typedef struct maru_write_op {
+  maru_chunk_t *chunk; /* a writable chunk (from maru_create or maru_alloc) */
+  const void *src;
+  uint64_t off;
+  uint64_t len;
+} maru_write_op_t;
+
+/* Gathers many buffers into writable chunks: copies src[0, len) to chunk
+ * bytes [off, off+len) for each op. On a host that reaches the pool
+ * through maru-agent the bytes go to the chunk's staging buffer, written
+ * to the pool at maru_seal() (or at maru_publish_part() for its parts).
+ * -EINVAL, and nothing copied, for an op out of range or a chunk that is
+ * not writable. */
+int maru_write_from_batch(const maru_write_op_t *ops, size_t n);
+
+/* --- Layer-wise chunks -------------------------------------------------- */
+/*
+ * A writer that computes a chunk piece by piece (an engine's KV cache layer
+ * by layer) publishes each piece as it is done, and readers on other
+ * processes consume the pieces while the rest is computed:
+ *
+ *   writer: maru_create_ex(.. opts.parts = L ..); for each layer i: fill
+ *           part i, maru_publish_part(c, i); then maru_seal(c).
+ *   reader: maru_open_partial(); for each layer i: maru_wait_part(c, i, t),
+ *           then read part i (maru_read_into(), or maru_chunk_data()).
+ *
+ * Part i is bytes [i * size / parts, (i + 1) * size / parts). A reader's
+ * handle holds a lease like maru_open()'s: the extents are not reused while
+ * it is held, whatever becomes of the writer. If the writer aborts
+ * (maru_release() without seal), disconnects, or dies and its session is
+ * reaped (after the server's session timeout), waits fail with
+ * -ECONNABORTED: the chunk will never be sealed, and bytes of parts not
+ * published may be anything (never the bytes of another chunk). Published
+ * parts stay readable until release.
+ *
+ * The wait is a server wait on the fast lane: the reader's call is held by
+ * the server until the writer's maru_publish_part(), maru_seal() or end, so
+ * a writer's death is noticed by the one party that sees it. A server holds
+ * at most 64 waits per session at once (more: -EMFILE) and 512 in all
+ * (-ENFILE). A partially published chunk does not survive a server
+ * restart as such: its readers' leases are lost (-ESTALE) and the writer
+ * may still seal it.
+ */
+#define MARU_PARTS_MAX 4096
+
+/* Writer: parts [0, upto] of a chunk created with opts.parts are final;
+ * readers waiting for them wake. Monotonic: publishing an already
+ * published part does nothing and returns 0. maru_seal() publishes the
+ * rest. A chunk created without parts has one part (publishing part 0
+ * before the seal is allowed). -EINVAL for a read handle, a chunk from
+ * maru_alloc(), or upto >= maru_chunk_parts(). */
+int maru_publish_part(maru_chunk_t *c, uint32_t upto);
+
+/* Reader: a read handle, with a lease, on the chunk at `path` if it is
+ * sealed or being written (by anyone; the chunk's size is then the size
+ * reserved). -ENOENT if neither; -EACCES/-EPERM as for maru_open(). On a
+ * chunk being written, read only the parts maru_wait_part() returned 0 for:
+ * maru_read_into() of bytes past them is -EBUSY (maru_chunk_data() of a
+ * remote one is NULL until the last part is published). */
+int maru_open_partial(maru_t *m, const char *path, maru_chunk_t **out);
+
+/* Reader: 0 once part `part` is published (at once for a sealed chunk, or
+ * a part seen published before); -ETIMEDOUT after timeout_ms
+ * milliseconds (timeout_ms < 0: no limit; 0: just look); -ECONNABORTED if
+ * the writer aborted or died; -EINVAL for part >= maru_chunk_parts() or a
+ * writer's handle; -ESTALE if the lease was lost (server restart);
+ * -EMFILE/-ENFILE: too many waits at the server (see above). */
+int maru_wait_part(maru_chunk_t *c, uint32_t part, int timeout_ms);
+
+/* The number of parts (1 for a chunk written in one piece); 0 for NULL. */
+uint32_t maru_chunk_parts(const maru_chunk_t *c);
+
+/* --- Asynchronous batches ----------------------------------------------- */
+/*
+ * maru_read_into_batch() and maru_write_from_batch() run in the background
+ * on a worker thread of the maru_t (started at the first async call): the
+ * call returns at once with a future. results[i] (the array may be NULL;
+ * otherwise it must stay valid until the future is done) receives 0 or a
+ * negative errno for ops[i]; the ops array itself is copied. The buffers,
+ * and the chunks the ops name, must stay valid until then: do not release,
+ * seal or write through a chunk of a pending batch. Batches of one maru_t
+ * run one after the other, in submission order. All ops of a batch name
+ * chunks of one maru_t (else -EINVAL, nothing submitted); at most
+ * MARU_BATCH_MAX ops (-E2BIG).
+ *
+ * Threads: a future may be waited on, polled and freed from any thread, but
+ * freed once.
+ */
+typedef struct maru_future maru_future_t;
+
+int maru_read_into_batch_async(const maru_read_op_t *ops, size_t n, int *results,
+                               maru_future_t **out);
+int maru_write_from_batch_async(const maru_write_op_t *ops, size_t n, int *results,
+                                maru_future_t **out);
+/* Waits up to timeout_ms (< 0: no limit) for the batch: its result, 0 if
+ * every op succeeded, else the first op's error in op order; -ETIMEDOUT
+ * leaves it pending. */
+int maru_future_wait(maru_future_t *f, int timeout_ms);
+/* An eventfd that becomes readable (and stays so) when the batch is done:
+ * for poll/epoll loops. Owned by the future. */
+int maru_future_fd(maru_future_t *f);
+/* Frees the future, waiting first if the batch is still running. */
+void maru_future_free(maru_future_t *f);
 
 /* Recomputes the checksum recorded at seal. 0 if it matches or none was
  * recorded, -EBADMSG if the bytes differ. */

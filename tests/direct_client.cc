@@ -9,6 +9,7 @@
 //     load PATH SIZE POOL         open, check pattern and that it lies in POOL
 //     create-errno PATH SIZE ERR  maru_create must fail with -ERR (0: succeed)
 //     open-errno PATH ERR         maru_open must return -ERR
+//     open-partial-errno PATH ERR maru_open_partial must return -ERR
 //     unlink-errno PATH ERR       maru_unlink must return -ERR
 //     lookup HITS PATH...         maru_lookup_prefix must find HITS, with patterns
 //     offset PATH POOL            print where the chunk lies in the POOL file
@@ -257,6 +258,13 @@ int RunCommand(const std::vector<std::string> &cmd) {
     return rc == -static_cast<int>(num(2))
                ? 0
                : Fail("open " + arg(1) + " gave " + std::to_string(rc), 31);
+  }
+  if (op == "open-partial-errno") {
+    int rc = maru_open_partial(M(), arg(1).c_str(), &c);
+    if (rc == 0) maru_release(c);
+    return rc == -static_cast<int>(num(2))
+               ? 0
+               : Fail("open-partial " + arg(1) + " gave " + std::to_string(rc), 31);
   }
   if (op == "unlink-errno") {
     int rc = maru_unlink(M(), arg(1).c_str());

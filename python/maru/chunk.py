@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence, Tuple
 
 from . import _maru
 
@@ -150,6 +150,42 @@ class Chunk:
         """
         self._live().publish(path, parent)
         self._path = path
+
+    # --- layer-wise ------------------------------------------------------
+
+    @property
+    def parts(self) -> int:
+        """``maru_chunk_parts``: the parts the chunk is written in (1: one piece)."""
+        return self._live().parts
+
+    def part_range(self, i: int) -> Tuple[int, int]:
+        """(offset, length) of part ``i``: the chunk's size split in :attr:`parts` equal parts."""
+        lease = self._live()
+        parts = lease.parts
+        if not 0 <= i < parts:
+            raise IndexError(f"maru: part {i} of a chunk of {parts} parts")
+        length = lease.size // parts
+        return i * length, length
+
+    def publish_part(self, upto: int) -> None:
+        """``maru_publish_part`` (writer): parts ``[0, upto]`` are final; readers wake.
+
+        Monotonic: publishing a published part again does nothing.
+        :meth:`seal` publishes the rest.
+        """
+        self._live().publish_part(upto)
+
+    def wait_part(self, i: int, timeout: Optional[float] = None) -> None:
+        """``maru_wait_part`` (reader of :meth:`Client.open_partial`): returns once
+        part ``i`` is published (at once for a sealed chunk), GIL released.
+
+        ``timeout`` in seconds (None: no limit). Raises ``TimeoutError``
+        (errno ETIMEDOUT), or ``OSError(errno.ECONNABORTED)`` if the writer
+        aborted or died: the chunk will never be sealed and parts not yet
+        published must not be used.
+        """
+        timeout_ms = -1 if timeout is None else max(0, math.ceil(timeout * 1000))
+        self._live().wait_part(i, min(timeout_ms, 2**31 - 1))
 
     def verify(self) -> bool:
         """``maru_verify``: False if the bytes no longer match the checksum recorded at seal."""

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import List, NamedTuple, Optional, Sequence, Union
+from concurrent.futures import Future
+from typing import Any, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from . import _maru
 from .chunk import Chunk
+from .completion import completions
 
 _CHECKSUMS = {None: _maru.CHECKSUM_NONE, "xxh3": _maru.CHECKSUM_XXH3,
               "crc32c": _maru.CHECKSUM_CRC32C}
@@ -39,6 +41,18 @@ def errno_error(rc: int, path: Optional[str] = None) -> OSError:
 
 def _errors(results: Sequence[int], paths: Sequence[str]) -> List[Optional[OSError]]:
     return [errno_error(rc, p) if rc else None for rc, p in zip(results, paths)]
+
+
+#: One op of a scatter/gather batch: (chunk, buffer, chunk offset).
+BatchOp = Tuple[Chunk, Any, int]
+
+
+def _lease_ops(ops: Sequence[BatchOp]) -> list:
+    return [(chunk._live(), buf, offset) for chunk, buf, offset in ops]
+
+
+def _op_errors(results: Sequence[int]) -> List[Optional[OSError]]:
+    return [errno_error(rc) if rc else None for rc in results]
 
 
 def _create_flags(contiguous: bool) -> int:
@@ -90,18 +104,20 @@ class Client:
 
     def create(self, path: str, size: int, *, parent: Optional[str] = None,
                contiguous: bool = False, checksum: Optional[str] = None,
-               mode: int = 0) -> Chunk:
+               mode: int = 0, parts: int = 0) -> Chunk:
         """``maru_create_ex``: reserves ``size`` bytes for a new chunk at ``path``.
 
         Write into it (:meth:`Chunk.write`, or a view), then :meth:`Chunk.seal`.
         ``parent``: the chunk this one extends (a prefix chain);
         ``contiguous``: one extent, inside a :meth:`pool_regions` mapping;
         ``checksum``: None, "xxh3" or "crc32c", computed at seal; ``mode``:
-        permission bits (0: 0644). FileExistsError if ``path`` exists or is
-        being written.
+        permission bits (0: 0644); ``parts``: layer-wise, the chunk is
+        published in this many equal parts (:meth:`Chunk.publish_part`; 0 or
+        1: one; ``size % parts`` must be 0). FileExistsError if ``path``
+        exists or is being written.
         """
         lease = self._conn.create(path, size, parent, mode, _CHECKSUMS[checksum],
-                                  _create_flags(contiguous))
+                                  _create_flags(contiguous), parts)
         return Chunk(lease, path)
 
     def alloc(self, size: int, *, contiguous: bool = False, checksum: Optional[str] = None,
@@ -120,14 +136,15 @@ class Client:
     def create_batch(self, paths: Sequence[str], sizes: Sequence[int], *,
                      parents: Optional[Sequence[Optional[str]]] = None,
                      contiguous: bool = False, checksum: Optional[str] = None,
-                     mode: int = 0) -> List[Union[Chunk, OSError]]:
+                     mode: int = 0, parts: int = 0) -> List[Union[Chunk, OSError]]:
         """``maru_create_batch``: :meth:`create` of many chunks in one round trip.
 
         Returns a Chunk, or the OSError of that chunk, per path.
         """
         paths = list(paths)
         results = self._conn.create_batch(paths, list(sizes), list(parents or []), mode,
-                                          _CHECKSUMS[checksum], _create_flags(contiguous))
+                                          _CHECKSUMS[checksum], _create_flags(contiguous),
+                                          parts)
         return [Chunk(lease, p) if lease is not None else errno_error(rc, p)
                 for (lease, rc), p in zip(results, paths)]
 
@@ -148,6 +165,52 @@ class Client:
         FileNotFoundError if missing; ``OSError(EBUSY)`` while being written.
         """
         return Chunk(self._conn.open(path), path)
+
+    def open_partial(self, path: str) -> Chunk:
+        """``maru_open_partial``: a read-only chunk that is sealed or still being
+        written in parts; :meth:`Chunk.wait_part` before reading a part.
+
+        FileNotFoundError if neither; PermissionError as for :meth:`open`.
+        """
+        return Chunk(self._conn.open_partial(path), path)
+
+    # --- scatter/gather copies -------------------------------------------
+
+    def read_into_batch(self, ops: Sequence[BatchOp]) -> List[Optional[OSError]]:
+        """``maru_read_into_batch``: copies chunk bytes into the caller's buffers.
+
+        ``ops``: ``(chunk, dst, chunk_offset)`` each; ``dst`` is any writable
+        contiguous buffer (numpy array, CPU torch tensor, memoryview,
+        bytearray) and ``len(dst)`` bytes (its size in bytes) are copied
+        from ``chunk_offset``. One C call, GIL released. Returns None or the
+        OSError per op.
+        """
+        return _op_errors(_maru.read_into_batch(_lease_ops(ops)))
+
+    def write_from_batch(self, ops: Sequence[BatchOp]) -> List[Optional[OSError]]:
+        """``maru_write_from_batch``: copies the caller's buffers into writable chunks.
+
+        ``ops``: ``(chunk, src, chunk_offset)`` each, ``src`` any contiguous
+        buffer. One C call, GIL released. Returns None or the OSError per op.
+        """
+        return _op_errors(_maru.write_from_batch(_lease_ops(ops)))
+
+    def read_into_batch_async(self, ops: Sequence[BatchOp]) -> "Future[List[Optional[OSError]]]":
+        """:meth:`read_into_batch` in the background (``maru_read_into_batch_async``).
+
+        Returns a :class:`concurrent.futures.Future` whose result is the
+        list :meth:`read_into_batch` returns. The future holds the buffers
+        and chunks until the batch is done; do not release or write the
+        chunks, or use the destination buffers, before then.
+        """
+        batch = _maru.BatchFuture(_lease_ops(ops), True)
+        return completions().watch(batch, _op_errors)
+
+    def write_from_batch_async(self, ops: Sequence[BatchOp]) -> "Future[List[Optional[OSError]]]":
+        """:meth:`write_from_batch` in the background (``maru_write_from_batch_async``);
+        see :meth:`read_into_batch_async`."""
+        batch = _maru.BatchFuture(_lease_ops(ops), False)
+        return completions().watch(batch, _op_errors)
 
     def lookup_prefix(self, paths: Sequence[str]) -> List[Chunk]:
         """``maru_lookup_prefix``: opens the longest existing prefix of ``paths``

@@ -21,8 +21,9 @@ const char *OrNull(const std::optional<std::string> &s) {
   return s ? s->c_str() : nullptr;
 }
 
-maru_create_opts_t CreateOpts(uint32_t mode, int checksum, uint32_t flags) {
+maru_create_opts_t CreateOpts(uint32_t mode, int checksum, uint32_t flags, uint32_t parts = 0) {
   maru_create_opts_t opts{};
+  opts.parts = parts;
   opts.mode = mode;
   opts.checksum = checksum;
   opts.flags = flags;
@@ -62,9 +63,9 @@ std::shared_ptr<Session> Connection::Live() const {
 
 std::unique_ptr<Lease> Connection::Create(const std::string &path, uint64_t size,
                                           const std::optional<std::string> &parent, uint32_t mode,
-                                          int checksum, uint32_t flags) {
+                                          int checksum, uint32_t flags, uint32_t parts) {
   auto s = Live();
-  maru_create_opts_t opts = CreateOpts(mode, checksum, flags);
+  maru_create_opts_t opts = CreateOpts(mode, checksum, flags, parts);
   opts.parent = OrNull(parent);
   std::unique_ptr<Lease> lease;
   int rc;
@@ -95,13 +96,22 @@ std::unique_ptr<Lease> Connection::Alloc(uint64_t size, uint32_t mode, int check
 }
 
 std::unique_ptr<Lease> Connection::Open(const std::string &path) {
+  return OpenWith(path, &maru_open);
+}
+
+std::unique_ptr<Lease> Connection::OpenPartial(const std::string &path) {
+  return OpenWith(path, &maru_open_partial);
+}
+
+std::unique_ptr<Lease> Connection::OpenWith(const std::string &path,
+                                            int (*open)(maru_t *, const char *, maru_chunk_t **)) {
   auto s = Live();
   std::unique_ptr<Lease> lease;
   int rc;
   {
     py::gil_scoped_release nogil;
     maru_chunk_t *c = nullptr;
-    rc = maru_open(s->get(), path.c_str(), &c);
+    rc = open(s->get(), path.c_str(), &c);
     if (rc == 0) lease = std::make_unique<Lease>(s, c, /*writable=*/false);
   }
   Check(rc, &path);
@@ -143,11 +153,11 @@ size_t Connection::CountPrefix(const std::vector<std::string> &paths) {
 py::list Connection::CreateBatch(const std::vector<std::string> &paths,
                                  const std::vector<uint64_t> &sizes,
                                  const std::vector<std::optional<std::string>> &parents,
-                                 uint32_t mode, int checksum, uint32_t flags) {
+                                 uint32_t mode, int checksum, uint32_t flags, uint32_t parts) {
   if (sizes.size() != paths.size() || (!parents.empty() && parents.size() != paths.size()))
     throw py::value_error("maru: create_batch needs one size (and parent) per path");
   auto s = Live();
-  const maru_create_opts_t opts = CreateOpts(mode, checksum, flags);
+  const maru_create_opts_t opts = CreateOpts(mode, checksum, flags, parts);
   std::vector<maru_create_req_t> reqs(paths.size());
   for (size_t i = 0; i < paths.size(); i++) {
     reqs[i].path = paths[i].c_str();
@@ -288,15 +298,16 @@ void RegisterConnection(py::module_ &m) {
       .def_property_readonly("closed", &Connection::closed)
       .def("create", &Connection::Create, py::arg("path"), py::arg("size"),
            py::arg("parent") = py::none(), py::arg("mode") = 0, py::arg("checksum") = 0,
-           py::arg("flags") = 0)
+           py::arg("flags") = 0, py::arg("parts") = 0)
       .def("alloc", &Connection::Alloc, py::arg("size"), py::arg("mode") = 0,
            py::arg("checksum") = 0, py::arg("flags") = 0)
       .def("open", &Connection::Open, py::arg("path"))
+      .def("open_partial", &Connection::OpenPartial, py::arg("path"))
       .def("lookup_prefix", &Connection::LookupPrefix, py::arg("paths"))
       .def("count_prefix", &Connection::CountPrefix, py::arg("paths"))
       .def("create_batch", &Connection::CreateBatch, py::arg("paths"), py::arg("sizes"),
            py::arg("parents") = std::vector<std::optional<std::string>>(), py::arg("mode") = 0,
-           py::arg("checksum") = 0, py::arg("flags") = 0)
+           py::arg("checksum") = 0, py::arg("flags") = 0, py::arg("parts") = 0)
       .def("unlink", &Connection::Unlink, py::arg("path"))
       .def("pin", &Connection::Pin, py::arg("path"), py::arg("ttl_ms") = 0)
       .def("unpin", &Connection::Unpin, py::arg("path"))

@@ -28,9 +28,11 @@ class Connection {
 
   std::unique_ptr<Lease> Create(const std::string &path, uint64_t size,
                                 const std::optional<std::string> &parent, uint32_t mode,
-                                int checksum, uint32_t flags);
+                                int checksum, uint32_t flags, uint32_t parts);
   std::unique_ptr<Lease> Alloc(uint64_t size, uint32_t mode, int checksum, uint32_t flags);
   std::unique_ptr<Lease> Open(const std::string &path);
+  // maru_open_partial(): a chunk that is sealed or being written in parts.
+  std::unique_ptr<Lease> OpenPartial(const std::string &path);
   // Leases for the longest existing prefix of `paths`.
   std::vector<std::unique_ptr<Lease>> LookupPrefix(const std::vector<std::string> &paths);
   size_t CountPrefix(const std::vector<std::string> &paths);
@@ -38,7 +40,7 @@ class Connection {
   pybind11::list CreateBatch(const std::vector<std::string> &paths,
                              const std::vector<uint64_t> &sizes,
                              const std::vector<std::optional<std::string>> &parents, uint32_t mode,
-                             int checksum, uint32_t flags);
+                             int checksum, uint32_t flags, uint32_t parts);
 
   void Unlink(const std::string &path);
   void Pin(const std::string &path, uint64_t ttl_ms);
@@ -52,6 +54,8 @@ class Connection {
   pybind11::list PoolRegions();
 
  private:
+  std::unique_ptr<Lease> OpenWith(const std::string &path,
+                                  int (*open)(maru_t *, const char *, maru_chunk_t **));
   // The session, for one call: raises after close() or in a forked child.
   std::shared_ptr<Session> Live() const;
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "buffer.h"
 #include "errors.h"
 
 namespace py = pybind11;
@@ -78,27 +79,6 @@ void Lease::Publish(const std::string &path, const std::optional<std::string> &p
   Check(rc, &path);
 }
 
-namespace {
-
-// A contiguous buffer of the caller, released when done.
-class ContiguousBuffer {
- public:
-  ContiguousBuffer(py::handle obj, bool writable) {
-    int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj.ptr(), &view_, flags) < 0) throw py::error_already_set();
-  }
-  ~ContiguousBuffer() { PyBuffer_Release(&view_); }
-  ContiguousBuffer(const ContiguousBuffer &) = delete;
-  ContiguousBuffer &operator=(const ContiguousBuffer &) = delete;
-  void *data() const { return view_.buf; }
-  uint64_t size() const { return static_cast<uint64_t>(view_.len); }
-
- private:
-  Py_buffer view_;
-};
-
-}  // namespace
-
 void Lease::Write(py::object src, uint64_t offset) {
   CheckUsable();
   if (!writable_) throw py::value_error("maru: the chunk is sealed (chunks are immutable)");
@@ -118,6 +98,30 @@ void Lease::ReadInto(py::object dst, uint64_t offset) {
     py::gil_scoped_release nogil;
     std::lock_guard<std::mutex> lock(mu_);
     rc = maru_read_into(c_, out.data(), offset, out.size());
+  }
+  Check(rc);
+}
+
+void Lease::PublishPart(uint32_t upto) {
+  CheckUsable();
+  int rc;
+  {
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mu_);
+    rc = maru_publish_part(c_, upto);
+  }
+  Check(rc);
+}
+
+void Lease::WaitPart(uint32_t part, int timeout_ms) {
+  CheckUsable();
+  int rc;
+  {
+    py::gil_scoped_release nogil;
+    // Not under mu_: a wait may be long, and reads of parts already
+    // published must not queue behind it (the handle's part count is
+    // atomic in the library).
+    rc = maru_wait_part(c_, part, timeout_ms);
   }
   Check(rc);
 }
@@ -240,6 +244,11 @@ void RegisterLease(py::module_ &m) {
            "Copy a buffer into a writable chunk at offset (GIL released).")
       .def("read_into", &Lease::ReadInto, py::arg("dst"), py::arg("offset") = 0,
            "maru_read_into(): copy len(dst) bytes from offset into dst.")
+      .def_property_readonly("parts", &Lease::parts, "maru_chunk_parts().")
+      .def("publish_part", &Lease::PublishPart, py::arg("upto"),
+           "maru_publish_part(): parts [0, upto] are final.")
+      .def("wait_part", &Lease::WaitPart, py::arg("part"), py::arg("timeout_ms") = -1,
+           "maru_wait_part(): returns once the part is published (GIL released).")
       .def("verify", &Lease::Verify, "maru_verify(): False if the checksum does not match.")
       .def("lease_check", &Lease::LeaseCheck,
            "maru_lease_check(): OSError(ESTALE) if the lease may have lapsed since the open.");

@@ -43,6 +43,11 @@ class Lease {
   void Write(pybind11::object src, uint64_t offset);
   // maru_read_into() into a writable buffer of the caller.
   void ReadInto(pybind11::object dst, uint64_t offset);
+  // Layer-wise (maru_chunk_parts, maru_publish_part, maru_wait_part).
+  uint32_t parts() const { return maru_chunk_parts(c_); }
+  void PublishPart(uint32_t upto);
+  // timeout_ms < 0: no limit. The GIL is released while it waits.
+  void WaitPart(uint32_t part, int timeout_ms);
   // maru_verify(): false if the bytes no longer match the sealed checksum.
   bool Verify();
   // maru_lease_check(): raises OSError(ESTALE) if the bytes read so far may

@@ -2,6 +2,7 @@
 // Python package `maru` builds its API on this module and nothing else.
 #include <pybind11/pybind11.h>
 
+#include "batch_io.h"
 #include "connection.h"
 #include "errors.h"
 #include "lease.h"
@@ -13,6 +14,7 @@ PYBIND11_MODULE(_maru, m) {
   maru_py::RegisterErrors(m);
   maru_py::RegisterLease(m);
   maru_py::RegisterConnection(m);
+  maru_py::RegisterBatchIo(m);
   m.attr("CREATE_CONTIGUOUS") = MARU_CREATE_CONTIGUOUS;
   m.attr("CHECKSUM_NONE") = static_cast<int>(MARU_CHECKSUM_NONE);
   m.attr("CHECKSUM_XXH3") = static_cast<int>(MARU_CHECKSUM_XXH3);

@@ -26,6 +26,8 @@ struct Version {
   uint32_t writer_uid = 0;      // reservations only
   uint64_t request_id = 0;      // reservations only
   int64_t created_ns = 0;
+  uint32_t parts = 0;      // layer-wise: written in this many equal parts (0, 1: one)
+  uint32_t published = 0;  // reservations only: parts published so far (not persisted)
 };
 
 struct Inode {

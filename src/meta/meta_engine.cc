@@ -173,6 +173,7 @@ void MetaEngine::FillChunk(const Inode &inode, const Version &v, uint64_t lease,
   a->set_size(v.size);
   ToWireExtents(v.extents, rep->mutable_extents());
   rep->set_lease(lease);
+  if (v.parts > 1) rep->set_parts(v.parts);
 }
 
 Result<Inode *> MetaEngine::MakeDirectory(Txn &txn, Inode *dir, const std::string &name,
@@ -224,6 +225,7 @@ void MetaEngine::RemoveFile(Txn &txn, Inode *inode) {
       s->orphan_gens.insert(inode->pending->gen);
     }
     reserved_bytes_ -= TotalLength(inode->pending->extents);
+    parts_.Ended(inode->pending->gen, PartTable::State::kAborted);
     space_.Retire(inode->pending->gen, inode->pending->extents, &txn.batch, &*inode->pending);
   }
   txn.Deleted(inode->ino);
@@ -251,6 +253,7 @@ void MetaEngine::DropPending(Txn &txn, Inode *inode, bool keep_inode_record) {
   if (Session *s = sessions_.Find(v.writer_session)) s->reservations.erase(inode->ino);
   UnrefGen(txn, v.gen);
   space_.Retire(v.gen, v.extents, &txn.batch);
+  parts_.Ended(v.gen, PartTable::State::kAborted);
   if (inode->current || keep_inode_record) {
     txn.Dirty(inode);
     return;
@@ -267,7 +270,10 @@ void MetaEngine::ExpireSession(Txn &txn, uint64_t id) {
   Session *s = sessions_.Find(id);
   if (!s) return;
   for (uint64_t lease_id : s->leases)
-    if (std::optional<Lease> lease = leases_.Take(lease_id, id)) UnrefGen(txn, lease->gen);
+    if (std::optional<Lease> lease = leases_.Take(lease_id, id)) {
+      parts_.LeaseGone(lease_id);
+      UnrefGen(txn, lease->gen);
+    }
   for (uint64_t ino : std::vector<uint64_t>(s->reservations.begin(), s->reservations.end())) {
     Inode *inode = tree_.Find(ino);
     if (inode && inode->pending && inode->pending->writer_session == id)
@@ -655,6 +661,7 @@ void MetaEngine::Reserve(Txn &txn, Session *session, const rpc::CreateRequest &r
   v.writer_uid = session->uid;
   v.request_id = req.request_id();
   v.created_ns = now;
+  v.parts = req.parts() > 1 ? req.parts() : 0;
   space_.Ref(v.gen);
   reserved_bytes_ += TotalLength(v.extents);
   session->reservations.insert(inode->ino);
@@ -684,6 +691,8 @@ MetaEngine::TxnOp MetaEngine::CreateOp(const Caller &c, const rpc::CreateRequest
     }
     Result<uint64_t> parent_chunk = ParentChunk(c, req.parent_chunk());
     if (!parent_chunk.ok()) return parent_chunk.status();
+    if (int err = PartTable::CheckParts(req.size(), req.parts()))
+      return Status::Error(err, "parts must divide the size (at most 4096 of them)");
     if (int err = CheckReservation(options_.limits, *session))
       return Status::Error(err, "too many reservations in this session");
     MARU_RETURN_IF_ERROR(quotas_.MayReserve(*pn->dir, inode ? inode->uid : c.uid, req.size()));
@@ -774,9 +783,12 @@ MetaEngine::TxnOp MetaEngine::SealOp(const rpc::SealRequest &req, rpc::ChunkRepl
     inode->pending.reset();
     session->reservations.erase(inode->ino);
     reserved_bytes_ -= TotalLength(v.extents);
-    // Give back whole units past the end: nobody else ever saw them.
-    space_.FreeNow(
-        TrimTo(&v.extents, (req.size() + space_.unit() - 1) / space_.unit() * space_.unit()));
+    // Give back whole units past the end: nobody else ever saw them (unless
+    // a layer-wise reader maps the reservation: then they stay).
+    if (!parts_.HasReaders(v.gen))
+      space_.FreeNow(
+          TrimTo(&v.extents, (req.size() + space_.unit() - 1) / space_.unit() * space_.unit()));
+    parts_.Ended(v.gen, PartTable::State::kSealed);
     v.size = req.size();
     v.checksum_type = req.checksum_type();
     v.checksum = req.checksum();
@@ -852,6 +864,7 @@ void MetaEngine::ReleaseLeases(Txn &txn, Session *session,
     std::optional<Lease> lease = leases_.Take(id, session->id);
     if (!lease) continue;  // already released, or dropped with an old session
     session->leases.erase(id);
+    parts_.LeaseGone(id);
     UnrefGen(txn, lease->gen);
   }
 }
@@ -948,6 +961,8 @@ Status MetaEngine::HoldsExtents(const Session &client, uint32_t device,
     const Inode *inode = lease ? tree_.Find(lease->ino) : nullptr;
     if (inode && inode->current && inode->current->gen == lease->gen)
       held.push_back(&inode->current->extents);
+    else if (inode && inode->pending && inode->pending->gen == lease->gen)
+      held.push_back(&inode->pending->extents);  // a layer-wise reader's (OpenPartial)
     else if (lease && space_.retired().count(lease->gen))
       held.push_back(&space_.retired().at(lease->gen));
   }

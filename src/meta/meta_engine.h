@@ -37,6 +37,7 @@
 #include "meta/meta_db.h"
 #include "meta/namespace_tree.h"
 #include "meta/op_stats.h"
+#include "meta/part_table.h"
 #include "meta/quota_table.h"
 #include "meta/records.h"
 #include "meta/session_table.h"
@@ -135,6 +136,13 @@ class MetaEngine {
   // --- Quotas (issue #12, quota_ops.cc; accounting in meta/quota_table.h) ---
   void SetQuota(const Caller &c, const rpc::SetQuotaRequest &req, rpc::ErrorReply *rep);
   void ListQuotas(const Caller &c, const rpc::StatsRequest &req, rpc::QuotasReply *rep);
+
+  // --- Layer-wise chunks (issue #14, layerwise_ops.cc; waits in meta/part_table.h) ---
+  // A read lease on a chunk that is sealed or being written; WaitPart
+  // blocks (at most PartTable::kMaxWaitMs) until a part is published.
+  void OpenPartial(const Caller &c, const rpc::RefRequest &req, rpc::ChunkReply *rep);
+  void PublishPart(const Caller &c, const rpc::PartRequest &req, rpc::PartReply *rep);
+  void WaitPart(const Caller &c, const rpc::PartRequest &req, rpc::PartReply *rep);
 
  private:
   class Txn;
@@ -247,6 +255,12 @@ class MetaEngine {
   // Stats' count of sessions by instance name, with few distinct names.
   void FillSessionsByInstance(rpc::StatsReply *rep) const;
   // --- end of issue #13 block ---
+  // Layer-wise chunks (issue #14): readers of chunks being written in parts.
+  PartTable parts_;
+  Status OpenPartialPending(const Caller &c, Session *s, Inode *inode, rpc::ChunkReply *rep);
+  // One look at where the version `gen` of `ino` stands for a waiter of
+  // part `part`: 0 (published), EAGAIN (not yet) or an error.
+  int PartState(uint64_t ino, uint64_t gen, uint32_t part, rpc::PartReply *rep);
 };
 
 }  // namespace maru

@@ -25,6 +25,7 @@ void ToRecordVersion(const Version &v, schema::Version *out) {
   out->set_writer_uid(v.writer_uid);
   out->set_request_id(v.request_id);
   out->set_created_ns(v.created_ns);
+  out->set_parts(v.parts);
 }
 
 Version FromRecordVersion(const schema::Version &r) {
@@ -38,6 +39,7 @@ Version FromRecordVersion(const schema::Version &r) {
   v.writer_uid = r.writer_uid();
   v.request_id = r.request_id();
   v.created_ns = r.created_ns();
+  v.parts = r.parts();
   return v;
 }
 
