@@ -24,7 +24,7 @@ class _Request:
     def __init__(self, spec: LoadSpec) -> None:
         self.spec = spec
         self.chunks: List[Any] = []  # read handles of the chunks opened
-        self.cut = 0  # chunks [0, cut) are good so far
+        self.cut = len(spec.chunks)  # chunks [0, cut) are good so far
 
 
 class LoadJob:
@@ -91,6 +91,10 @@ class LoadJob:
             for c in r.spec.chunks[r.cut:]:
                 out.update(c.block_ids)
         return out
+
+    def failed_requests(self) -> Set[str]:
+        """Requests with a chunk not loaded (so far: final once :attr:`done`)."""
+        return {r.spec.req_id for r in self.requests if r.cut < len(r.spec.chunks)}
 
     def req_ids(self) -> List[str]:
         return [r.spec.req_id for r in self.requests]

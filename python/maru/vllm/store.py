@@ -94,41 +94,6 @@ class ChunkStore:
         return self.client.seal_batch(chunks) if chunks else []
 
 
-class WholeChunkStore(ChunkStore):
-    """The same operations over the whole-chunk API (no parts): a chunk is
-    readable only once sealed, so a layer is "final" as soon as it can be
-    opened. Used where the package has no layer-wise calls."""
-
-    def count(self, paths: Sequence[str], count_writing: bool) -> int:
-        return self.client.count_prefix(paths) if paths else 0
-
-    def open_load(self, paths: Sequence[str]) -> List[Chunk]:
-        return self.client.lookup_prefix(paths) if paths else []
-
-    def wait_layer(self, chunk: Chunk, layer: int, timeout_s: float) -> None:
-        return None
-
-    def read(self, ops: Sequence[CopyOp]) -> List[Optional[OSError]]:
-        if ops and on_device(ops[0][1]):
-            return copy_tensors(ops, into_chunk=False)
-        return [_call(lambda: chunk.read_into(buf, off)) for chunk, buf, off in ops]
-
-    def create(self, paths: Sequence[str], sizes: Sequence[int],
-               parents: Sequence[Optional[str]], parts: int) -> List[Union[Chunk, OSError]]:
-        return self.client.create_batch(paths, sizes, parents=parents) if paths else []
-
-    def write(self, ops: Sequence[CopyOp]) -> List[Optional[OSError]]:
-        if ops and on_device(ops[0][1]):
-            return copy_tensors(ops, into_chunk=True)
-        return [_call(lambda: chunk.write(buf, off)) for chunk, buf, off in ops]
-
-    def write_async(self, ops: Sequence[CopyOp]) -> "Future[List[Optional[OSError]]]":
-        return _done(self.write(ops))
-
-    def publish(self, chunk: Chunk, layer: int) -> None:
-        return None
-
-
 def _done(result: Any) -> Future:
     future: Future = Future()
     future.set_result(result)
@@ -163,14 +128,6 @@ def copy_tensors(ops: Sequence[CopyOp], into_chunk: bool) -> List[Optional[OSErr
     return errors
 
 
-def _call(fn: Any) -> Optional[OSError]:
-    try:
-        fn()
-    except OSError as e:
-        return e
-    return None
-
-
 def make_store(client: Client) -> ChunkStore:
-    """The layer-wise store if the package has the layer-wise API, else the whole-chunk one."""
-    return ChunkStore(client) if hasattr(client, "open_partial") else WholeChunkStore(client)
+    """The connector's store over ``client``."""
+    return ChunkStore(client)

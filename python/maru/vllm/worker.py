@@ -16,6 +16,7 @@ vLLM may reuse the blocks at once.
 from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from .config import ConnectorConfig
@@ -23,6 +24,13 @@ from .loader import LoadJob
 from .metadata import MaruConnectorMetadata
 from .paged import PagedLayout, layer_ops
 from .store import ChunkStore
+
+
+@dataclass
+class _Saving:
+    chunk: Any
+    block_ids: Sequence[int]
+    req_id: str
 
 
 class WorkerSide:
@@ -36,7 +44,7 @@ class WorkerSide:
         self.loading: Optional[LoadJob] = None  # this step's synchronous loads
         self.async_jobs: List[LoadJob] = []
         self.failed: Set[int] = set()
-        self.saving: List[Tuple[Any, Sequence[int]]] = []  # (chunk, block ids)
+        self.saving: List[_Saving] = []  # the chunks this step stores
         self.copying: Optional[Tuple[int, Future]] = None  # (layer, its copy)
         self.save_meta: Optional[MaruConnectorMetadata] = None
         # One thread for the step's layer-wise loads, one for asynchronous
@@ -102,41 +110,52 @@ class WorkerSide:
         meta = self.save_meta
         if meta is not None and meta.saves:
             self._create(meta)  # at the first layer of the step
+        self._publish_copied()
         if not self.saving:
             return
-        self._publish_copied()
         layer = self.layer_index[layer_name]
         assert self.layout is not None
-        ops = layer_ops(self.layout, kv_layer, layer, self.saving)
+        ops = layer_ops(self.layout, kv_layer, layer, [(s.chunk, s.block_ids) for s in self.saving])
         self.copying = (layer, self.store.write_async(ops))
 
     def _publish_copied(self) -> None:
-        """Waits for the layer being copied, drops the chunks whose copy
-        failed (unsealed: readers waiting on them are told, never served),
-        and publishes the layer in the others."""
+        """Waits for the layer being copied, drops the chunks that must not
+        be stored, and publishes the layer in the others."""
         if self.copying is None:
+            self._drop(set())
             return
         layer, future = self.copying
         self.copying = None
-        errors = future.result()
         per_chunk = 2 * self.cfg.chunk_blocks
-        for i in sorted({i // per_chunk for i, e in enumerate(errors) if e is not None},
-                        reverse=True):
-            self.saving.pop(i)[0].release()
-        for chunk, _ in self.saving:
-            self.store.publish(chunk, layer)
+        self._drop({i // per_chunk for i, e in enumerate(future.result()) if e is not None})
+        for s in self.saving:
+            self.store.publish(s.chunk, layer)
+
+    def _drop(self, bad: Set[int]) -> None:
+        """Abandons (releases unsealed) the chunks at ``bad`` and those of
+        requests whose load failed in this step: what the model computed
+        after a layer that was not loaded is wrong, so it is never published.
+        Readers waiting on an abandoned chunk are told, never served."""
+        failed = self.loading.failed_requests() if self.loading is not None else set()
+        keep = []
+        for i, s in enumerate(self.saving):
+            if i in bad or s.req_id in failed:
+                s.chunk.release()
+            else:
+                keep.append(s)
+        self.saving = keep
 
     def _create(self, meta: MaruConnectorMetadata) -> None:
         assert self.layout is not None
-        specs = [c for s in meta.saves for c in s.chunks]
+        specs = [(s.req_id, c) for s in meta.saves for c in s.chunks]
         made = self.store.create(
-            [self.rank_path(c.path) for c in specs], [self.layout.chunk_bytes] * len(specs),
-            [self.rank_path(c.parent) if c.parent else None for c in specs],
+            [self.rank_path(c.path) for _, c in specs], [self.layout.chunk_bytes] * len(specs),
+            [self.rank_path(c.parent) if c.parent else None for _, c in specs],
             self.layout.num_layers)
         # EEXIST: stored (or being stored) by another instance; ENOSPC: no
         # room even after eviction. Either way this chunk is not stored here.
-        self.saving = [(chunk, c.block_ids) for chunk, c in zip(made, specs)
-                       if not isinstance(chunk, OSError)]
+        self.saving = [_Saving(chunk, c.block_ids, req_id)
+                       for chunk, (req_id, c) in zip(made, specs) if not isinstance(chunk, OSError)]
         meta.saves = []  # created once per step
 
     def wait_for_save(self) -> None:
@@ -144,10 +163,10 @@ class WorkerSide:
         try:
             self._publish_copied()
             if self.saving:
-                self.store.seal([c for c, _ in self.saving])
+                self.store.seal([s.chunk for s in self.saving])
         finally:
-            for chunk, _ in self.saving:
-                chunk.release()
+            for s in self.saving:
+                s.chunk.release()
             self.saving = []
             self.save_meta = None
             self._finish_loading()
