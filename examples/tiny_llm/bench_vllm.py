@@ -13,7 +13,8 @@ length, taking turns per repetition, this process measures:
   connector   the connector's load alone: scheduler calls, metadata,
               start_load_kv, wait_for_layer_load of every layer
   raw         the same bytes into the same blocks with the maru package
-              directly: count_prefix, open, one batched copy per layer
+              directly: count_prefix, lookup_prefix, one read_into_batch
+              per layer
 
 and prints medians as a Markdown table with the ratios whole/layerwise and
 connector/raw. With the layer-wise API, a second table: B loads while the
@@ -75,23 +76,22 @@ def connector_load(eng: PagedEngine, p) -> None:
 
 
 def raw_load(eng: PagedEngine, p) -> None:
-    """The same copies with the package itself: no scheduler, no metadata, no thread."""
+    """The same copies with the package itself: no scheduler, no metadata, no
+    thread: count_prefix, lookup_prefix, one read_into_batch per layer."""
     from maru.vllm.paged import layer_ops
 
     w = eng.worker._worker
     st = eng.sched._scheduler
     paths = st._state("raw", p).paths[:(len(p) - 1) // BLOCK]
     st.requests.pop("raw")
-    store = w.store
-    n = store.count(paths, False)
+    client = w.store.client
+    n = client.count_prefix(paths)
     table = eng._alloc([], n * BLOCK + BLOCK)
     try:
-        chunks = store.open_load(paths[:n])
+        chunks = client.lookup_prefix(paths[:n])
         for layer, name in enumerate(eng.names):
-            for c in chunks:
-                store.wait_layer(c, layer, 60)
-            errors = store.read(layer_ops(w.layout, eng.kv[name], layer,
-                                          [(c, [table[i]]) for i, c in enumerate(chunks)]))
+            errors = client.read_into_batch(layer_ops(
+                w.layout, eng.kv[name], layer, [(c, [table[i]]) for i, c in enumerate(chunks)]))
             assert not any(errors)
         for c in chunks:
             c.release()

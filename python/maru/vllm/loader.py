@@ -24,6 +24,7 @@ class _Request:
     def __init__(self, spec: LoadSpec) -> None:
         self.spec = spec
         self.chunks: List[Any] = []  # read handles of the chunks opened
+        self.sealed = 0  # chunks [0, sealed) were sealed when opened: no waits
         self.cut = len(spec.chunks)  # chunks [0, cut) are good so far
 
 
@@ -60,12 +61,13 @@ class LoadJob:
 
     def _open(self) -> None:
         for r in self.requests:
-            r.chunks = self.store.open_load([self.rank_path(c.path) for c in r.spec.chunks])
+            r.chunks, r.sealed = self.store.open_load(
+                [self.rank_path(c.path) for c in r.spec.chunks])
             r.cut = len(r.chunks)
 
     def _load_layer(self, layer: int) -> None:
         for r in self.requests:
-            for j in range(r.cut):
+            for j in range(r.sealed, r.cut):
                 try:
                     self.store.wait_layer(r.chunks[j], layer, self.timeout_s)
                 except (OSError, TimeoutError):

@@ -42,16 +42,19 @@ class ChunkStore:
             n += 1
         return n
 
-    def open_load(self, paths: Sequence[str]) -> List[Chunk]:
-        """Read handles on the longest prefix of ``paths`` that is there,
-        sealed or being written; each holds a lease on its bytes."""
-        out: List[Chunk] = []
-        for path in paths:
+    def open_load(self, paths: Sequence[str]) -> Tuple[List[Chunk], int]:
+        """Read handles on the longest prefix of ``paths`` that is there, and
+        how many of them (from the start) are sealed: the sealed prefix in
+        one round trip (``lookup_prefix``), then one ``open_partial`` per
+        chunk still being written. Each handle holds a lease on its bytes."""
+        out: List[Chunk] = self.client.lookup_prefix(paths) if paths else []
+        sealed = len(out)
+        for path in paths[sealed:]:
             try:
                 out.append(self.client.open_partial(path))
             except OSError:
                 break
-        return out
+        return out, sealed
 
     def wait_layer(self, chunk: Chunk, layer: int, timeout_s: float) -> None:
         """Returns once part ``layer`` of ``chunk`` is final. Raises
