@@ -40,7 +40,11 @@
  *                  expired, or the server restarted and could not renew it)
  *
  * Threads and processes: a maru_t may be shared by any number of threads.
- * A maru_chunk_t belongs to one thread at a time. Handles do not survive
+ * A maru_chunk_t belongs to one thread at a time, except that
+ * maru_wait_part() may run beside reads of the same handle (maru_read_into
+ * and the batches) on other threads. Async batches run on one worker thread
+ * per maru_t (see maru_read_into_batch_async()); their futures may be used
+ * from any thread. Handles do not survive
  * fork(), and a child forked after maru_connect() must exec before it uses
  * the library (the RPC runtime shares its event loop with the parent until
  * then); multiprocessing "spawn" and fork+exec are fine. Any number of

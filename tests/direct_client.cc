@@ -30,6 +30,10 @@
 //                                 (in three pieces) and maru_read_into_batch
 //     hold-read PATH SIZE GO      open, print "opened", wait for the file GO to
 //                                 exist, then read: prints the result
+//     publish-hold PATH SIZE PARTS N GO  create in PARTS parts, fill with PATH's
+//                                 pattern, publish parts [0, N), print "published",
+//                                 wait for the file GO to exist, release unsealed
+//     read-part PATH SIZE PARTS I maru_open_partial, wait for part I, check its bytes
 //     hold-check PATH SIZE GO     open, print "opened", wait for the file GO to
 //                                 exist, copy the bytes in place, then print
 //                                 "check " and maru_lease_check's result
@@ -424,6 +428,36 @@ int RunCommand(const std::vector<std::string> &cmd) {
     rc = maru_read_into(c, buf.data(), 0, buf.size());
     const bool mine = rc == 0 && maru_test::CheckPattern(buf.data(), buf.size(), arg(1));
     printf("read %s%s\n", rc ? maru_strerror(rc) : "ok", rc == 0 && !mine ? " WRONG BYTES" : "");
+    maru_release(c);
+    return 0;
+  }
+  if (op == "publish-hold") {  // PATH SIZE PARTS N GO
+    maru_create_opts_t opts{};
+    opts.parts = static_cast<uint32_t>(num(3));
+    int rc = maru_create_ex(M(), arg(1).c_str(), num(2), &opts, &c);
+    if (rc) return Fail("create " + arg(1) + ": " + maru_strerror(rc), 90);
+    maru_test::FillPattern(maru_chunk_data(c), num(2), arg(1));
+    for (uint32_t i = 0; i < num(4); ++i)
+      if ((rc = maru_publish_part(c, i)))
+        return Fail("publish_part: " + std::string(maru_strerror(rc)), 91);
+    printf("published\n");
+    fflush(stdout);
+    while (access(arg(5).c_str(), F_OK) != 0) usleep(10000);
+    maru_release(c);  // unsealed: abandoned
+    return 0;
+  }
+  if (op == "read-part") {  // PATH SIZE PARTS I
+    int rc = maru_open_partial(M(), arg(1).c_str(), &c);
+    if (rc) return Fail("open_partial " + arg(1) + ": " + maru_strerror(rc), 92);
+    const uint64_t size = num(2), part = size / num(3), i = num(4);
+    if (maru_chunk_parts(c) != num(3)) return Fail("wrong part count", 93);
+    if ((rc = maru_wait_part(c, static_cast<uint32_t>(i), 30000)))
+      return Fail("wait_part: " + std::string(maru_strerror(rc)), 94);
+    std::vector<uint8_t> whole(size), got(part);
+    maru_test::FillPattern(whole.data(), size, arg(1));
+    if ((rc = maru_read_into(c, got.data(), i * part, part)))
+      return Fail("read_into: " + std::string(maru_strerror(rc)), 95);
+    if (memcmp(got.data(), whole.data() + i * part, part)) return Fail("WRONG BYTES", 96);
     maru_release(c);
     return 0;
   }

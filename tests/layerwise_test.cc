@@ -51,9 +51,10 @@ class Signal {
 
 class LayerwiseTest : public ::testing::Test {
  protected:
-  // A short session timeout: a killed writer is noticed within a second.
+  // A short session timeout: a killed writer is noticed within seconds (not so
+  // short that a loaded machine expires the reader too).
   LayerwiseTest()
-      : server_(pool_.path(), {"--session-timeout-ms", "600", "--heartbeat-ms", "100"}) {}
+      : server_(pool_.path(), {"--session-timeout-ms", "2000", "--heartbeat-ms", "300"}) {}
   void SetUp() override { ASSERT_TRUE(server_.Start()); }
 
   // Connects; call only after the test's forks (handles do not survive one).
@@ -239,6 +240,39 @@ TEST_F(LayerwiseTest, AReleaseWithoutSealLeavesReadersEconnaborted) {
   maru_release(r);
   EXPECT_EQ(maru_test::Wait(writer), 0);
   EXPECT_EQ(maru_open_partial(m, path.c_str(), &r), -ENOENT);  // gone with the abort
+  maru_disconnect(m);
+}
+
+// The default session timeout: the writer's session must outlast the restart.
+TEST(LayerwiseRestart, AServerRestartLosesPartialLeasesButNotTheWriter) {
+  TestPool pool(64ull << 20);
+  Server server(pool.path());
+  ASSERT_TRUE(server.Start());
+  maru_t *m = nullptr;
+  ASSERT_EQ(maru_connect(server.address().c_str(), &m), 0);
+  maru_create_opts_t opts{};
+  opts.parts = 2;
+  maru_chunk_t *w, *r;
+  ASSERT_EQ(maru_create_ex(m, "/lw/restart", 2 * kPart, &opts, &w), 0);
+  FillPattern(maru_chunk_data(w), 2 * kPart, "restart");
+  ASSERT_EQ(maru_publish_part(w, 0), 0);
+  ASSERT_EQ(maru_open_partial(m, "/lw/restart", &r), 0);
+  ASSERT_EQ(maru_wait_part(r, 0, 0), 0);
+  server.Stop();
+  ASSERT_TRUE(server.Start());
+  // The writer's session comes back with its reservation and its parts.
+  EXPECT_EQ(maru_publish_part(w, 1), 0);
+  // A lease on a chunk being written is not renewed: the reader must reopen.
+  EXPECT_EQ(maru_wait_part(r, 1, -1), -ESTALE);
+  EXPECT_EQ(maru_wait_part(r, 0, 0), 0);  // seen published before: no question asked
+  ASSERT_EQ(maru_seal(w), 0);
+  maru_release(r);
+  ASSERT_EQ(maru_open_partial(m, "/lw/restart", &r), 0);
+  EXPECT_EQ(maru_chunk_parts(r), 2u);
+  EXPECT_EQ(maru_wait_part(r, 1, 0), 0);
+  EXPECT_TRUE(CheckPattern(maru_chunk_data(r), 2 * kPart, "restart"));
+  maru_release(r);
+  maru_release(w);
   maru_disconnect(m);
 }
 

@@ -107,6 +107,23 @@ TEST_F(RemoteTest, BatchedAndAllocatedStoresGoThroughTheAgent) {
             0);
 }
 
+// Layer-wise through the agent: a remote writer's published parts reach the
+// pool at maru_publish_part() (not only at the seal), and a remote reader
+// reads the published parts of a chunk still being written.
+TEST_F(RemoteTest, LayerWisePartsCrossTheAgent) {
+  maru_test::TempDir dir;
+  const std::string go = dir.path() + "/go";
+  FILE *writer = popen(Remote("publish-hold /lw/remote 1048576 4 2 " + go).c_str(), "r");
+  ASSERT_NE(writer, nullptr);
+  char line[64] = {};
+  ASSERT_NE(fgets(line, sizeof(line), writer), nullptr);
+  EXPECT_STREQ(line, "published\n");
+  EXPECT_EQ(maru_test::RunClient(server_->address(), "read-part /lw/remote 1048576 4 1"), 0);
+  EXPECT_EQ(RunRemote("read-part /lw/remote 1048576 4 0"), 0);
+  fclose(fopen(go.c_str(), "w"));
+  EXPECT_EQ(pclose(writer), 0);
+}
+
 TEST_F(RemoteTest, AgentKilledMidTransferFailsCleanlyAndComesBack) {
   ASSERT_EQ(maru_test::RunClient(server_->address(), "store /big 67108864"), 0);
   maru_test::TempDir dir;

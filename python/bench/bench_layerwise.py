@@ -10,7 +10,7 @@ process; the reader is this process. Both use the `maru` package.
   processes) just before ``publish_part``; the reader is already blocked in
   ``wait_part`` and notes the clock when it returns. p50/p99 of the
   difference: one PublishPart round trip plus the server waking the held
-  WaitPart and its reply.
+  WaitPart and its reply; beside it, one plain fast-lane round trip.
 - **load with and without overlap**: the writer "computes" L layers
   (--compute-ms each, a sleep standing for the GPU) and publishes each
   layer's part; the reader copies each part into its own buffer
@@ -74,6 +74,14 @@ def run(args: argparse.Namespace) -> None:
                  str(part_bytes), str(gap_ms)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
 
+        # a plain fast-lane round trip, for scale
+        client.put("/bench-lw/rtt", b"x")
+        rtt_us: List[float] = []
+        for _ in range(args.rtt_calls):
+            t0 = time.monotonic_ns()
+            client.count_prefix(["/bench-lw/rtt"])
+            rtt_us.append((time.monotonic_ns() - t0) / 1000)
+
         # publish -> wake
         lat_us: List[float] = []
         w = start_writer(args.latency_parts, 4096, args.latency_gap_ms)
@@ -129,7 +137,8 @@ def run(args: argparse.Namespace) -> None:
 
     over, after = statistics.median(times["overlap"]), statistics.median(times["after seal"])
     print(f"| publish->wake, {len(lat_us)} parts | p50 {percentile(lat_us, 50):.0f} us | "
-          f"p99 {percentile(lat_us, 99):.0f} us |")
+          f"p99 {percentile(lat_us, 99):.0f} us | one round trip (count_prefix) p50 "
+          f"{percentile(rtt_us, 50):.0f} us, p99 {percentile(rtt_us, 99):.0f} us |")
     print(f"| load {args.layers} x {args.layer_mib} MiB, {args.compute_ms} ms compute per layer "
           f"| overlap {over:.1f} ms | after seal {after:.1f} ms | ratio {after / over:.2f} |")
 
@@ -140,6 +149,7 @@ def main() -> None:
         writer(url, path, int(parts), int(part_bytes), float(gap))
         return
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rtt-calls", type=int, default=2000)
     p.add_argument("--latency-parts", type=int, default=200)
     p.add_argument("--latency-rounds", type=int, default=5)
     p.add_argument("--latency-gap-ms", type=float, default=2.0)

@@ -124,7 +124,7 @@ def test_abort_wakes_reader_with_econnaborted(server, ns):
 
 
 def test_killed_writer_wakes_reader(make_server, ns):
-    srv = make_server(extra=["--session-timeout-ms", "600", "--heartbeat-ms", "100"])
+    srv = make_server(extra=["--session-timeout-ms", "2000", "--heartbeat-ms", "300"])
     path = f"/{ns}/killed"
     code = textwrap.dedent(f"""
         import sys, maru
@@ -184,3 +184,66 @@ def test_async_batches(client, ns):
     assert results[:4] == [None] * 4 and results[4].errno == errno.EINVAL
     assert [int(d[0]) for d in dsts] == [5, 6, 7, 8]
     assert client.read_into_batch_async([]).result(timeout=30) == []
+
+
+def test_torch_tensors_by_data_pointer(client, ns):
+    """CPU tensors of any dtype (bfloat16 has no numpy form) go in directly."""
+    src = torch.arange(PART // 2, dtype=torch.bfloat16)
+    chunk = client.create(f"/{ns}/t", PART)
+    assert client.write_from_batch([(chunk, src, 0)]) == [None]
+    chunk.seal()
+    dst = torch.zeros(PART // 2, dtype=torch.bfloat16)
+    halves = torch.zeros(2, PART // 4, dtype=torch.bfloat16)
+    assert client.read_into_batch([(chunk, dst, 0), (chunk, halves[1], PART // 2)]) == [None, None]
+    assert torch.equal(dst, src) and torch.equal(halves[1], src[PART // 4:])
+    with pytest.raises(ValueError):
+        client.read_into_batch([(chunk, halves.t(), 0)])  # not contiguous
+
+
+def test_async_batch_keeps_its_buffers(client, ns):
+    import gc
+
+    chunk = client.create(f"/{ns}/keep", PART)
+    chunk.write(b"\x09" * PART)
+    chunk.seal()
+    dst = np.zeros(PART, dtype=np.uint8)
+    probe = memoryview(dst)  # outlives the batch: the bytes can be checked after
+    fut = client.read_into_batch_async([(chunk, dst, 0)])
+    del dst, chunk
+    gc.collect()
+    assert fut.result(timeout=30) == [None]
+    assert bytes(probe) == b"\x09" * PART
+
+
+def test_waits_over_grpc_without_the_fast_lane(make_server, ns):
+    srv = make_server(extra=["--no-fast-lane"])
+    path = f"/{ns}/grpc"
+    with maru.Client(srv.url) as writer, maru.Client(srv.url) as reader:
+        w = writer.create(path, 2 * PART, parts=2)
+        r = reader.open_partial(path)
+        done = []
+        t = threading.Thread(target=lambda: done.append(r.wait_part(1, timeout=60)))
+        t.start()
+        w.publish_part(1)
+        t.join(timeout=60)
+        assert done == [None]
+        r.wait_part(0, timeout=0)  # published with part 1
+        w.release()  # abandoned: the path goes
+        with pytest.raises(FileNotFoundError):
+            reader.open_partial(path)
+
+
+def test_create_batch_in_parts_and_lookup_keeps_the_count(client, ns):
+    paths = [f"/{ns}/cb{i}" for i in range(3)]
+    chunks = client.create_batch(paths, [2 * PART] * 3, parts=2)
+    assert [c.parts for c in chunks] == [2, 2, 2]
+    assert isinstance(client.create_batch([f"/{ns}/odd"], [PART + 1], parts=2)[0], OSError)
+    for c in chunks:
+        c.publish_part(0)
+    assert client.seal_batch(chunks) == [None] * 3
+    found = client.lookup_prefix(paths)
+    assert [c.parts for c in found] == [2, 2, 2]
+    found[0].wait_part(1, timeout=0)
+    assert found[0].part_range(1) == (PART, PART)
+    with pytest.raises(IndexError):
+        found[0].part_range(2)
