@@ -296,3 +296,22 @@ def test_chunk_gone_between_count_and_load(model, node, ns):
     b = run(b_eng, p)
     assert (b.loaded_tokens, b.recomputed_tokens) == (6 * BLOCK, 4 * BLOCK)
     assert_same(b, answer, logits)
+
+
+def test_bad_configs_are_refused(model, node, ns):
+    from maru.vllm import KVConnectorRole, MaruConnector
+    from paged_engine import vllm_config
+
+    with pytest.raises(ValueError):
+        MaruConnector(vllm_config(BLOCK, extra(node, ns, maru_chunk_blocks=0)),
+                      KVConnectorRole.WORKER)
+    worker = MaruConnector(vllm_config(BLOCK, extra(node, ns)), KVConnectorRole.WORKER)
+    try:
+        with pytest.raises(ValueError):  # an HND cache: heads before tokens
+            worker.register_kv_caches({"l0": torch.zeros(2, 4, 4, BLOCK, 64).transpose(2, 3)})
+        with pytest.raises(ValueError):  # not [2, blocks, block, heads, dim]
+            worker.register_kv_caches({"l0": torch.zeros(4, BLOCK, 4, 64)})
+        with pytest.raises(RuntimeError):  # a scheduler call on the worker side
+            worker.build_connector_meta(None)
+    finally:
+        worker.shutdown()

@@ -143,7 +143,8 @@ class MaruConnector:
         return None
 
     def register_cross_layers_kv_cache(self, kv_cache: Any, attn_backend: Any) -> None:
-        raise NotImplementedError("maru: per-layer caches only (prefer_cross_layer_blocks is False)")
+        raise NotImplementedError(
+            "maru: per-layer caches only (prefer_cross_layer_blocks is False)")
 
     def set_host_xfer_buffer_ops(self, copy_operation: Any) -> None:
         return None
