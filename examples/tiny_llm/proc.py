@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 HERE = Path(__file__).resolve().parent
 
@@ -16,13 +16,18 @@ HERE = Path(__file__).resolve().parent
 class InstanceProcess:
     def __init__(self, server: str, directory: str = "/tiny_llm", block: int = 32,
                  layout: str = "block", name: str = "tiny-llm", script: str = "instance.py",
-                 extra: Sequence[str] = ()):
+                 extra: Sequence[str] = (), argv: Optional[List[str]] = None):
+        """Starts ``script`` (instance.py, or another of the same protocol:
+        the standard flags plus ``extra``, or its own ``argv``) and waits for
+        its {"ready": true}."""
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in [str(HERE), env.get("PYTHONPATH", "")] if p)
+        if argv is None:
+            argv = ["--server", server, "--dir", directory, "--block", str(block),
+                    "--layout", layout, "--name", name, *extra]
         self.proc = subprocess.Popen(
-            [sys.executable, str(HERE / script), "--server", server, "--dir", directory,
-             "--block", str(block), "--layout", layout, "--name", name, *extra],
+            [sys.executable, str(HERE / script), *argv],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
         self._read()  # {"ready": true}: the model is built, the store connected
 
@@ -33,9 +38,17 @@ class InstanceProcess:
             raise RuntimeError(f"instance process exited ({code}) without answering")
         return json.loads(line)
 
-    def request(self, **req) -> dict:
+    def send(self, **req) -> None:
+        """Writes one request line without waiting for the answer."""
         self.proc.stdin.write(json.dumps(req) + "\n")
         self.proc.stdin.flush()
+
+    def read(self) -> dict:
+        """Reads one answer line."""
+        return self._read()
+
+    def request(self, **req) -> dict:
+        self.send(**req)
         return self._read()
 
     def kill(self) -> None:

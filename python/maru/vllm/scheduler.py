@@ -1,0 +1,139 @@
+"""The scheduler side of the connector: what to load and what to save.
+
+vLLM calls, per step: ``get_num_new_matched_tokens`` for each waiting
+request (side-effect free; may be called again), ``update_state_after_alloc``
+once its blocks are allocated, ``build_connector_meta`` once the step is
+scheduled, and ``request_finished`` when a request ends.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from .config import ConnectorConfig
+from .keys import chain_keys, chunk_paths, model_tag
+from .metadata import ChunkSpec, LoadSpec, MaruConnectorMetadata, SaveSpec
+from .store import ChunkStore
+
+
+@dataclass
+class _Request:
+    paths: List[str]  # rank 0's paths of the prompt's complete chunks
+    hits: int = 0  # chunks found by the last count
+    block_ids: List[int] = field(default_factory=list)
+    saved: int = 0  # chunks [0, saved) are stored, being stored or loaded
+
+
+def _tokens(request: Any) -> List[int]:
+    return list(getattr(request, "prompt_token_ids", None) or [])
+
+
+class SchedulerSide:
+    """Scheduler-side state: the prompt's chunk names and what is done with them."""
+
+    def __init__(self, cfg: ConnectorConfig, store: ChunkStore) -> None:
+        self.cfg, self.store = cfg, store
+        self.tag = model_tag(cfg.model, cfg.dtype, cfg.block_size, cfg.chunk_blocks, cfg.tp_size)
+        self.requests: Dict[str, _Request] = {}
+        self.pending_loads: List[LoadSpec] = []
+
+    def _state(self, req_id: str, tokens: Sequence[int]) -> _Request:
+        st = self.requests.get(req_id)
+        if st is None:
+            keys = chain_keys(self.tag, tokens, self.cfg.chunk_tokens)
+            st = _Request(chunk_paths(self.cfg.namespace, keys))
+            self.requests[req_id] = st
+        return st
+
+    def get_num_new_matched_tokens(self, request: Any,
+                                   num_computed_tokens: int) -> Tuple[Optional[int], bool]:
+        """Tokens beyond ``num_computed_tokens`` that can be loaded: the
+        chunks of the prompt found in the pool, from the start, never the
+        whole prompt (its last token is computed for its logits)."""
+        tokens = _tokens(request)
+        if not self.cfg.load or not tokens:
+            return 0, False
+        st = self._state(request.request_id, tokens)
+        loadable = (len(tokens) - 1) // self.cfg.chunk_tokens
+        st.hits = self.store.count(st.paths[:loadable], self.cfg.count_writing)
+        external = st.hits * self.cfg.chunk_tokens - num_computed_tokens
+        if external <= 0:
+            return 0, False
+        return external, self.cfg.async_load
+
+    def update_state_after_alloc(self, request: Any, blocks: Any,
+                                 num_external_tokens: int) -> None:
+        """Records the request's blocks and, if it loads, the chunks to load."""
+        st = self._state(request.request_id, _tokens(request))
+        block_ids = blocks.get_block_ids()[0] if blocks is not None else []
+        if block_ids:
+            st.block_ids = list(block_ids)
+        st.saved = max(st.saved, st.hits)  # found in the pool: nothing to store
+        if num_external_tokens <= 0:
+            return
+        local = getattr(request, "num_computed_tokens", 0) or 0
+        first = local // self.cfg.chunk_tokens
+        end = (local + num_external_tokens) // self.cfg.chunk_tokens
+        g = self.cfg.chunk_blocks
+        # Sent with the next step's metadata, whether or not the request is
+        # scheduled in it (an asynchronous load waits outside the batch).
+        self.pending_loads.append(LoadSpec(request.request_id, [
+            ChunkSpec(st.paths[c], st.block_ids[c * g:(c + 1) * g]) for c in range(first, end)],
+            self.cfg.async_load))
+        st.saved = max(st.saved, end)
+
+    def build_connector_meta(self, scheduler_output: Any) -> MaruConnectorMetadata:
+        """The loads and saves of this step; resets the pending loads."""
+        meta = MaruConnectorMetadata(loads=self.pending_loads)
+        self.pending_loads = []
+        scheduled = scheduler_output.num_scheduled_tokens
+        for new in scheduler_output.scheduled_new_reqs:
+            st = self._state(new.req_id, list(new.prompt_token_ids or []))
+            st.block_ids = list(new.block_ids[0])
+            self._plan(meta, new.req_id, st,
+                       new.num_computed_tokens + scheduled.get(new.req_id, 0))
+        cached = scheduler_output.scheduled_cached_reqs
+        for i, req_id in enumerate(cached.req_ids):
+            st = self.requests.get(req_id)
+            if st is None:
+                continue
+            new_ids = cached.new_block_ids[i]
+            if new_ids is not None:
+                if _resumed(cached, i, req_id):
+                    st.block_ids = list(new_ids[0])  # a preempted request starts over
+                else:
+                    st.block_ids.extend(new_ids[0])
+            self._plan(meta, req_id, st,
+                       cached.num_computed_tokens[i] + scheduled.get(req_id, 0))
+        for req_id in getattr(scheduler_output, "finished_req_ids", ()) or ():
+            self.requests.pop(req_id, None)
+        return meta
+
+    def _plan(self, meta: MaruConnectorMetadata, req_id: str, st: _Request,
+              computed_after: int) -> None:
+        g = self.cfg.chunk_blocks
+        if not self.cfg.save:
+            return
+        done = min(computed_after // self.cfg.chunk_tokens, len(st.paths),
+                   len(st.block_ids) // g)
+        if done > st.saved:
+            meta.saves.append(SaveSpec(req_id, [
+                ChunkSpec(st.paths[c], st.block_ids[c * g:(c + 1) * g],
+                          st.paths[c - 1] if c else None)
+                for c in range(st.saved, done)]))
+            st.saved = done
+
+    def request_finished(self, request: Any, block_ids: Sequence[int]) -> Tuple[bool, None]:
+        """Forgets the request. Saves copy out of the blocks before the step
+        ends, so the blocks may be freed at once: (False, None)."""
+        self.requests.pop(request.request_id, None)
+        return False, None
+
+
+def _resumed(cached: Any, i: int, req_id: str) -> bool:
+    resumed = getattr(cached, "resumed_req_ids", None)  # newer vLLM: a set
+    if resumed is not None:
+        return req_id in resumed
+    flags = getattr(cached, "resumed_from_preemption", None)  # older: a list
+    return bool(flags[i]) if flags is not None else False

@@ -1,0 +1,136 @@
+"""The connector's one seam onto the ``maru`` package.
+
+Everything the scheduler and worker sides do with the pool goes through
+:class:`ChunkStore`: count a prefix, open chunks to load, wait for a layer,
+copy batches in and out, publish a layer, seal. A chunk is written in
+``parts`` equal parts, one per model layer, so that a reader may take layer
+i while the writer still computes layer i+1.
+"""
+
+from __future__ import annotations
+
+import errno
+from concurrent.futures import Future
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+from ..chunk import Chunk
+from ..client import Client
+
+#: (chunk, buffer, offset in the chunk): one copy of a batch.
+CopyOp = Tuple[Chunk, Any, int]
+
+
+class ChunkStore:
+    """Chunk operations of the connector, over one :class:`maru.Client`."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    def count(self, paths: Sequence[str], count_writing: bool) -> int:
+        """How many of ``paths``, from the start, a reader may load: sealed
+        chunks, and with ``count_writing`` also chunks still being written."""
+        if not paths:
+            return 0
+        n = self.client.count_prefix(paths)
+        if not count_writing:
+            return n
+        while n < len(paths):  # one probe per chunk in flight: few at a time
+            try:
+                self.client.open_partial(paths[n]).release()
+            except OSError:
+                break
+            n += 1
+        return n
+
+    def open_load(self, paths: Sequence[str]) -> Tuple[List[Chunk], int]:
+        """Read handles on the longest prefix of ``paths`` that is there, and
+        how many of them (from the start) are sealed: the sealed prefix in
+        one round trip (``lookup_prefix``), then one ``open_partial`` per
+        chunk still being written. Each handle holds a lease on its bytes."""
+        out: List[Chunk] = self.client.lookup_prefix(paths) if paths else []
+        sealed = len(out)
+        for path in paths[sealed:]:
+            try:
+                out.append(self.client.open_partial(path))
+            except OSError:
+                break
+        return out, sealed
+
+    def wait_layer(self, chunk: Chunk, layer: int, timeout_s: float) -> None:
+        """Returns once part ``layer`` of ``chunk`` is final. Raises
+        TimeoutError, or OSError(ECONNABORTED) if its writer gave up or died:
+        the bytes of that part must then not be used."""
+        chunk.wait_part(layer, timeout_s)
+
+    def read(self, ops: Sequence[CopyOp]) -> List[Optional[OSError]]:
+        """Copies chunk bytes into the buffers: one call for the batch."""
+        if ops and on_device(ops[0][1]):
+            return copy_tensors(ops, into_chunk=False)
+        return self.client.read_into_batch(ops) if ops else []
+
+    def create(self, paths: Sequence[str], sizes: Sequence[int],
+               parents: Sequence[Optional[str]], parts: int) -> List[Union[Chunk, OSError]]:
+        """Reserves the chunks in one round trip, each in ``parts`` parts."""
+        if not paths:
+            return []
+        return self.client.create_batch(paths, sizes, parents=parents, parts=parts)
+
+    def write(self, ops: Sequence[CopyOp]) -> List[Optional[OSError]]:
+        """Copies the buffers into writable chunks: one call for the batch."""
+        if ops and on_device(ops[0][1]):
+            return copy_tensors(ops, into_chunk=True)
+        return self.client.write_from_batch(ops) if ops else []
+
+    def write_async(self, ops: Sequence[CopyOp]) -> "Future[List[Optional[OSError]]]":
+        """:meth:`write`, submitted: the copies run while the caller goes on;
+        the buffers must stay unchanged until the future is done."""
+        if ops and not on_device(ops[0][1]):
+            return self.client.write_from_batch_async(ops)
+        return _done(self.write(ops))
+
+    def publish(self, chunk: Chunk, layer: int) -> None:
+        """Makes parts [0, layer] of ``chunk`` readable to waiting readers."""
+        chunk.publish_part(layer)
+
+    def seal(self, chunks: Sequence[Chunk]) -> List[Optional[OSError]]:
+        """Seals the chunks in one round trip (publishing what is left)."""
+        return self.client.seal_batch(chunks) if chunks else []
+
+
+def _done(result: Any) -> Future:
+    future: Future = Future()
+    future.set_result(result)
+    return future
+
+
+def on_device(buf: Any) -> bool:
+    """True for a tensor the library cannot copy into (a GPU's)."""
+    return bool(getattr(buf, "is_cuda", False))
+
+
+def copy_tensors(ops: Sequence[CopyOp], into_chunk: bool) -> List[Optional[OSError]]:
+    """The copies of a batch between chunks and uint8 tensors on any device,
+    through tensor views of the chunks (``Chunk.torch()``): for device
+    caches, which the library's batch calls cannot reach. Untested on a GPU
+    here; tested with CPU tensors."""
+    views: Dict[int, Any] = {}
+    errors: List[Optional[OSError]] = []
+    for chunk, buf, off in ops:
+        try:
+            view = views.get(id(chunk))
+            if view is None:
+                view = views[id(chunk)] = chunk.torch()
+            seg = view[off:off + buf.numel()]
+            if into_chunk:
+                seg.copy_(buf)
+            else:
+                buf.copy_(seg)
+            errors.append(None)
+        except (OSError, ValueError, RuntimeError) as e:
+            errors.append(e if isinstance(e, OSError) else OSError(errno.EIO, str(e)))
+    return errors
+
+
+def make_store(client: Client) -> ChunkStore:
+    """The connector's store over ``client``."""
+    return ChunkStore(client)
