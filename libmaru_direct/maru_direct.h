@@ -171,14 +171,17 @@ int maru_seal_batch(maru_chunk_t *const *chunks, size_t n, int *results);
  * then maru_publish(), or maru_release() to give the space back. Held by
  * the session like any reservation: gone when the process dies (after the
  * session timeout), kept across a server restart. maru_seal() of it is
- * -EINVAL. */
+ * -EINVAL. Charged from the start to the caller's uid quota and to a quota
+ * on "/" (-EDQUOT if it would pass one); a directory's quota once named. */
 int maru_alloc(maru_t *m, uint64_t size, const maru_create_opts_t *opts, maru_chunk_t **out);
 
 /* Names a chunk from maru_alloc() at `path` (extending `parent`, or NULL)
  * and seals it, in one step. First writer wins: if `path` exists or is
  * being written, -EEXIST and the reserved space is freed (the handle then
- * holds nothing; release it). Other errors (-EACCES, -ENOENT, ...) keep
- * the reservation. A handle not from maru_alloc(), or already published:
+ * holds nothing; release it). Other errors (-EACCES, -ENOENT, -EDQUOT when
+ * a quota of a directory above `path` would be passed, ...) keep the
+ * reservation, still charged to the caller's uid: publish it elsewhere or
+ * release it. A handle not from maru_alloc(), or already published:
  * -EINVAL. On success the handle is a read handle, as after maru_seal(). */
 int maru_publish(maru_chunk_t *c, const char *path, const char *parent);
 

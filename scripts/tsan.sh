@@ -3,9 +3,9 @@
 # and runs them; every process they start (maru-server, maru-fuse,
 # direct_client, ...) is instrumented too. Reports go to
 # build-tsan/tsan-logs/report.PID, not to the processes' stderr, so that
-# tests reading a server's log are not disturbed; the script fails if any
-# report is left after tests/tsan.supp (reports inside the uninstrumented
-# gRPC, protobuf, Abseil, RocksDB and libfuse libraries only).
+# tests reading a server's log are not disturbed; the script fails if a
+# report left after tests/tsan.supp has a racing access innermost in Maru's
+# code (scripts/tsan_triage.py), or if a test fails.
 #   scripts/tsan.sh [TEST...]      (default: the tests below)
 #
 # Not run: the python and model suites (the extension would load into an
@@ -19,21 +19,32 @@ tests=("$@")
 [ ${#tests[@]} -gt 0 ] || tests=(engine frame lease_table identity direct batch lifecycle fuse)
 if [ ! -f "$dir/build.ninja" ]; then
   # No -Werror: gcc warns (-Wtsan) about atomic_thread_fence in library headers.
-  meson setup "$dir" --buildtype=debugoptimized -Db_sanitize=thread -Db_lundef=false >/dev/null
+  # -O1 -g1: a much lighter build than -O2 -g (it is a whole second tree),
+  # and reports keep their file:line.
+  meson setup "$dir" -Doptimization=1 -Ddebug=false -Dcpp_args=-g1 -Dc_args=-g1 \
+    -Db_sanitize=thread -Db_lundef=false >/dev/null
 fi
-targets=(maru-server maructl maru-fuse maru-bench direct_client)
+targets=(maru-server maructl maru-fuse maru-bench direct_client probe_client)
 for t in "${tests[@]}"; do targets+=("${t}_test"); done
 meson compile -C "$dir" "${targets[@]}" >/dev/null
 logs=$PWD/$dir/tsan-logs
 rm -rf "$logs"
 mkdir -p "$logs"
 set +e
-TSAN_OPTIONS="suppressions=$PWD/tests/tsan.supp:log_path=$logs/report:exitcode=0:halt_on_error=0:second_deadlock_stack=1" \
+# libmaru_direct loads UCX (the remote path), whose libucm hooks madvise();
+# glibc calls it as a thread exits, after TSan has torn down that thread's
+# state: every client process crashed. The hooks are for UCX's registration
+# cache, which nothing here uses.
+export UCX_MEM_MMAP_HOOK_MODE=none
+TSAN_OPTIONS="suppressions=$PWD/tests/tsan.supp:log_path=$logs/report:log_exe_name=1:exitcode=0:halt_on_error=0:second_deadlock_stack=1" \
   meson test -C "$dir" --no-rebuild --print-errorlogs --num-processes 1 --timeout-multiplier 4 \
   "${tests[@]}"
 rc=$?
 set -e
-reports=$(cat "$logs"/report.* 2>/dev/null | grep -c '^WARNING: ThreadSanitizer' || true)
-echo "tsan: $reports report(s) in $logs"
-[ "$reports" -eq 0 ] || rc=1
+# Reports left after the suppressions are sorted: one whose racing access
+# is innermost in Maru's code fails the run; the rest (inside gRPC and the
+# other uninstrumented libraries, or gRPC header code inlined into ours)
+# are counted only.
+/usr/bin/python3 scripts/tsan_triage.py "$logs" || rc=1
+echo "tsan: reports in $logs"
 exit $rc

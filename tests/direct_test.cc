@@ -519,14 +519,14 @@ TEST(ServerStart, RefusesAPoolWithoutValidSuperblock) {
 // --- Trust boundaries: attacks by other local uids (issue #12) ---
 
 std::string ProbeCommand(const std::string &address, const std::string &script) {
-  return maru_test::BinDir("tests/session_probe") + " " + address + " " + script;
+  return maru_test::BinDir("tests/probe_client") + " " + address + " " + script;
 }
 
-// Runs tests/session_probe: raw requests, as an attacker sends them.
+// Runs tests/probe_client: raw requests, as an attacker sends them.
 int RunProbe(const std::string &address, const std::string &script) {
   std::string output;
   int rc = maru_test::Run(ProbeCommand(address, script), &output);
-  if (rc != 0) fprintf(stderr, "session_probe %s -> %d: %s\n", script.c_str(), rc, output.c_str());
+  if (rc != 0) fprintf(stderr, "probe_client %s -> %d: %s\n", script.c_str(), rc, output.c_str());
   return rc;
 }
 
@@ -617,12 +617,27 @@ TEST_F(DirectTest, ANewSessionCannotClaimALeaseOnAnotherUidsDeletedChunk) {
   EXPECT_EQ(victim.Finish(), 0);
 }
 
+TEST_F(DirectTest, OnlyAgentsAskWhetherASessionHoldsExtents) {
+  VictimSession victim(server_.address());
+  ASSERT_TRUE(victim.ready());
+  // CheckExtents is root's (maru-agent's): another uid, or the victim's own,
+  // learns nothing from it about the victim's session.
+  for (const char *uid : {"65534", "1001"})
+    EXPECT_EQ(RunProbe(server_.address(), std::string("uid ") + uid + " + check-extents " +
+                                              victim.session() + " 1001 0 0 4096 " + kEperm),
+              0);
+  // Asked for a session of another uid than the grant's, the answer is no.
+  EXPECT_EQ(RunProbe(server_.address(), "check-extents " + victim.session() + " 65534 0 0 4096 " +
+                                            std::to_string(ESTALE)),
+            0);
+  EXPECT_EQ(victim.Finish(), 0);
+}
+
 // --- Trust boundaries (docs/security.md) ---------------------------------------
 
 // probe_client as uid 65534 with no groups: it cannot open a root 0660 pool.
 std::string AsNobody(const std::string &address, const std::string &args) {
-  return "setpriv --reuid=65534 --regid=65534 --clear-groups " +
-         maru_test::BinDir("tests/probe_client") + " " + address + " " + args;
+  return "setpriv --reuid=65534 --regid=65534 --clear-groups " + ProbeCommand(address, args);
 }
 
 uint64_t ZeroBytesMissing(const void *data, uint64_t size) {
@@ -674,6 +689,24 @@ TEST(TrustBoundaries, AChunkSealedUnwrittenByAWriterWithoutPoolAccessReadsZeros)
   maru_disconnect(m);
 }
 
+TEST(TrustBoundaries, UnpublishedAllocationsCountAgainstTheUidsQuota) {
+  TestPool pool(64ull << 20);
+  Server server(pool.path());
+  ASSERT_TRUE(server.Start());
+  std::string out;
+  ASSERT_EQ(maru_test::Run(maru_test::MaructlBinary() + " quota set --uid 65534 1M --server " +
+                               server.address(),
+                           &out),
+            0)
+      << out;
+  // Two half-quota allocations under no name fill it: a third is refused
+  // (it was checked against what the uid had named, not what it held).
+  EXPECT_EQ(maru_test::Run(
+                AsNobody(server.address(), "alloc-until 524288 3 " + std::to_string(EDQUOT)), &out),
+            0)
+      << out;
+}
+
 TEST(TrustBoundaries, OversizedRequestsAndGreedySessionsAreRefused) {
   TestPool pool(64ull << 20);
   Server server(pool.path(), {"--max-leases", "8"});
@@ -697,11 +730,7 @@ TEST(TrustBoundaries, OversizedRequestsAndGreedySessionsAreRefused) {
   probe("open-until /pub/x 9 " + std::to_string(EMFILE));
   // A root session (maru-fuse's, one per mount) is not capped.
   std::string out;
-  EXPECT_EQ(
-      maru_test::Run(
-          maru_test::BinDir("tests/probe_client") + " " + addr + " open-until /pub/x 20 0", &out),
-      0)
-      << out;
+  EXPECT_EQ(maru_test::Run(ProbeCommand(addr, "open-until /pub/x 20 0"), &out), 0) << out;
   // Strings a session is described by.
   probe("session-strings 64 255 64 0");
   probe("session-strings 65 0 0 " + std::to_string(ENAMETOOLONG));

@@ -1101,6 +1101,65 @@ TEST_F(OwnershipTest, HeldLeasesOnCurrentVersionsAreRenewedOnlyWhereTheyCouldBeO
   EXPECT_EQ(rep.renewed(0).lease(), open.attr().ino());
 }
 
+// A session that read a version which a rewrite retired takes its lease
+// back after a restart; it cannot name another file's retired version
+// (generations are counted, not secret) on a file it may open.
+TEST_F(OwnershipTest, AResumeRenewsARetiredVersionOnlyOfTheFileItCameFrom) {
+  SharedDir();
+  uint64_t victim = NewSession(alice_);
+  rpc::ChunkReply secret = Create("/shared/secret", 4096, alice_, victim);
+  ASSERT_EQ(Seal(secret, alice_, victim).error(), 0);
+  ASSERT_EQ(Open("/shared/secret", alice_, victim).error(), 0);
+  ASSERT_EQ(Unlink("/shared/secret", alice_, victim), 0);  // retired, still read
+  uint64_t bob = NewSession(bob_);
+  rpc::ChunkReply v1 = Create("/shared/own", 4096, bob_, bob);
+  ASSERT_EQ(Seal(v1, bob_, bob).error(), 0);
+  ASSERT_EQ(Open("/shared/own", bob_, bob).error(), 0);
+  ASSERT_EQ(Seal(Create("/shared/own", 4096, bob_, bob, true), bob_, bob).error(), 0);
+  ASSERT_EQ(Create("/shared/writing", 4096, bob_, bob).error(), 0);  // bob's session outlives
+  EngineOptions options;
+  options.grace_ms = 60000;  // retired versions wait for their readers to come back
+  Reopen(options);
+  rpc::OpenSessionRequest claim;
+  claim.set_resume(bob);
+  for (uint64_t gen : {secret.attr().gen(), v1.attr().gen()}) {
+    rpc::HeldLease *h = claim.add_held();
+    h->set_lease(gen);
+    h->set_ino(v1.attr().ino());
+    h->set_gen(gen);
+  }
+  rpc::OpenSessionReply rep;
+  engine_->OpenSession(bob_, claim, &rep);
+  ASSERT_TRUE(rep.resumed());
+  ASSERT_EQ(rep.renewed_size(), 1);
+  EXPECT_EQ(rep.renewed(0).lease(), v1.attr().gen());
+}
+
+// CheckExtents is maru-agent's question (root), about the session and uid
+// of a grant it verified: a session of any other uid is no.
+TEST_F(OwnershipTest, CheckExtentsIsRootsAndAnswersForTheGrantsUidOnly) {
+  SharedDir();
+  uint64_t s = NewSession(alice_);
+  rpc::ChunkReply sealed = Seal(Create("/shared/x", 4096, alice_, s), alice_, s, true);
+  ASSERT_EQ(sealed.error(), 0);
+  ASSERT_GT(sealed.extents_size(), 0);
+  auto check = [&](const Caller &c, uint64_t caller_session, uint32_t uid) {
+    auto req = With<rpc::CheckExtentsRequest>(caller_session);
+    req.set_client_session(s);
+    req.set_client_uid(uid);
+    req.set_device(sealed.extents(0).device());
+    *req.add_extents() = sealed.extents(0);
+    rpc::ErrorReply rep;
+    engine_->CheckExtents(c, req, &rep);
+    return rep.error();
+  };
+  EXPECT_EQ(check(root_, session_, alice_.uid), 0);
+  EXPECT_EQ(check(root_, session_, bob_.uid), ESTALE);
+  EXPECT_EQ(check(root_, session_, 0), ESTALE);
+  EXPECT_EQ(check(alice_, s, alice_.uid), EPERM);
+  EXPECT_EQ(check(bob_, NewSession(bob_), alice_.uid), EPERM);
+}
+
 TEST_F(OwnershipTest, AResumeCannotPickItsSessionId) {
   rpc::OpenSessionRequest req;
   req.set_resume(0x1234567);

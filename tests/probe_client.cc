@@ -1,118 +1,285 @@
-// A raw gRPC client for the trust-boundary tests: it speaks to maru-server
-// without libmaru_direct, which needs the pool mapped, so that it runs as a
-// user who cannot open the pool at all. Each command prints nothing on
-// success and exits non-zero when the server did not answer what it expects.
+// A raw gRPC client for the trust-boundary tests: requests as an attacker
+// sends them (naming any session, lease or inode; libmaru_direct only ever
+// names its own), and without libmaru_direct, which needs the pool mapped,
+// so that it runs as a user who cannot open the pool at all. Run it under
+// `setpriv` or with the `uid N +` prefix to be another uid. Each command
+// prints what the server answered and exits 0 when that is what it expects,
+// 70 when not, other codes when it could not get that far.
 //
-//   probe_client ADDRESS CMD ARGS...
-//     create-seal PATH SIZE        create PATH (mode 0644) and seal it at SIZE
-//                                  without writing a byte
-//     lookup-repeat PATH N ERR     one LookupPrefix naming PATH N times must
-//                                  fail with ERR (0: succeed)
-//     open-until PATH N ERR        open PATH N times keeping each lease: the
-//                                  last open must fail with ERR, the others succeed
-//     session-strings CLIENT HOST INSTANCE ERR   open a session whose strings
-//                                  have these lengths: the error must be ERR
+//   probe_client ADDRESS [uid N +] CMD ARGS...
+//   uid N                        become uid/gid N (before connecting)
+//   create-seal PATH SIZE        create PATH (mode 0644) and seal it at SIZE
+//                                without writing a byte
+//   lookup-repeat PATH N ERR     one LookupPrefix naming PATH N times must
+//                                fail with ERR (0: succeed)
+//   open-until PATH N ERR        open PATH N times keeping each lease: the
+//                                last open must fail with ERR, the others succeed
+//   alloc-until SIZE N ERR       N allocations of SIZE under no name in one
+//                                session: the last must fail with ERR, the
+//                                others succeed
+//   session-strings CLIENT HOST INSTANCE ERR   open a session whose strings
+//                                have these lengths: the error must be ERR
+//   check-extents SESSION UID DEVICE OFFSET LENGTH ERR   ask, as an agent
+//                                does, whether SESSION of UID holds the
+//                                extent: the answer must be ERR
+//   raw-victim DIR OUT GO        open a session; reserve DIR/writing; store
+//                                DIR/read (0600), open it (a lease) and unlink
+//                                it; write "SESSION WINO WGEN RINO RGEN" to
+//                                OUT; heartbeat until the file GO exists; then
+//                                the session must still be alive with its
+//                                lease, and the seal of DIR/writing must succeed
+//   raw-abort SESSION INO GEN ERR   Abort naming SESSION: must fail with ERR
+//   raw-close SESSION ERR           CloseSession of SESSION: must fail with ERR
+//   raw-open-ino INO ERR            Open by inode number: must fail with ERR
+//   raw-claim-held INO GEN N        a new session claiming it held a lease on
+//                                   (INO, GEN): N leases must be renewed
+#include <grp.h>
 #include <grpcpp/grpcpp.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "maru.grpc.pb.h"
+#include "util/address.h"
+
+namespace maru_test {
 
 namespace {
 
-using maru::rpc::Meta;
+using Stub = maru::rpc::Meta::Stub;
+namespace rpc = maru::rpc;
 
-int Fail(const std::string &what) {
-  fprintf(stderr, "probe_client: %s\n", what.c_str());
-  return 1;
+constexpr int kMismatch = 70;
+
+std::unique_ptr<Stub> Dial(const std::string &address) {
+  maru::Result<maru::Address> addr = maru::ParseAddress(address);
+  if (!addr.ok()) return nullptr;
+  auto channel = grpc::CreateChannel(addr->GrpcTarget(), grpc::InsecureChannelCredentials());
+  return rpc::Meta::NewStub(channel);
 }
 
-template <typename Req, typename Rep, typename Method>
-int Call(Meta::Stub *stub, Method method, const Req &req, Rep *rep) {
+// One call; the reply's error, or -1 when the transport failed.
+template <typename Req, typename Rep>
+int Send(Stub *stub, grpc::Status (Stub::*method)(grpc::ClientContext *, const Req &, Rep *),
+         const Req &req, Rep *rep) {
   grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   grpc::Status s = (stub->*method)(&ctx, req, rep);
-  if (!s.ok()) return -1000 - s.error_code();
+  if (!s.ok()) {
+    fprintf(stderr, "transport: %s\n", s.error_message().c_str());
+    return -1;
+  }
   return static_cast<int>(rep->error());
 }
 
-int OpenSession(Meta::Stub *stub, const maru::rpc::OpenSessionRequest &req, uint64_t *id) {
-  maru::rpc::OpenSessionReply rep;
-  int err = Call(stub, &Meta::Stub::OpenSession, req, &rep);
-  *id = rep.session();
-  return err;
+// Prints what the server answered; 0 if it is `want`.
+int Expect(const std::string &what, int got, uint64_t want) {
+  printf("%s: %d\n", what.c_str(), got);
+  return static_cast<uint64_t>(got) == want ? 0 : kMismatch;
 }
 
-int CreateSeal(Meta::Stub *stub, uint64_t session, const std::string &path, uint64_t size) {
-  maru::rpc::CreateRequest create;
-  create.mutable_header()->set_session(session);
+uint64_t OpenSession(Stub *stub, rpc::OpenSessionRequest req = {}) {
+  req.set_client("probe_client");
+  rpc::OpenSessionReply rep;
+  return Send(stub, &Stub::OpenSession, req, &rep) == 0 ? rep.session() : 0;
+}
+
+template <typename Req>
+Req With(uint64_t session) {
+  Req r;
+  r.mutable_header()->set_session(session);
+  return r;
+}
+
+int CreateSeal(Stub *stub, uint64_t session, const std::string &path, uint64_t size) {
+  auto create = With<rpc::CreateRequest>(session);
   create.mutable_ref()->set_path(path);
   create.set_size(size);
   create.set_mode(0644);
-  maru::rpc::ChunkReply created;
-  if (int err = Call(stub, &Meta::Stub::Create, create, &created))
-    return Fail("create: " + std::to_string(err));
-  maru::rpc::SealRequest seal;
-  seal.mutable_header()->set_session(session);
+  rpc::ChunkReply created;
+  if (int err = Send(stub, &Stub::Create, create, &created)) return Expect("create", err, 0);
+  auto seal = With<rpc::SealRequest>(session);
   seal.set_ino(created.attr().ino());
   seal.set_gen(created.attr().gen());
   seal.set_size(size);
-  maru::rpc::ChunkReply sealed;
-  if (int err = Call(stub, &Meta::Stub::Seal, seal, &sealed))
-    return Fail("seal: " + std::to_string(err));
-  return 0;
+  rpc::ChunkReply sealed;
+  return Expect("seal", Send(stub, &Stub::Seal, seal, &sealed), 0);
 }
 
-int LookupRepeat(Meta::Stub *stub, uint64_t session, const std::string &path, int n, int want) {
-  maru::rpc::LookupPrefixRequest req;
-  req.mutable_header()->set_session(session);
+int LookupRepeat(Stub *stub, uint64_t session, const std::string &path, int n, uint64_t want) {
+  auto req = With<rpc::LookupPrefixRequest>(session);
   for (int i = 0; i < n; ++i) req.add_paths(path);
-  maru::rpc::LookupPrefixReply rep;
-  int err = Call(stub, &Meta::Stub::LookupPrefix, req, &rep);
-  if (err != want) return Fail("lookup: error " + std::to_string(err));
+  rpc::LookupPrefixReply rep;
+  return Expect("lookup", Send(stub, &Stub::LookupPrefix, req, &rep), want);
+}
+
+// Calls `one(i)` for i = 1..n: each must answer 0 but the last, `want`.
+template <typename F>
+int Until(const std::string &what, int n, uint64_t want, F one) {
+  for (int i = 1; i <= n; ++i)
+    if (int rc = Expect(what + " " + std::to_string(i), one(i), i == n ? want : 0)) return rc;
   return 0;
 }
 
-int OpenUntil(Meta::Stub *stub, uint64_t session, const std::string &path, int n, int want) {
-  for (int i = 1; i <= n; ++i) {
-    maru::rpc::RefRequest req;
-    req.mutable_header()->set_session(session);
+int OpenUntil(Stub *stub, uint64_t session, const std::string &path, int n, uint64_t want) {
+  return Until("open", n, want, [&](int) {
+    auto req = With<rpc::RefRequest>(session);
     req.mutable_ref()->set_path(path);
-    maru::rpc::ChunkReply rep;
-    int err = Call(stub, &Meta::Stub::Open, req, &rep);
-    if (err != (i == n ? want : 0))
-      return Fail("open " + std::to_string(i) + ": error " + std::to_string(err));
+    rpc::ChunkReply rep;
+    return Send(stub, &Stub::Open, req, &rep);
+  });
+}
+
+int AllocUntil(Stub *stub, uint64_t session, uint64_t size, int n, uint64_t want) {
+  return Until("alloc", n, want, [&](int) {
+    auto req = With<rpc::AllocRequest>(session);
+    req.set_size(size);
+    rpc::ChunkReply rep;
+    return Send(stub, &Stub::Alloc, req, &rep);
+  });
+}
+
+int SessionStrings(Stub *stub, size_t client, size_t host, size_t instance, uint64_t want) {
+  rpc::OpenSessionRequest req;
+  req.set_client(std::string(client, 'c'));
+  req.set_hostname(std::string(host, 'h'));
+  req.set_instance(std::string(instance, 'i'));
+  rpc::OpenSessionReply rep;
+  return Expect("open session", Send(stub, &Stub::OpenSession, req, &rep), want);
+}
+
+int CheckExtents(Stub *stub, const std::vector<uint64_t> &n) {
+  auto req = With<rpc::CheckExtentsRequest>(OpenSession(stub));
+  req.set_client_session(n[0]);
+  req.set_client_uid(static_cast<uint32_t>(n[1]));
+  req.set_device(static_cast<uint32_t>(n[2]));
+  rpc::Extent *e = req.add_extents();
+  e->set_device(static_cast<uint32_t>(n[2]));
+  e->set_offset(n[3]);
+  e->set_length(n[4]);
+  rpc::ErrorReply rep;
+  return Expect("check extents", Send(stub, &Stub::CheckExtents, req, &rep), n[5]);
+}
+
+int Victim(Stub *stub, const std::string &dir, const std::string &out, const std::string &go) {
+  const uint64_t session = OpenSession(stub);
+  if (!session) return 71;
+  auto create = [&](const std::string &path, uint32_t mode, rpc::ChunkReply *rep) {
+    auto req = With<rpc::CreateRequest>(session);
+    req.mutable_ref()->set_path(path);
+    req.set_size(4096);
+    req.set_mode(mode);
+    req.set_parents(true);
+    return Send(stub, &Stub::Create, req, rep);
+  };
+  rpc::ChunkReply writing, read, opened;
+  if (create(dir + "/writing", 0600, &writing) || create(dir + "/read", 0600, &read)) return 72;
+  auto seal = With<rpc::SealRequest>(session);
+  seal.set_ino(read.attr().ino());
+  seal.set_gen(read.attr().gen());
+  seal.set_size(4096);
+  rpc::ChunkReply sealed;
+  if (Send(stub, &Stub::Seal, seal, &sealed)) return 73;
+  auto ref = With<rpc::RefRequest>(session);
+  ref.mutable_ref()->set_path(dir + "/read");
+  rpc::ErrorReply unlinked;
+  if (Send(stub, &Stub::Open, ref, &opened) || Send(stub, &Stub::Unlink, ref, &unlinked)) return 74;
+  std::ofstream(out + ".tmp") << session << " " << writing.attr().ino() << " "
+                              << writing.attr().gen() << " " << read.attr().ino() << " "
+                              << read.attr().gen() << "\n";
+  rename((out + ".tmp").c_str(), out.c_str());
+  auto beat = With<rpc::HeartbeatRequest>(session);
+  rpc::HeartbeatReply alive;
+  struct stat st;
+  while (stat(go.c_str(), &st) != 0) {
+    if (Send(stub, &Stub::Heartbeat, beat, &alive)) return Expect("heartbeat", alive.error(), 0);
+    usleep(20000);  // a heartbeat's pace, not a wait for a condition
   }
-  return 0;
+  if (Send(stub, &Stub::Heartbeat, beat, &alive) || alive.leases() != 1)
+    return Expect("leases still held", static_cast<int>(alive.leases()), 1);
+  seal.set_ino(writing.attr().ino());
+  seal.set_gen(writing.attr().gen());
+  return Expect("seal", Send(stub, &Stub::Seal, seal, &sealed), 0);
+}
+
+// The commands that name someone else's session, lease or inode.
+int RawProbe(Stub *stub, const std::string &op, const std::vector<uint64_t> &n) {
+  if (op == "raw-abort") {
+    auto req = With<rpc::HandleRequest>(n[0]);
+    req.set_ino(n[1]);
+    req.set_gen(n[2]);
+    rpc::ErrorReply rep;
+    return Expect("abort", Send(stub, &Stub::Abort, req, &rep), n[3]);
+  }
+  if (op == "raw-close") {
+    auto req = With<rpc::HeartbeatRequest>(n[0]);
+    rpc::ErrorReply rep;
+    return Expect("close", Send(stub, &Stub::CloseSession, req, &rep), n[1]);
+  }
+  if (op == "raw-open-ino") {
+    auto req = With<rpc::RefRequest>(OpenSession(stub));
+    req.mutable_ref()->set_ino(n[0]);
+    rpc::ChunkReply rep;
+    return Expect("open by inode", Send(stub, &Stub::Open, req, &rep), n[1]);
+  }
+  if (op == "raw-claim-held") {
+    rpc::OpenSessionRequest req;
+    rpc::HeldLease *held = req.add_held();
+    held->set_lease(1);
+    held->set_ino(n[0]);
+    held->set_gen(n[1]);
+    req.set_client("probe_client");
+    rpc::OpenSessionReply rep;
+    if (Send(stub, &Stub::OpenSession, req, &rep)) return 71;
+    return Expect("renewed", rep.renewed_size(), n[2]);
+  }
+  fprintf(stderr, "unknown command %s\n", op.c_str());
+  return 64;
+}
+
+int Run(const std::string &address, const std::vector<std::string> &cmd) {
+  const std::string &op = cmd[0];
+  auto arg = [&](size_t i) { return i < cmd.size() ? cmd[i] : std::string(); };
+  std::vector<uint64_t> n;  // the arguments as numbers, from the first
+  for (size_t i = 1; i < cmd.size() || n.size() < 8; ++i)
+    n.push_back(strtoull(arg(i).c_str(), nullptr, 0));
+  std::unique_ptr<Stub> stub = Dial(address);
+  if (!stub) return 69;
+  if (op == "raw-victim") return Victim(stub.get(), arg(1), arg(2), arg(3));
+  if (op == "session-strings") return SessionStrings(stub.get(), n[0], n[1], n[2], n[3]);
+  if (op == "check-extents") return CheckExtents(stub.get(), n);
+  if (op.rfind("raw-", 0) == 0) return RawProbe(stub.get(), op, n);
+  const uint64_t session = OpenSession(stub.get());
+  if (!session) return 71;
+  const int count = static_cast<int>(n[1]);
+  if (op == "create-seal") return CreateSeal(stub.get(), session, arg(1), n[1]);
+  if (op == "lookup-repeat") return LookupRepeat(stub.get(), session, arg(1), count, n[2]);
+  if (op == "open-until") return OpenUntil(stub.get(), session, arg(1), count, n[2]);
+  if (op == "alloc-until") return AllocUntil(stub.get(), session, n[0], count, n[2]);
+  fprintf(stderr, "unknown command %s\n", op.c_str());
+  return 64;
 }
 
 }  // namespace
 
+}  // namespace maru_test
+
 int main(int argc, char **argv) {
-  if (argc < 3) return Fail("usage: probe_client ADDRESS CMD ARGS...");
-  auto stub = Meta::NewStub(grpc::CreateChannel(argv[1], grpc::InsecureChannelCredentials()));
-  const std::string op = argv[2];
-  auto arg = [&](int i) { return std::string(i + 2 < argc ? argv[i + 2] : ""); };
-  auto num = [&](int i) { return strtoull(arg(i).c_str(), nullptr, 0); };
-  maru::rpc::OpenSessionRequest open;
-  open.set_client("probe_client");
-  if (op == "session-strings") {
-    open.set_client(std::string(num(1), 'c'));
-    open.set_hostname(std::string(num(2), 'h'));
-    open.set_instance(std::string(num(3), 'i'));
-    uint64_t id;
-    int err = OpenSession(stub.get(), open, &id);
-    return err == static_cast<int>(num(4)) ? 0 : Fail("open session: " + std::to_string(err));
+  if (argc < 3) {
+    fprintf(stderr, "usage: probe_client ADDRESS [uid N +] CMD ARGS...\n");
+    return 98;
   }
-  uint64_t session;
-  if (int err = OpenSession(stub.get(), open, &session))
-    return Fail("open session: " + std::to_string(err));
-  if (op == "create-seal") return CreateSeal(stub.get(), session, arg(1), num(2));
-  const int n = static_cast<int>(num(2)), want = static_cast<int>(num(3));
-  if (op == "lookup-repeat") return LookupRepeat(stub.get(), session, arg(1), n, want);
-  if (op == "open-until") return OpenUntil(stub.get(), session, arg(1), n, want);
-  return Fail("unknown command " + op);
+  std::vector<std::string> cmd(argv + 2, argv + argc);
+  if (cmd.size() > 3 && cmd[0] == "uid" && cmd[2] == "+") {
+    const auto id = static_cast<uid_t>(strtoul(cmd[1].c_str(), nullptr, 0));
+    if (setgroups(0, nullptr) || setgid(id) || setuid(id)) return 2;
+    cmd.erase(cmd.begin(), cmd.begin() + 3);
+  }
+  return maru_test::Run(argv[1], cmd);
 }

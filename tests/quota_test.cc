@@ -1,6 +1,8 @@
 // Quotas (QuotaTable through MetaEngine): a directory tree's and a uid's
 // space and pins, enforced at create, extend, alloc and pin; kept across a
-// restart with usage recomputed from the inodes; set by root only.
+// restart with usage recomputed from the inodes; set by root only. Space
+// held under no name (an allocation not yet published, a reservation whose
+// file was removed while written) counts for its writer's uid.
 #include <gtest/gtest.h>
 
 #include "harness.h"
@@ -15,9 +17,10 @@ class QuotaTest : public ::testing::Test {
  protected:
   void SetUp() override { Reopen(); }
 
-  void Reopen() {
+  void Reopen(int64_t session_timeout_ms = 15000) {
     engine_.reset();
     EngineOptions options;
+    options.session_timeout_ms = session_timeout_ms;
     options.pool_paths = {pool_.path()};
     options.db_dir = dir_.path() + "/db";
     options.grace_ms = 0;
@@ -106,6 +109,36 @@ class QuotaTest : public ::testing::Test {
     req.mutable_ref()->set_path(path);
     rpc::ErrorReply rep;
     engine_->Unlink(root_, req, &rep);
+    return rep.error();
+  }
+
+  // maru_alloc: the generation, or 0 with the error in *err.
+  uint64_t Alloc(uint64_t size, int *err = nullptr) {
+    auto req = With<rpc::AllocRequest>(alice_s_);
+    req.set_size(size);
+    rpc::ChunkReply rep;
+    engine_->Alloc(alice_, req, &rep);
+    if (err) *err = rep.error();
+    return rep.error() ? 0 : rep.attr().gen();
+  }
+
+  int Publish(uint64_t gen, const std::string &path, uint64_t size) {
+    auto req = With<rpc::PublishRequest>(alice_s_);
+    req.set_gen(gen);
+    req.set_path(path);
+    req.set_mode(0644);
+    req.set_size(size);
+    rpc::ChunkReply rep;
+    engine_->Publish(alice_, req, &rep);
+    return rep.error();
+  }
+
+  int Abort(uint64_t ino, uint64_t gen) {
+    auto req = With<rpc::HandleRequest>(alice_s_);
+    req.set_ino(ino);
+    req.set_gen(gen);
+    rpc::ErrorReply rep;
+    engine_->Abort(alice_, req, &rep);
     return rep.error();
   }
 
@@ -230,6 +263,82 @@ TEST_F(QuotaTest, SurvivesRestartWithUsageRecomputed) {
   rpc::StatsReply stats;
   engine_->Snapshot(&stats);
   EXPECT_EQ(2, stats.quotas_size());
+}
+
+TEST_F(QuotaTest, UnpublishedAllocationsCountForTheirUid) {
+  ASSERT_EQ(0, SetUidQuota(alice_.uid, 3 * kUnit));
+  int err = 0;
+  const uint64_t a = Alloc(kUnit), b = Alloc(2 * kUnit);
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(3 * kUnit, Quota("uid:1000").used_bytes());
+  EXPECT_EQ(0u, Alloc(1, &err));  // checked against what she already holds
+  EXPECT_EQ(EDQUOT, err);
+  EXPECT_EQ(EDQUOT, Store("/f", 1, alice_, alice_s_));
+  // Given back, it is space to use again.
+  EXPECT_EQ(0, Abort(0, b));
+  EXPECT_EQ(kUnit, Quota("uid:1000").used_bytes());
+  // Published, it is charged once, as the file it became.
+  EXPECT_EQ(0, Publish(a, "/named", 100));
+  EXPECT_EQ(kUnit, Quota("uid:1000").used_bytes());
+  EXPECT_EQ(0, Store("/f", 2 * kUnit, alice_, alice_s_));
+  EXPECT_EQ(3 * kUnit, Quota("uid:1000").used_bytes());
+}
+
+TEST_F(QuotaTest, PublishingPastADirectoryQuotaIsRefusedAndKeepsTheAllocation) {
+  ASSERT_EQ(0, Mkdir("/a", root_, root_s_));
+  ASSERT_EQ(0, SetQuota("/a", 2 * kUnit));
+  ASSERT_EQ(0, SetQuota("/", 4 * kUnit));  // "/" covers allocations too
+  ASSERT_EQ(0, SetUidQuota(alice_.uid, 8 * kUnit));
+  ASSERT_EQ(0, Store("/a/x", kUnit, alice_, alice_s_));
+  const uint64_t gen = Alloc(2 * kUnit);
+  ASSERT_NE(0u, gen);
+  EXPECT_EQ(3 * kUnit, Quota("/").used_bytes());
+  EXPECT_EQ(kUnit, Quota("/a").used_bytes());
+  EXPECT_EQ(EDQUOT, Publish(gen, "/a/y", 2 * kUnit));
+  // Still hers, still charged to her and to "/", not to /a.
+  EXPECT_EQ(3 * kUnit, Quota("uid:1000").used_bytes());
+  EXPECT_EQ(3 * kUnit, Quota("/").used_bytes());
+  EXPECT_EQ(kUnit, Quota("/a").used_bytes());
+  EXPECT_EQ(0, Publish(gen, "/b/y", 2 * kUnit));
+  EXPECT_EQ(3 * kUnit, Quota("uid:1000").used_bytes());
+  EXPECT_EQ(3 * kUnit, Quota("/").used_bytes());
+  // A name taken frees the allocation and its charge.
+  const uint64_t lost = Alloc(kUnit);
+  ASSERT_NE(0u, lost);
+  EXPECT_EQ(EEXIST, Publish(lost, "/b/y", kUnit));
+  EXPECT_EQ(3 * kUnit, Quota("uid:1000").used_bytes());
+}
+
+TEST_F(QuotaTest, AReservationWhoseFileWasRemovedCountsUntilItsWriterLetsGo) {
+  ASSERT_EQ(0, SetUidQuota(alice_.uid, 2 * kUnit));
+  auto req = With<rpc::CreateRequest>(alice_s_);
+  req.mutable_ref()->set_path("/w");
+  req.set_size(2 * kUnit);
+  req.set_mode(0644);
+  rpc::ChunkReply created;
+  engine_->Create(alice_, req, &created);
+  ASSERT_EQ(0, created.error());
+  EXPECT_EQ(2 * kUnit, Quota("uid:1000").used_bytes());  // unsealed creates count
+  ASSERT_EQ(0, Unlink("/w"));
+  EXPECT_EQ(2 * kUnit, Quota("uid:1000").used_bytes());  // she still holds it
+  EXPECT_EQ(EDQUOT, Store("/v", 1, alice_, alice_s_));
+  EXPECT_EQ(0, Abort(created.attr().ino(), created.attr().gen()));
+  EXPECT_EQ(0u, Quota("uid:1000").used_bytes());
+  EXPECT_EQ(0, Store("/v", 1, alice_, alice_s_));
+}
+
+TEST_F(QuotaTest, HeldSpaceCountsForQuotasSetLaterAndAcrossARestart) {
+  const uint64_t gen = Alloc(2 * kUnit);
+  ASSERT_NE(0u, gen);
+  ASSERT_EQ(0, SetUidQuota(alice_.uid, 3 * kUnit));
+  EXPECT_EQ(2 * kUnit, Quota("uid:1000").used_bytes());
+  Reopen(50);  // her session is orphaned: the allocation waits for her
+  EXPECT_EQ(2 * kUnit, Quota("uid:1000").used_bytes());
+  // She never comes back: when the orphan times out, the space goes back.
+  EXPECT_TRUE(maru_test::WaitFor([&] {
+    engine_->Tick();
+    return Quota("uid:1000").used_bytes() == 0;
+  }));
 }
 
 }  // namespace

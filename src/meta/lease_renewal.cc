@@ -25,10 +25,13 @@ bool MetaEngine::MayRenew(const Caller &c, const rpc::HeldLease &held, bool resu
   const Inode *inode = tree_.Find(held.ino());
   if (inode && !CouldOpen(tree_, *inode, c)) return false;
   if (inode && inode->current && inode->current->gen == held.gen()) return true;
-  // A retired version (replaced, or its file gone) is not tied to its inode
-  // in the records: only an orphaned session's own uid taking it back may
-  // renew one, of a file it can still open (root: any).
+  // A retired version (replaced, or its file gone): only an orphaned
+  // session's own uid taking it back may renew one, only as a version of
+  // the file it was retired from (recorded with it), and only while that
+  // file can still be opened (root: also once it is gone). Generations are
+  // counted, not secret: without the file check a claim could name any.
   if (!resumed || !space_.retired().count(held.gen())) return false;
+  if (space_.RetiredIno(held.gen()) != held.ino()) return false;
   return inode || c.MayAddressInodes();
 }
 

@@ -205,6 +205,7 @@ void MetaEngine::TouchDir(Txn &txn, Inode *dir) {
 }
 
 void MetaEngine::UnrefGen(Txn &txn, uint64_t gen) {
+  quotas_.Unhold(gen);  // a writer letting go of space it held under no name
   space_.Unref(gen, &txn.batch);
 }
 
@@ -217,16 +218,18 @@ void MetaEngine::RemoveFile(Txn &txn, Inode *inode) {
   quotas_.Forget(inode->ino);
   if (inode->pinned) --pins_;
   if (inode->current) {
-    space_.Retire(inode->current->gen, inode->current->extents, &txn.batch);
+    space_.Retire(inode->current->gen, inode->current->extents, &txn.batch, nullptr, inode->ino);
   }
   if (inode->pending) {
     if (Session *s = sessions_.Find(inode->pending->writer_session)) {
       s->reservations.erase(inode->ino);
       s->orphan_gens.insert(inode->pending->gen);
+      quotas_.Hold(inode->pending->gen, s->uid, TotalLength(inode->pending->extents));
     }
     reserved_bytes_ -= TotalLength(inode->pending->extents);
     parts_.Ended(inode->pending->gen, PartTable::State::kAborted);
-    space_.Retire(inode->pending->gen, inode->pending->extents, &txn.batch, &*inode->pending);
+    space_.Retire(inode->pending->gen, inode->pending->extents, &txn.batch, &*inode->pending,
+                  inode->ino);
   }
   txn.Deleted(inode->ino);
   tree_.Release(inode->ino);
@@ -252,7 +255,7 @@ void MetaEngine::DropPending(Txn &txn, Inode *inode, bool keep_inode_record) {
   quotas_.Update(*inode);
   if (Session *s = sessions_.Find(v.writer_session)) s->reservations.erase(inode->ino);
   UnrefGen(txn, v.gen);
-  space_.Retire(v.gen, v.extents, &txn.batch);
+  space_.Retire(v.gen, v.extents, &txn.batch, nullptr, inode->ino);
   parts_.Ended(v.gen, PartTable::State::kAborted);
   if (inode->current || keep_inode_record) {
     txn.Dirty(inode);
@@ -794,7 +797,8 @@ MetaEngine::TxnOp MetaEngine::SealOp(const rpc::SealRequest &req, rpc::ChunkRepl
     v.checksum = req.checksum();
     v.writer_session = 0;
     v.request_id = 0;
-    if (inode->current) space_.Retire(inode->current->gen, inode->current->extents, &txn.batch);
+    if (inode->current)
+      space_.Retire(inode->current->gen, inode->current->extents, &txn.batch, nullptr, inode->ino);
     inode->current = std::move(v);
     quotas_.Update(*inode);
     inode->mtime_ns = inode->ctime_ns = RealtimeNs();
@@ -996,9 +1000,12 @@ Status MetaEngine::HoldsExtents(const Session &client, uint32_t device,
 void MetaEngine::CheckExtents(const Caller &c, const rpc::CheckExtentsRequest &req,
                               rpc::ErrorReply *rep) {
   RunOp(c, req, rep, [&](Txn &, Session *) -> Status {
+    // The session and uid come from a grant the agent verified (a MAC the
+    // server made): the session must still be that uid's.
     if (!c.is_root()) return Status::Error(EPERM, "only agents check extents");
     Session *client = sessions_.Find(req.client_session());
-    if (!client || client->orphaned) return Status::Error(ESTALE, "no such session");
+    if (!client || client->orphaned || client->uid != req.client_uid())
+      return Status::Error(ESTALE, "no such session of that uid");
     return HoldsExtents(*client, req.device(), req.extents(), req.writable());
   });
 }
@@ -1168,6 +1175,7 @@ void MetaEngine::Alloc(const Caller &c, const rpc::AllocRequest &req, rpc::Chunk
     space_.Ref(v.gen);
     space_.Retire(v.gen, *got, &txn.batch, &v);
     session->orphan_gens.insert(v.gen);
+    quotas_.Hold(v.gen, session->uid, TotalLength(*got));
     rpc::Attr *a = rep->mutable_attr();
     a->set_gen(v.gen);
     a->set_size(v.size);
@@ -1187,7 +1195,15 @@ void MetaEngine::Publish(const Caller &c, const rpc::PublishRequest &req, rpc::C
       return Status::Error(EINVAL, "size exceeds the allocation");
     if (int err = CheckLease(options_.limits, *session))  // before any change: it keeps one
       return Status::Error(err, "too many leases in this session");
-    MARU_RETURN_IF_ERROR(quotas_.MayReserveAt(req.path(), c.uid, TotalLength(held->second)));
+    // The allocation's charge moves to where it is named: checked there
+    // without it, and put back if the name is refused (the caller keeps it).
+    const uint64_t bytes = TotalLength(held->second);
+    quotas_.Unhold(req.gen());
+    auto keep = [&](Status s) {
+      if (s.errnum() != EEXIST) quotas_.Hold(req.gen(), session->uid, bytes);
+      return s;
+    };
+    MARU_RETURN_IF_ERROR(keep(quotas_.MayReserveAt(req.path(), c.uid, bytes)));
     // A create of no bytes claims the name (first writer wins) ...
     rpc::CreateRequest create;
     create.mutable_ref()->set_path(req.path());
@@ -1200,7 +1216,7 @@ void MetaEngine::Publish(const Caller &c, const rpc::PublishRequest &req, rpc::C
       session->orphan_gens.erase(req.gen());
       UnrefGen(txn, req.gen());  // the loser's space goes back now
     }
-    if (!s.ok()) return s;
+    if (!s.ok()) return keep(s);
     // ... the allocation becomes its reservation, and is sealed at once.
     Inode *inode = tree_.Find(created.attr().ino());
     inode->pending->extents = space_.TakeRetired(req.gen(), &txn.batch);

@@ -148,14 +148,39 @@ void QuotaTable::Forget(uint64_t ino) {
   charged_.erase(it);
 }
 
+QuotaTable::Charge QuotaTable::HeldCharge(uint32_t uid, uint64_t bytes) const {
+  Charge c;
+  c.bytes = bytes;
+  c.uid = uid;
+  c.by_uid = uids_.count(uid) > 0;
+  if (const Inode *root = tree_.root(); root && dirs_.count(root->ino)) c.dirs.push_back(root->ino);
+  return c;
+}
+
+void QuotaTable::Hold(uint64_t gen, uint32_t uid, uint64_t bytes) {
+  Unhold(gen);
+  Charge c = HeldCharge(uid, bytes);
+  Apply(c, +1);
+  held_.emplace(gen, std::move(c));
+}
+
+void QuotaTable::Unhold(uint64_t gen) {
+  auto it = held_.find(gen);
+  if (it == held_.end()) return;
+  Apply(it->second, -1);
+  held_.erase(it);
+}
+
 void QuotaTable::Recompute() {
   charged_.clear();
   for (auto &[ino, e] : dirs_) e.used = {};
   for (auto &[uid, e] : uids_) e.used = {};
+  for (auto &[gen, c] : held_) c = HeldCharge(c.uid, c.bytes);  // quotas may have changed
   if (empty()) return;
   tree_.ForEach([this](const Inode &inode) {
     if (inode.is_file()) Update(inode);
   });
+  for (const auto &[gen, c] : held_) Apply(c, +1);
 }
 
 void QuotaTable::Fill(google::protobuf::RepeatedPtrField<rpc::QuotaInfo> *out) const {

@@ -12,6 +12,14 @@
 // that some quota covers are remembered, so with no quotas an update costs
 // one test. Usage is never stored: Recompute() rebuilds it from the
 // inodes at start and whenever quotas or the tree's shape change.
+//
+// Space a writer holds outside the namespace is charged too (Hold): an
+// allocation not yet published (maru_alloc), and a reservation whose file
+// was removed while it was being written. It is under no directory, so it
+// counts for the writer's uid and for a quota on the root directory (which
+// covers the whole namespace), until it is published, aborted or its
+// session ends (Unhold). Publishing moves it: uncharged here, then checked
+// and charged where it is named.
 #pragma once
 
 #include <cstdint>
@@ -64,6 +72,11 @@ class QuotaTable {
   void Update(const Inode &file);
   // Uncharges a file that leaves the namespace.
   void Forget(uint64_t ino);
+  // Charges `bytes` (whole units) that `uid` writes under no name, by the
+  // generation that holds them; Unhold() gives them back (no-op if unknown).
+  // Kept whether or not a quota applies now, so that one set later counts them.
+  void Hold(uint64_t gen, uint32_t uid, uint64_t bytes);
+  void Unhold(uint64_t gen);
   // After a rename of `a` (and, for an exchange, `b`): a moved file is
   // charged again; a moved directory makes every charge be recomputed.
   void Moved(const Inode &a, const Inode *b);
@@ -92,12 +105,15 @@ class QuotaTable {
   // The quota'd directories at or above `dir`.
   std::vector<uint64_t> QuotaDirs(const Inode &dir) const;
   void Apply(const Charge &c, int sign);
+  // What space held under no name (see Hold) is charged to.
+  Charge HeldCharge(uint32_t uid, uint64_t bytes) const;
 
   const NamespaceTree &tree_;
   uint64_t unit_ = 1;
   std::map<uint64_t, Entry> dirs_;  // by directory ino
   std::map<uint32_t, Entry> uids_;
   std::unordered_map<uint64_t, Charge> charged_;  // by file ino
+  std::unordered_map<uint64_t, Charge> held_;     // by generation, see Hold
 };
 
 }  // namespace maru

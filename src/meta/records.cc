@@ -103,9 +103,11 @@ Inode FromRecord(const schema::Inode &r) {
   return inode;
 }
 
-schema::Retired ToRetiredRecord(uint64_t gen, const ExtentList &extents, const Version *writing) {
+schema::Retired ToRetiredRecord(uint64_t gen, const ExtentList &extents, const Version *writing,
+                                uint64_t ino) {
   schema::Retired record;
   record.set_gen(gen);
+  record.set_ino(ino);
   ToRecordExtents(extents, record.mutable_extents());
   if (writing) {
     record.set_writer_session(writing->writer_session);

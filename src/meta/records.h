@@ -19,6 +19,7 @@ void ToRecordExtents(const ExtentList &extents,
 ExtentList FromRecordExtents(const google::protobuf::RepeatedPtrField<schema::Extent> &in);
 // The extents of generation `gen`, freed while something still uses them;
 // `writing`, if set, is the reservation its writer still holds.
-schema::Retired ToRetiredRecord(uint64_t gen, const ExtentList &extents, const Version *writing);
+schema::Retired ToRetiredRecord(uint64_t gen, const ExtentList &extents, const Version *writing,
+                                uint64_t ino);
 
 }  // namespace maru

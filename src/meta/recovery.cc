@@ -143,10 +143,11 @@ Status MetaEngine::RestoreRetired(const MetaDb::Contents &contents) {
     ExtentList extents = FromRecordExtents(r.extents());
     Status s = space_.MarkUsed(extents);
     if (!s.ok()) return Overlapping("retired generation " + std::to_string(r.gen()), s);
-    space_.RestoreRetired(r.gen(), extents);
+    space_.RestoreRetired(r.gen(), extents, r.ino());
     if (r.writer_session()) {
       OrphanedSession(r.writer_session(), r.writer_uid())->orphan_gens.insert(r.gen());
       space_.Ref(r.gen());
+      quotas_.Hold(r.gen(), r.writer_uid(), TotalLength(extents));
     }
   }
   return Status::Ok();

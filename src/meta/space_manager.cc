@@ -79,7 +79,7 @@ uint64_t SpaceManager::Unref(uint64_t gen, MetaDb::Batch *batch) {
 }
 
 uint64_t SpaceManager::Retire(uint64_t gen, const ExtentList &extents, MetaDb::Batch *batch,
-                              const Version *writing) {
+                              const Version *writing, uint64_t ino) {
   if (extents.empty()) return 0;
   if (refs(gen) == 0 && !in_grace(MonotonicNs())) {
     FreeNow(extents);
@@ -87,7 +87,8 @@ uint64_t SpaceManager::Retire(uint64_t gen, const ExtentList &extents, MetaDb::B
   }
   retired_[gen] = extents;
   retired_bytes_ += TotalLength(extents);
-  batch->PutRetired(ToRetiredRecord(gen, extents, writing));
+  if (ino) retired_ino_[gen] = ino;
+  batch->PutRetired(ToRetiredRecord(gen, extents, writing, ino));
   return 0;
 }
 
@@ -97,13 +98,20 @@ ExtentList SpaceManager::TakeRetired(uint64_t gen, MetaDb::Batch *batch) {
   ExtentList extents = std::move(it->second);
   retired_bytes_ -= TotalLength(extents);
   retired_.erase(it);
+  retired_ino_.erase(gen);
   batch->DeleteRetired(gen);
   return extents;
 }
 
-void SpaceManager::RestoreRetired(uint64_t gen, const ExtentList &extents) {
+void SpaceManager::RestoreRetired(uint64_t gen, const ExtentList &extents, uint64_t ino) {
   retired_[gen] = extents;
   retired_bytes_ += TotalLength(extents);
+  if (ino) retired_ino_[gen] = ino;
+}
+
+uint64_t SpaceManager::RetiredIno(uint64_t gen) const {
+  auto it = retired_ino_.find(gen);
+  return it == retired_ino_.end() ? 0 : it->second;
 }
 
 uint64_t SpaceManager::FreeRetired(std::map<uint64_t, ExtentList>::iterator it,
@@ -112,6 +120,7 @@ uint64_t SpaceManager::FreeRetired(std::map<uint64_t, ExtentList>::iterator it,
   FreeNow(it->second);
   retired_bytes_ -= bytes;
   batch->DeleteRetired(it->first);
+  retired_ino_.erase(it->first);
   retired_.erase(it);
   return bytes;
 }

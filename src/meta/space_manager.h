@@ -50,14 +50,17 @@ class SpaceManager {
   uint32_t refs(uint64_t gen) const;
   // Retires a version (see above). Returns the bytes freed now. A
   // reservation retired under its writer names the writer, so that the
-  // writer's reference survives a restart.
+  // writer's reference survives a restart. `ino` is the file it was a
+  // version of (0: none), remembered with it (RetiredIno).
   uint64_t Retire(uint64_t gen, const ExtentList &extents, MetaDb::Batch *batch,
-                  const Version *writing = nullptr);
+                  const Version *writing = nullptr, uint64_t ino = 0);
   // Takes a retired version back (its references stay): its extents now
   // belong to whoever calls, and its record is deleted.
   ExtentList TakeRetired(uint64_t gen, MetaDb::Batch *batch);
   // A retired version found in the database at start.
-  void RestoreRetired(uint64_t gen, const ExtentList &extents);
+  void RestoreRetired(uint64_t gen, const ExtentList &extents, uint64_t ino);
+  // The file a retired version was a version of; 0 if none or not retired.
+  uint64_t RetiredIno(uint64_t gen) const;
   // Until `mono_ns`, retired versions wait even without references.
   void SetGraceUntil(int64_t mono_ns) { grace_until_ns_ = mono_ns; }
   bool in_grace(int64_t now_ns) const { return now_ns < grace_until_ns_; }
@@ -78,7 +81,8 @@ class SpaceManager {
 
   std::vector<Device> devices_;
   std::unordered_map<uint64_t, uint32_t> refs_;
-  std::map<uint64_t, ExtentList> retired_;  // gen -> extents waiting
+  std::map<uint64_t, ExtentList> retired_;              // gen -> extents waiting
+  std::unordered_map<uint64_t, uint64_t> retired_ino_;  // gen -> its file, where it had one
   uint64_t retired_bytes_ = 0;
   int64_t grace_until_ns_ = 0;
 };

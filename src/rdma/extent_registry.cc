@@ -12,10 +12,10 @@ ExtentRegistry::~ExtentRegistry() {
 Result<const std::vector<uint8_t> *> ExtentRegistry::Key(uint32_t device, uint8_t *base,
                                                          uint64_t offset, uint64_t length,
                                                          bool writable, int64_t until_ms,
-                                                         uint64_t session) {
+                                                         Writer writer) {
   const Where where{device, offset, length, writable};
   if (auto it = entries_.find(where); it != entries_.end()) {
-    if (it->second.session == session) {
+    if (it->second.writer == writer) {
       it->second.until_ms = std::max(it->second.until_ms, until_ms);
       return &it->second.rkey;
     }
@@ -32,7 +32,7 @@ Result<const std::vector<uint8_t> *> ExtentRegistry::Key(uint32_t device, uint8_
             UCP_MEM_MAP_PROT_REMOTE_READ | (writable ? UCP_MEM_MAP_PROT_REMOTE_WRITE : 0);
   Entry e;
   e.until_ms = until_ms;
-  e.session = session;
+  e.writer = writer;
   ucs_status_t st = ucp_mem_map(context_, &mp, &e.memh);
   if (st != UCS_OK) return Status::Error(UcsErrno(st), "cannot register an extent with UCX");
   void *packed = nullptr;
@@ -56,10 +56,11 @@ void ExtentRegistry::Expire(int64_t now_ms) {
   });
 }
 
-std::vector<std::pair<ExtentRegistry::Where, uint64_t>> ExtentRegistry::Writable() const {
-  std::vector<std::pair<Where, uint64_t>> out;
+std::vector<std::pair<ExtentRegistry::Where, ExtentRegistry::Writer>> ExtentRegistry::Writable()
+    const {
+  std::vector<std::pair<Where, Writer>> out;
   for (const auto &[where, e] : entries_)
-    if (std::get<3>(where)) out.emplace_back(where, e.session);
+    if (std::get<3>(where)) out.emplace_back(where, e.writer);
   return out;
 }
 

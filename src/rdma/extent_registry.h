@@ -16,6 +16,13 @@
 
 namespace maru {
 
+// The writer (session, uid) a writable registration belongs to.
+struct ExtentWriter {
+  uint64_t session = 0;
+  uint32_t uid = 0;
+  bool operator==(const ExtentWriter &) const = default;
+};
+
 class ExtentRegistry {
  public:
   explicit ExtentRegistry(ucp_context_h context, size_t max_entries = 65536)
@@ -28,14 +35,16 @@ class ExtentRegistry {
 
   // The packed remote key for `length` bytes at `base` + `offset` of device
   // `device`, registered now or earlier, kept at least until `until_ms`.
-  // `session` is the writer a writable registration belongs to.
+  using Writer = ExtentWriter;
+
+  // `writer`: whose a writable registration is ({} for a read one).
   Result<const std::vector<uint8_t> *> Key(uint32_t device, uint8_t *base, uint64_t offset,
                                            uint64_t length, bool writable, int64_t until_ms,
-                                           uint64_t session = 0);
+                                           Writer writer = {});
   // Unmaps the registrations whose time is over at `now_ms`.
   void Expire(int64_t now_ms);
-  // The writable registrations and the session each belongs to.
-  std::vector<std::pair<Where, uint64_t>> Writable() const;
+  // The writable registrations and the writer each belongs to.
+  std::vector<std::pair<Where, Writer>> Writable() const;
   // Unmaps one registration now (its reservation ended).
   void Drop(const Where &where);
   size_t size() const { return entries_.size(); }
@@ -45,7 +54,7 @@ class ExtentRegistry {
     ucp_mem_h memh = nullptr;
     std::vector<uint8_t> rkey;
     int64_t until_ms = 0;
-    uint64_t session = 0;
+    Writer writer;
   };
 
   ucp_context_h context_;

@@ -179,6 +179,7 @@ int UcxAgent::Admit(const std::vector<uint8_t> &request, std::vector<uint8_t> *o
   // the grant before it expires.
   rpc::CheckExtentsRequest check;
   check.set_client_session(grant.session());
+  check.set_client_uid(grant.uid());
   check.set_device(grant.device());
   *check.mutable_extents() = grant.extents();
   check.set_writable(grant.writable());
@@ -188,8 +189,10 @@ int UcxAgent::Admit(const std::vector<uint8_t> &request, std::vector<uint8_t> *o
   // expires must be able to finish.
   const int64_t until_ms = grant.expires_ms() + kMaxGrantTtlMs;
   for (const rpc::Extent &e : grant.extents()) {
-    auto key = registry_->Key(grant.device(), dev->base(), e.offset(), e.length(), grant.writable(),
-                              until_ms, grant.writable() ? grant.session() : 0);
+    auto key = registry_->Key(
+        grant.device(), dev->base(), e.offset(), e.length(), grant.writable(), until_ms,
+        grant.writable() ? ExtentRegistry::Writer{grant.session(), grant.uid()}
+                         : ExtentRegistry::Writer{});
     if (!key.ok()) return key.status().errnum();
     const uint32_t n = static_cast<uint32_t>((*key)->size());
     out->insert(out->end(), reinterpret_cast<const uint8_t *>(&n),
@@ -246,9 +249,10 @@ void UcxAgent::ReapReplies() {
 }
 
 void UcxAgent::RevokeEndedWrites() {
-  for (const auto &[where, session] : registry_->Writable()) {
+  for (const auto &[where, writer] : registry_->Writable()) {
     rpc::CheckExtentsRequest check;
-    check.set_client_session(session);
+    check.set_client_session(writer.session);
+    check.set_client_uid(writer.uid);
     check.set_device(std::get<0>(where));
     rpc::Extent *e = check.add_extents();
     e->set_device(std::get<0>(where));
