@@ -155,6 +155,8 @@ void Suite::Measure() {
   Bench("ucx share 1",
         {"share", "--server", server, "--size", size, "--rounds", rounds, "--consumers", "1"},
         {"MARU_DATA=remote", "UCX_TLS=tcp"});
+  // UCX's own get/put on the same transport, right after: the ceiling.
+  Bench("ucx ceiling", {"ucx", "--size", size, "--rounds", rounds}, {"UCX_TLS=tcp"});
   if (node_->mounted())
     Bench("files maru-fuse", {"files", "--dir", node_->mountpoint() + "/files", "--size", size,
                               "--count", std::to_string(s_.files)});
@@ -218,6 +220,13 @@ std::string Suite::TransferTable() const {
   md << "| UCX remote store / load, 1 consumer (TCP) | " << Fmt("%.2f", us) << " / "
      << Fmt("%.2f GB/s", ul) << " | " << Fmt("%.2f", us / mc) << " / " << Fmt("%.2f", ul / mc)
      << " | | | |\n\n";
+  const double cp = Get("ucx ceiling", "put_gbps"), cg = Get("ucx ceiling", "get_gbps");
+  md << "| remote path (UCX over TCP, loopback) | put / store | get / load |\n|---|---|---|\n"
+     << "| UCX's own `ucp_put` / `ucp_get` (`maru-bench ucx`) | " << Fmt("%.2f GB/s", cp) << " | "
+     << Fmt("%.2f GB/s", cg) << " |\n"
+     << "| libmaru_direct remote store / load, through maru-agent | " << Fmt("%.2f GB/s", us)
+     << " | " << Fmt("%.2f GB/s", ul) << " |\n"
+     << "| ÷ UCX | " << Fmt("%.2f", us / cp) << " | " << Fmt("%.2f", ul / cg) << " |\n\n";
   return md.str();
 }
 

@@ -96,8 +96,10 @@ bool UcxWorker::ProgressUntil(const std::function<bool()> &done, int64_t timeout
   while (!done()) {
     if (ucp_worker_progress(worker_) == 0) {
       if (DeadlinePassed(deadline)) return false;
-      // Spin briefly, then yield: completions come from the network.
-      if (++idle > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      // Spin briefly, then wait for the network to wake the worker: a
+      // fixed sleep instead left the socket unread for that long in the
+      // middle of a transfer. The wait is bounded, should a wakeup be missed.
+      if (++idle > 1000) Sleep(1);
     } else {
       idle = 0;
     }
