@@ -129,6 +129,20 @@ TEST_F(RemoteTest, StagingBuffersAreReusedAndNeverShowAnEarlierChunk) {
   EXPECT_EQ(RunRemote("read-into /st/r.1 " + size + " + fetch /st/r.2 " + size), 0);
 }
 
+TEST_F(RemoteTest, PeersWithUcxDefaultSegmentSizesInteroperate) {
+  // maru-agent sends 64 KiB TCP segments and accepts 256 KiB ones; UCX 1.13
+  // aborts a receiver sent a segment larger than its own receive size. A
+  // client with UCX's defaults (8 KiB sent, 64 KiB received), as an older
+  // libmaru_direct has, must store and load both ways without a crash.
+  const std::string defaults = "env UCX_TCP_TX_SEG_SIZE=8kb UCX_TCP_RX_SEG_SIZE=64kb ";
+  ASSERT_EQ(maru_test::Run(defaults + Remote("store /seg/a 8388608 + fetch /seg/a 8388608")), 0);
+  ASSERT_EQ(maru_test::RunClient(server_->address(), "store /seg/b 8388608"), 0);
+  EXPECT_EQ(maru_test::Run(defaults + Remote("read-into /seg/b 8388608")), 0);
+  // And one that sends larger segments than ours is received.
+  EXPECT_EQ(maru_test::Run("env UCX_TCP_TX_SEG_SIZE=256kb " + Remote("store /seg/c 8388608")), 0);
+  EXPECT_EQ(maru_test::RunClient(server_->address(), "load /seg/c 8388608 " + pool_.path()), 0);
+}
+
 TEST_F(RemoteTest, AgentKilledMidTransferFailsCleanlyAndComesBack) {
   ASSERT_EQ(maru_test::RunClient(server_->address(), "store /big 67108864"), 0);
   maru_test::TempDir dir;
