@@ -473,7 +473,7 @@ TEST_F(FuseTest, UnsupportedOperationsFailWithTheRightErrno) {
 }
 
 TEST_F(FuseTest, TwoMountsSeeEachOthersFiles) {
-  FuseMount second(server_.address(), "splice=1,direct_io");  // the other read paths
+  FuseMount second(server_.address(), "splice=1,cached_reads");  // the other read paths
   ASSERT_TRUE(second.Start());
   std::string data(2 << 20, '\0');
   maru_test::FillPattern(data.data(), data.size(), "two mounts");
