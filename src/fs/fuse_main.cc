@@ -230,11 +230,11 @@ int Serve(MaruFs *fs, fuse_args *args, const Options &o) {
                 strerror(static_cast<int>(-granted)));
   }
   fs->SetMmapAllowed((granted & kFuseDirectIoAllowMmap) != 0);
-  LOG_INFO("reads of sealed files %s the page cache", fs->DirectReads() ? "bypass" : "go through");
   if (g_daemon.active()) {
     g_daemon.Report(true);
     Detach(o.log_file);
   }
+  LOG_INFO("reads of sealed files %s the page cache", fs->DirectReads() ? "bypass" : "go through");
   fuse_loop_config *loop = fuse_loop_cfg_create();
   fuse_loop_cfg_set_max_threads(loop, static_cast<unsigned>(o.threads));
   fuse_loop_cfg_set_idle_threads(loop, std::min<unsigned>(4, static_cast<unsigned>(o.threads)));
