@@ -42,7 +42,7 @@ struct maru_chunk {
   // Remote chunks: where the bytes are, and a local copy once fetched (or,
   // for a writer, the staging buffer written to the pool at seal).
   maru::ExtentMap extents;
-  std::unique_ptr<uint8_t, decltype(&free)> staging{nullptr, &free};
+  std::unique_ptr<maru::StagingCache::Buffer> staging;
   bool remote = false;
   // Layer-wise (maru_publish_part, maru_wait_part): parts in all, and how
   // many this handle knows are published; `partial` while a reader's chunk

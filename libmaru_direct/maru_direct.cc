@@ -51,20 +51,23 @@ int CheckPath(const char *path) {
   return parts.empty() ? -EINVAL : 0;  // "/" is no chunk
 }
 
-int AllocateStaging(maru_chunk_t *c) {
-  void *p = nullptr;
-  if (posix_memalign(&p, 4096, std::max<uint64_t>(c->size, 1)) != 0) return -ENOMEM;
-  c->staging.reset(static_cast<uint8_t *>(p));
-  c->data = c->staging.get();
+// A registered buffer from the connection's cache; a writer's reads as
+// zeros, as fresh extents do.
+int AllocateStaging(maru_chunk_t *c, bool writer) {
+  auto buffer = c->m->remote->staging().Acquire(c->size, writer);
+  if (!buffer.ok()) return -buffer.status().errnum();
+  c->staging = std::move(*buffer);
+  c->data = c->staging->data();
   return 0;
 }
 
 // The one-sided transfers that move [off, off+len) of a remote chunk to or
 // from `local`.
+// `memh`: the registration of `local`, if it is a staging buffer.
 void AddTransfers(const maru_chunk_t *c, uint64_t off, uint64_t len, uint8_t *local,
-                  std::vector<maru::RemotePool::Transfer> *out) {
+                  std::vector<maru::RemotePool::Transfer> *out, ucp_mem_h memh = nullptr) {
   c->extents.ForEachPiece(off, len, [&](uint32_t dev, uint64_t at, uint64_t n, uint64_t file_off) {
-    out->push_back({dev, at, n, local + (file_off - off)});
+    out->push_back({dev, at, n, local + (file_off - off), memh});
   });
 }
 
@@ -83,9 +86,9 @@ void HoldLease(maru_chunk_t *c, uint64_t lease) {
 int Fetch(maru_chunk_t *c) {
   if (c->data || c->size == 0) return 0;
   if (c->partial && c->published < c->parts) return -EBUSY;  // parts not written yet
-  if (int rc = AllocateStaging(c); rc < 0) return rc;
+  if (int rc = AllocateStaging(c, false); rc < 0) return rc;
   std::vector<maru::RemotePool::Transfer> transfers;
-  AddTransfers(c, 0, c->size, c->staging.get(), &transfers);
+  AddTransfers(c, 0, c->size, c->staging->data(), &transfers, c->staging->memh());
   maru::Status s = c->m->remote->Get(c->m->client->session(), transfers);
   int rc = s.ok() ? CheckStillLeased(c) : -s.errnum();
   if (rc < 0) {
@@ -112,7 +115,7 @@ int MakeChunk(maru_t *m, const maru::rpc::ChunkReply &rep, bool writing, maru_ch
     c->remote = true;
     c->extents = maru::ExtentMap(maru::FromWire(rep.extents()));
     if (writing) {
-      if (int rc = AllocateStaging(c.get()); rc < 0) return rc;
+      if (int rc = AllocateStaging(c.get(), true); rc < 0) return rc;
     }
   } else {
     maru::Result<uint8_t *> data = m->pool->Address(maru::FromWire(rep.extents()), &c->view);
@@ -129,7 +132,7 @@ int MakeChunk(maru_t *m, const maru::rpc::ChunkReply &rep, bool writing, maru_ch
 int PrepareSeal(maru_chunk_t *c, maru::rpc::SealRequest *req) {
   if (c->remote && c->size) {
     std::vector<maru::RemotePool::Transfer> transfers;
-    AddTransfers(c, 0, c->size, c->staging.get(), &transfers);
+    AddTransfers(c, 0, c->size, c->staging->data(), &transfers, c->staging->memh());
     maru::Status s = c->m->remote->Put(c->m->client->session(), transfers);
     if (!s.ok()) return -s.errnum();
   }

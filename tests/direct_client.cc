@@ -48,6 +48,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -387,6 +388,48 @@ int RunCommand(const std::vector<std::string> &cmd) {
     for (size_t i = 0; i < paths.size(); ++i)
       if (results[i] != -static_cast<int>(num(1)))
         return Fail(op + " " + paths[i] + " gave " + std::to_string(results[i]), 66);
+    return 0;
+  }
+  if (op == "store-half") {
+    // Writes only the first half: the rest must read as zeros, whatever
+    // buffer the library stages the chunk in.
+    int rc = maru_create(M(), arg(1).c_str(), num(2), &c);
+    if (rc) return Fail("create " + arg(1) + ": " + maru_strerror(rc), 90);
+    maru_test::FillPattern(maru_chunk_data(c), num(2) / 2, arg(1));
+    rc = maru_seal(c);
+    maru_release(c);
+    return rc ? Fail("seal " + arg(1) + ": " + maru_strerror(rc), 91) : 0;
+  }
+  if (op == "check-half") {
+    int rc = maru_open(M(), arg(1).c_str(), &c);
+    if (rc) return Fail("open " + arg(1) + ": " + maru_strerror(rc), 92);
+    const uint64_t size = num(2), half = size / 2;
+    const auto *data = static_cast<const uint8_t *>(maru_chunk_data(c));
+    int result = 0;
+    if (!data || maru_chunk_size(c) != size)
+      result = Fail("cannot read " + arg(1), 93);
+    else if (!maru_test::CheckPattern(data, half, arg(1)))
+      result = Fail("wrong bytes in the first half of " + arg(1), 94);
+    else if (std::any_of(data + half / 8 * 8, data + size, [](uint8_t b) { return b != 0; }))
+      result = Fail("bytes of another chunk in the unwritten half of " + arg(1), 95);
+    maru_release(c);
+    return result;
+  }
+  if (op == "staging-reused") {
+    // Two chunks of one size stored one after the other are staged in the
+    // same registered buffer (remote mode).
+    void *first = nullptr;
+    for (const std::string &path : {arg(1) + ".1", arg(1) + ".2"}) {
+      int rc = maru_create(M(), path.c_str(), num(2), &c);
+      if (rc) return Fail("create " + path + ": " + maru_strerror(rc), 96);
+      void *data = maru_chunk_data(c);
+      maru_test::FillPattern(data, num(2), path);
+      rc = maru_seal(c);
+      maru_release(c);
+      if (rc) return Fail("seal " + path + ": " + maru_strerror(rc), 97);
+      if (first && data != first) return Fail("a new staging buffer for every chunk", 98);
+      first = data;
+    }
     return 0;
   }
   if (op == "fetch" || op == "read-into") {

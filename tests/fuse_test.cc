@@ -7,7 +7,9 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -257,6 +259,59 @@ TEST_F(FuseTest, ReadOnlyMmapSeesTheBytes) {
   close(fd);
 }
 
+// Pages of `fd` in the page cache (cachestat(2), Linux 6.5); -1 if the
+// kernel cannot tell.
+long CachedPages(int fd) {
+  struct {
+    uint64_t off, len;
+  } range{0, 0};  // len 0: to the end
+  struct {
+    uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
+  } cs{};
+  constexpr long kCachestat = 451;
+  if (syscall(kCachestat, fd, &range, &cs, 0) != 0) return -1;
+  return static_cast<long>(cs.nr_cache);
+}
+
+// Whether the kernel can mmap files opened for direct I/O (6.6 and later),
+// which maru-fuse needs to read sealed files around the page cache.
+bool KernelMapsDirectIo() {
+  struct utsname u;
+  int major = 0, minor = 0;
+  return uname(&u) == 0 && sscanf(u.release, "%d.%d", &major, &minor) == 2 &&
+         (major > 6 || (major == 6 && minor >= 6));
+}
+
+TEST_F(FuseTest, SealedFilesAreReadFromThePoolNotCopiedIntoThePageCache) {
+  std::string data(4 << 20, '\0');
+  maru_test::FillPattern(data.data(), data.size(), "pool is the cache");
+  WriteFile(M("chunk"), data);
+  FuseMount cached(server_.address(), "cached_reads");
+  ASSERT_TRUE(cached.Start());
+  for (FuseMount *m : {mount_.get(), &cached}) {
+    int fd = open((*m / "chunk").c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    std::string got(data.size(), '\0');
+    ASSERT_EQ(pread(fd, got.data(), got.size(), 0), static_cast<ssize_t>(got.size()));
+    EXPECT_EQ(got, data);
+    const long pages = CachedPages(fd);
+    if (pages < 0 || !KernelMapsDirectIo()) {
+      close(fd);
+      GTEST_SKIP() << "this kernel cannot tell pages cached, or mmap direct I/O files";
+    }
+    if (m == &cached)
+      EXPECT_GT(pages, 0) << "-o cached_reads reads through the page cache";
+    else
+      EXPECT_EQ(pages, 0) << "by default the pool is the only copy";
+    // mmap works on either, and sees the bytes.
+    void *p = mmap(nullptr, data.size(), PROT_READ, MAP_SHARED, fd, 0);
+    ASSERT_NE(p, MAP_FAILED);
+    EXPECT_EQ(memcmp(p, data.data(), data.size()), 0);
+    munmap(p, data.size());
+    close(fd);
+  }
+}
+
 // What readers see while a file is written, for a writer on `mine` (whose
 // mount options differ between the two runs below).
 void CheckWhatReadersSee(const std::string &address, FuseMount &mine, const std::string &dir) {
@@ -418,7 +473,7 @@ TEST_F(FuseTest, UnsupportedOperationsFailWithTheRightErrno) {
 }
 
 TEST_F(FuseTest, TwoMountsSeeEachOthersFiles) {
-  FuseMount second(server_.address(), "splice=1,direct_io");  // the other read paths
+  FuseMount second(server_.address(), "splice=1,cached_reads");  // the other read paths
   ASSERT_TRUE(second.Start());
   std::string data(2 << 20, '\0');
   maru_test::FillPattern(data.data(), data.size(), "two mounts");

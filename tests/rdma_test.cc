@@ -5,12 +5,15 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
 
 #include "harness.h"
 #include "rdma/extent_registry.h"
+#include "rdma/staging_cache.h"
 #include "rdma/ucx_worker.h"
 #include "util/clock.h"
 #include "util/units.h"
@@ -122,6 +125,39 @@ TEST_F(RemoteTest, LayerWisePartsCrossTheAgent) {
   EXPECT_EQ(RunRemote("read-part /lw/remote 1048576 4 0"), 0);
   fclose(fopen(go.c_str(), "w"));
   EXPECT_EQ(pclose(writer), 0);
+}
+
+TEST_F(RemoteTest, StagingBuffersAreReusedAndNeverShowAnEarlierChunk) {
+  // 9 MiB + 7 bytes: several fragments, and a tail that is not a whole word.
+  const std::string size = "9437191";
+  ASSERT_EQ(RunRemote("staging-reused /st/r " + size), 0);
+  // One process: each chunk is staged in the buffer the one before gave
+  // back (a writer's, then a reader's fetched copy), and half written.
+  ASSERT_EQ(RunRemote("store /st/a " + size + " + store-half /st/b " + size + " + fetch /st/a " +
+                      size + " + store-half /st/c " + size),
+            0);
+  for (const char *half : {"/st/b", "/st/c"}) {
+    EXPECT_EQ(
+        maru_test::RunClient(server_->address(), std::string("check-half ") + half + " " + size),
+        0);
+    EXPECT_EQ(RunRemote(std::string("check-half ") + half + " " + size), 0);
+  }
+  EXPECT_EQ(maru_test::RunClient(server_->address(), "load /st/a " + size + " " + pool_.path()), 0);
+  EXPECT_EQ(RunRemote("read-into /st/r.1 " + size + " + fetch /st/r.2 " + size), 0);
+}
+
+TEST_F(RemoteTest, PeersWithUcxDefaultSegmentSizesInteroperate) {
+  // maru-agent sends 64 KiB TCP segments and accepts 256 KiB ones; UCX 1.13
+  // aborts a receiver sent a segment larger than its own receive size. A
+  // client with UCX's defaults (8 KiB sent, 64 KiB received), as an older
+  // libmaru_direct has, must store and load both ways without a crash.
+  const std::string defaults = "env UCX_TCP_TX_SEG_SIZE=8kb UCX_TCP_RX_SEG_SIZE=64kb ";
+  ASSERT_EQ(maru_test::Run(defaults + Remote("store /seg/a 8388608 + fetch /seg/a 8388608")), 0);
+  ASSERT_EQ(maru_test::RunClient(server_->address(), "store /seg/b 8388608"), 0);
+  EXPECT_EQ(maru_test::Run(defaults + Remote("read-into /seg/b 8388608")), 0);
+  // And one that sends larger segments than ours is received.
+  EXPECT_EQ(maru_test::Run("env UCX_TCP_TX_SEG_SIZE=256kb " + Remote("store /seg/c 8388608")), 0);
+  EXPECT_EQ(maru_test::RunClient(server_->address(), "load /seg/c 8388608 " + pool_.path()), 0);
 }
 
 TEST_F(RemoteTest, AgentKilledMidTransferFailsCleanlyAndComesBack) {
@@ -347,6 +383,58 @@ TEST(Agent, ListensOnLoopbackByDefault) {
   kill(agent, SIGTERM);
   maru_test::Wait(agent);
   EXPECT_NE(Slurp(log).find("127.0.0.1:7071"), std::string::npos) << Slurp(log);
+}
+
+// A client's staging buffers: registered once, reused by size, zeroed for
+// writers, and never more kept than the bound; after Close (the UCX context
+// going) given back buffers are freed.
+TEST(StagingCache, ReusesRegisteredBuffersWithinItsBound) {
+  setenv("UCX_TLS", "tcp", 1);
+  unsetenv("UCX_NET_DEVICES");  // a deleted veth of an earlier test
+  auto ucx = maru::UcxWorker::Create();
+  ASSERT_TRUE(ucx.ok());
+  auto cache = maru::StagingCache::Create((*ucx)->context(), 3ull << 20);
+  uint8_t *first = nullptr;
+  {
+    auto b = cache->Acquire(1000000, false);  // rounded up to 1 MiB
+    ASSERT_TRUE(b.ok());
+    EXPECT_EQ((*b)->capacity(), 1ull << 20);
+    EXPECT_NE((*b)->memh(), nullptr);
+    memset((*b)->data(), 0xab, (*b)->capacity());
+    first = (*b)->data();
+  }
+  EXPECT_EQ(cache->cached_bytes(), 1ull << 20);
+  {
+    auto reader = cache->Acquire(1 << 20, false);  // a reader: overwritten by its fetch
+    ASSERT_TRUE(reader.ok());
+    EXPECT_EQ((*reader)->data(), first);
+    EXPECT_EQ(cache->reused(), 1u);
+  }
+  {
+    auto writer = cache->Acquire(1 << 20, true);  // a writer: zeros, not the last chunk
+    ASSERT_TRUE(writer.ok());
+    EXPECT_EQ((*writer)->data(), first);
+    const uint8_t *d = (*writer)->data();
+    EXPECT_TRUE(std::all_of(d, d + (1 << 20), [](uint8_t x) { return x == 0; }));
+  }
+  // A buffer more than twice the size asked is not handed to a small chunk.
+  {
+    auto small = cache->Acquire(4096, false);
+    ASSERT_TRUE(small.ok());
+    EXPECT_NE((*small)->data(), first);
+  }
+  // Four 1 MiB buffers given back: only 3 MiB are kept.
+  {
+    std::vector<std::unique_ptr<maru::StagingCache::Buffer>> held;
+    for (int i = 0; i < 4; ++i) held.push_back(std::move(*cache->Acquire(1 << 20, false)));
+  }
+  EXPECT_LE(cache->cached_bytes(), 3ull << 20);
+  auto late = cache->Acquire(1 << 20, false);
+  ASSERT_TRUE(late.ok());
+  cache->Close();
+  EXPECT_EQ(cache->cached_bytes(), 0u);
+  late->reset();  // after Close: freed, not cached
+  EXPECT_EQ(cache->cached_bytes(), 0u);
 }
 
 // What a registration per extent costs the agent, fresh and cached. Printed,

@@ -56,5 +56,6 @@ int RunFill(int argc, char **argv);
 int RunScale(int argc, char **argv);
 int RunQuota(int argc, char **argv);
 int RunPolicies(int argc, char **argv);
+int RunUcx(int argc, char **argv);
 
 }  // namespace maru::bench

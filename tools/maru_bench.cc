@@ -17,6 +17,7 @@ int main(int argc, char **argv) {
   if (cmd == "scale") return RunScale(argc, argv);
   if (cmd == "quota") return RunQuota(argc, argv);
   if (cmd == "policies") return RunPolicies(argc, argv);
+  if (cmd == "ucx") return RunUcx(argc, argv);
   if (cmd == "--help" || cmd == "-h") {
     puts(
         "Usage: maru-bench COMMAND [OPTIONS]\n"
@@ -32,6 +33,7 @@ int main(int argc, char **argv) {
         "  suite    all of the above side by side on a node it starts: Markdown and a plot\n"
         "  fill     create many small chunks from several processes\n"
         "  quota    what a directory quota costs a store (root)\n"
+        "  ucx      UCX's own get/put bandwidth on this host: the remote path's ceiling\n"
         "  scale    metadata cost from 10k to 1M chunks on a node it starts: Markdown");
     return 0;
   }

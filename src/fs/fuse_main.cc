@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string>
 
+#include "fs/fuse_init.h"
 #include "fs/maru_fs.h"
 #include "util/log.h"
 
@@ -28,6 +29,7 @@ struct Options {
   int direct_io = 0;
   int splice = 0;
   int cached_writes = 0;
+  int cached_reads = 0;
   double attr_timeout = 1.0;
   double entry_timeout = 1.0;
   char *checksum = nullptr;  // strings are allocated by fuse_opt_parse
@@ -48,6 +50,7 @@ const fuse_opt kOptions[] = {MARU_OPT("timeout_ms=%d", timeout_ms),
                              MARU_OPT("direct_io", direct_io),
                              MARU_OPT("splice=%d", splice),
                              MARU_OPT("cached_writes", cached_writes),
+                             MARU_OPT("cached_reads", cached_reads),
                              MARU_OPT("attr_timeout=%lf", attr_timeout),
                              MARU_OPT("entry_timeout=%lf", entry_timeout),
                              MARU_OPT("checksum=%s", checksum),
@@ -78,10 +81,13 @@ void Usage() {
       "  -o splice=0|1          splice read replies from a pool file (default 0)\n"
       "  -o cached_writes       writes go through the page cache (default: they bypass\n"
       "                         it, one copy each, faster; readers then fetch anew)\n"
+      "  -o cached_reads        reads of sealed files go through the page cache (default:\n"
+      "                         they bypass it, one copy each, the pool is the cache;\n"
+      "                         on kernels before 6.6, where mmap of such files is\n"
+      "                         refused, reads are cached whatever this says)\n"
       "  -o threads=N           most threads serving requests (default 16)\n"
-      "  -o direct_io           reads and writes bypass the page cache: one copy instead\n"
-      "                         of two, no duplicate of the data in kernel memory, but\n"
-      "                         nothing is cached and mmap needs kernel 6.6/libfuse 3.16\n"
+      "  -o direct_io           all reads and writes bypass the page cache, also on\n"
+      "                         kernels before 6.6 (where mmap then fails)\n"
       "  -o log_level=LEVEL     error, warn, info, debug (default warn)\n"
       "  -o log_file=PATH       where a background daemon logs (default: nowhere)\n"
       "  -o allow_other, ...    any other option goes to FUSE (see fuse(8));\n"
@@ -166,6 +172,7 @@ std::string FsOptionsOf(const Options &o, FsOptions *fs) {
   fs->direct_io = o.direct_io != 0;
   fs->splice = o.splice != 0;
   fs->direct_writes = o.cached_writes == 0;
+  fs->cached_reads = o.cached_reads != 0;
   if (o.checksum && !ParseChecksumName(o.checksum, &fs->checksum))
     return std::string("unknown checksum ") + o.checksum + " (xxh3, crc32c, none)";
   if (o.timeout_ms <= 0 || o.threads <= 0) return "timeout_ms and threads must be positive";
@@ -212,10 +219,22 @@ int Serve(MaruFs *fs, fuse_args *args, const Options &o) {
     fuse_session_destroy(se);
     return Fail(std::string("cannot mount on ") + o.mountpoint);
   }
+  // The kernel's INIT, answered here: libfuse 3.14 cannot ask for mmap of
+  // direct-I/O files on its own.
+  const int64_t granted = AnswerInit(se, kFuseDirectIoAllowMmap);
+  if (granted < 0) {
+    fuse_session_unmount(se);
+    fuse_remove_signal_handlers(se);
+    fuse_session_destroy(se);
+    return Fail(std::string("cannot answer the kernel's INIT: ") +
+                strerror(static_cast<int>(-granted)));
+  }
+  fs->SetMmapAllowed((granted & kFuseDirectIoAllowMmap) != 0);
   if (g_daemon.active()) {
     g_daemon.Report(true);
     Detach(o.log_file);
   }
+  LOG_INFO("reads of sealed files %s the page cache", fs->DirectReads() ? "bypass" : "go through");
   fuse_loop_config *loop = fuse_loop_cfg_create();
   fuse_loop_cfg_set_max_threads(loop, static_cast<unsigned>(o.threads));
   fuse_loop_cfg_set_idle_threads(loop, std::min<unsigned>(4, static_cast<unsigned>(o.threads)));

@@ -31,11 +31,13 @@ struct FsOptions {
   double attr_timeout = 1.0;                    // sealed files and directories
   double entry_timeout = 1.0;                   // names; negative lookups are never cached
   ChecksumKind checksum = ChecksumKind::kXxh3;  // recorded at seal
-  // I/O bypasses the page cache: one copy between the pool and the caller's
-  // buffer instead of two, and no second copy of the data in kernel memory;
-  // but nothing is cached, and mmap needs FUSE_DIRECT_IO_ALLOW_MMAP (kernel
-  // 6.6, libfuse 3.16).
+  // All I/O bypasses the page cache, also where the kernel cannot allow
+  // MAP_SHARED mmap of such files (FUSE_DIRECT_IO_ALLOW_MMAP, kernel 6.6).
   bool direct_io = false;
+  // Reads of sealed files go through the page cache (two copies, and the
+  // bytes held twice). Without it they bypass it wherever the kernel still
+  // allows mmap of such files (SetMmapAllowed); the pool is the cache.
+  bool cached_reads = false;
   // Writers bypass the page cache (each write one copy, from the writer's
   // buffer into the pool). With false, writes go through it, and the next
   // reader on this mount finds the pages cached.
@@ -52,6 +54,13 @@ class MaruFs {
   static const fuse_lowlevel_ops *Operations();
   // The session serving it, for notifications to the kernel.
   void SetSession(fuse_session *se) { session_ = se; }
+  // Whether the kernel lets files opened with direct I/O be mmapped shared:
+  // known once the INIT is answered, before any file is opened.
+  void SetMmapAllowed(bool allowed) { mmap_allowed_ = allowed; }
+  // Whether reads of sealed files bypass the page cache.
+  bool DirectReads() const {
+    return options_.direct_io || (!options_.cached_reads && mmap_allowed_);
+  }
 
   // The operations; see fuse_lowlevel.h for their contracts.
   void Init(fuse_conn_info *conn);
@@ -125,6 +134,7 @@ class MaruFs {
   fuse_session *session_ = nullptr;
   std::unique_ptr<PoolMap> pool_;
   FsOptions options_;
+  bool mmap_allowed_ = false;
   FileEnv env_;  // before writers_: open files use it until they go
   Xattrs xattrs_;
   std::mutex mu_;

@@ -6,6 +6,8 @@
 #define FUSE_USE_VERSION 312
 #include <fuse3/fuse_lowlevel.h>
 
+#include <sys/uio.h>
+
 #include <cstdint>
 #include <vector>
 
@@ -47,6 +49,38 @@ class PoolBufvec {
   }
 
   std::vector<uint8_t> storage_;
+};
+
+// The same pool bytes as an iovec array, for fuse_reply_iov: the daemon's
+// writev to /dev/fuse then copies each piece straight from the pool into the
+// reader's pages (or the page cache), however many pieces there are.
+// (fuse_reply_data copies a bufvec of more than one memory buffer into a
+// staging buffer first.) Files of up to kInline pieces need no allocation.
+class PoolIovec {
+ public:
+  PoolIovec(const PoolMap &pool, const ExtentMap &map, uint64_t start, uint64_t len) {
+    map.ForEachPiece(start, len, [&](uint32_t dev, uint64_t at, uint64_t n, uint64_t) {
+      Add({pool.device(dev)->base() + at, n});
+    });
+  }
+  const iovec *data() const { return spilled_.empty() ? inline_ : spilled_.data(); }
+  int count() const { return count_; }
+
+ private:
+  static constexpr int kInline = 8;
+  void Add(iovec v) {
+    if (count_ < kInline) {
+      inline_[count_++] = v;
+      return;
+    }
+    if (spilled_.empty()) spilled_.assign(inline_, inline_ + kInline);
+    spilled_.push_back(v);
+    ++count_;
+  }
+
+  iovec inline_[kInline];
+  std::vector<iovec> spilled_;
+  int count_ = 0;
 };
 
 }  // namespace maru

@@ -21,6 +21,7 @@ Result<std::unique_ptr<RemotePool>> RemotePool::Create(AgentMap agents, int64_t 
   Result<std::unique_ptr<UcxWorker>> ucx = UcxWorker::Create();
   if (!ucx.ok()) return ucx.status();
   pool->ucx_ = std::move(*ucx);
+  pool->staging_ = StagingCache::Create(pool->ucx_->context(), kStagingCacheBytes);
   MARU_RETURN_IF_ERROR(pool->ucx_->SetHandler(wire::kGrantReplyId, OnReply, pool.get()));
   for (auto &[device, address] : agents) {
     Result<Address> a = ParseAddress(address);
@@ -34,6 +35,7 @@ Result<std::unique_ptr<RemotePool>> RemotePool::Create(AgentMap agents, int64_t 
 RemotePool::~RemotePool() {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto &[device, agent] : agents_) Disconnect(agent);
+  staging_->Close();  // before the UCX context goes
 }
 
 void RemotePool::OnError(void *arg, ucp_ep_h, ucs_status_t status) {
@@ -240,6 +242,10 @@ Status RemotePool::Post(uint32_t device, const std::vector<const Transfer *> &li
     for (size_t i = 0; i < part.size(); ++i) {
       const Transfer *t = part[i];
       ucp_request_param_t p{};
+      if (t->memh) {
+        p.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH;
+        p.memh = t->memh;
+      }
       void *r = put ? ucp_put_nbx(agent.ep, t->local, t->length, base + t->offset, keys[i], &p)
                     : ucp_get_nbx(agent.ep, t->local, t->length, base + t->offset, keys[i], &p);
       requests->emplace_back(&agent, r);

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "rdma/staging_cache.h"
 #include "rdma/ucx_worker.h"
 #include "util/status.h"
 
@@ -27,7 +28,8 @@ class RemotePool {
     uint32_t device;
     uint64_t offset;  // in the device
     uint64_t length;
-    void *local;  // the caller's buffer
+    void *local;               // the caller's buffer
+    ucp_mem_h memh = nullptr;  // its UCX registration, if it has one (a staging buffer)
   };
 
   using AgentMap = std::map<uint32_t, std::string>;  // device index -> tcp://HOST:PORT
@@ -48,6 +50,10 @@ class RemotePool {
   ~RemotePool();
 
   bool serves(uint32_t device) const { return agents_.count(device) > 0; }
+  // Registered buffers for remote chunks, reused across chunks and calls.
+  StagingCache &staging() { return *staging_; }
+  // What the staging cache keeps at most, in buffers given back.
+  static constexpr uint64_t kStagingCacheBytes = 256ull << 20;
   // All transfers in flight at once; returns when all are done or one failed.
   // The session is the one the issuer's grants name.
   Status Get(uint64_t /*session*/, const std::vector<Transfer> &transfers) {
@@ -93,6 +99,7 @@ class RemotePool {
 
   std::mutex mu_;
   std::unique_ptr<UcxWorker> ucx_;
+  std::shared_ptr<StagingCache> staging_;  // its registrations are ucx_'s
   std::map<uint32_t, Agent> agents_;
   std::map<uint64_t, Reply> replies_;
   uint64_t next_request_ = 1;

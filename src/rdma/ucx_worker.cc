@@ -3,7 +3,10 @@
 #include <poll.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <string>
 #include <thread>
+#include <utility>
 
 #include "util/clock.h"
 #include "util/log.h"
@@ -35,11 +38,36 @@ int UcsErrno(ucs_status_t status) {
   }
 }
 
+namespace {
+
+// UCX's TCP transport sends in 8 KiB segments by default: a 32 MiB get or
+// put is 4096 of them, each a trip through UCX's progress on both sides.
+// Larger ones measured 1.5-3x the bandwidth on loopback (docs/benchmarks.md).
+// UCX 1.13 does not negotiate them, and aborts a receiver that gets a
+// segment larger than its own receive size (64 KiB by default): so segments
+// sent are at most that default, and those accepted larger, whatever the
+// peer's version or settings. Applied unless the environment sets them.
+constexpr std::pair<const char *, const char *> kTcpSegments[] = {{"TX_SEG_SIZE", "64kb"},
+                                                                  {"RX_SEG_SIZE", "256kb"}};
+
+void TuneTransports(ucp_config_t *config) {
+  // UCX applies a modified transport option by its name within the
+  // transport's table (no "TCP_" prefix); only TCP has these two.
+  for (const auto &[name, value] : kTcpSegments) {
+    if (getenv((std::string("UCX_TCP_") + name).c_str())) continue;
+    if (ucs_status_t st = ucp_config_modify(config, name, value); st != UCS_OK)
+      LOG_DEBUG("cannot set UCX TCP_%s: %s", name, ucs_status_string(st));
+  }
+}
+
+}  // namespace
+
 Result<std::unique_ptr<UcxWorker>> UcxWorker::Create() {
   std::unique_ptr<UcxWorker> w(new UcxWorker());
   ucp_config_t *config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK) return Status::Error(UcsErrno(st), "cannot read the UCX configuration");
+  TuneTransports(config);
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
   params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
