@@ -821,7 +821,7 @@ int maru_publish_part(maru_chunk_t *c, uint32_t upto) {
     // The parts go from the staging buffer to the pool before readers wake.
     const uint64_t from = c->published * PartBytes(c), to = (upto + 1) * PartBytes(c);
     std::vector<maru::RemotePool::Transfer> transfers;
-    AddTransfers(c, from, to - from, c->staging.get() + from, &transfers);
+    AddTransfers(c, from, to - from, c->staging->data() + from, &transfers, c->staging->memh());
     maru::Status s = c->m->remote->Put(c->m->client->session(), transfers);
     if (!s.ok()) return -s.errnum();
   }
