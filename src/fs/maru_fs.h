@@ -46,6 +46,8 @@ struct FsOptions {
   bool splice = false;
 };
 
+struct DirHandle;  // an open directory (maru_fs.cc)
+
 class MaruFs {
  public:
   MaruFs(std::unique_ptr<MetaClient> client, std::unique_ptr<PoolMap> pool, FsOptions options);
@@ -72,6 +74,8 @@ class MaruFs {
   void Release(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi);
   void Fsync(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info *fi);
   void OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi);
+  // The next page of an open directory's entries; negative errno.
+  int FetchDirPage(fuse_req_t req, fuse_ino_t ino, DirHandle *dir);
   void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info *fi,
                bool plus);
   void ReleaseDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi);

@@ -205,6 +205,7 @@ void MetaEngine::TouchDir(Txn &txn, Inode *dir) {
 
 void MetaEngine::UnrefGen(Txn &txn, uint64_t gen) {
   space_.Unref(gen, &txn.batch);
+  evictor_->Unreferenced(gen);
 }
 
 // Takes a file's content out of reach: the sealed version is retired, and a
@@ -510,7 +511,7 @@ void MetaEngine::Readdir(const Caller &c, const rpc::ReaddirRequest &req, rpc::R
       const Inode *child = tree_.Find(it->second);
       if (!child) continue;
       rpc::DirEntry *e = rep->add_entries();
-      e->set_name(it->first);
+      e->set_name(std::string(it->first));
       FillAttr(*child, e->mutable_attr());
     }
     rep->set_eof(it == (*dir)->children.end());
@@ -674,7 +675,7 @@ MetaEngine::TxnOp MetaEngine::CreateOp(const Caller &c, const rpc::CreateRequest
     if (!pn.ok()) return pn.status();
     Inode *inode = tree_.Child(*pn->dir, pn->name);
     if (inode) {
-      const std::optional<Version> &p = inode->pending;
+      const Boxed<Version> &p = inode->pending;
       if (p && p->writer_session == session->id && req.request_id() &&
           p->request_id == req.request_id()) {
         FillChunk(*inode, *p, p->gen, rep);  // a retry of a create that went through

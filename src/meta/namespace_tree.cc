@@ -33,7 +33,7 @@ std::unique_ptr<Inode> NamespaceTree::Release(uint64_t ino) {
 void NamespaceTree::Link(Inode *dir, Inode *child, const std::string &name) {
   child->parent = dir->ino;
   child->name = name;
-  dir->children[name] = child->ino;
+  dir->children.Set(child->name, child->ino);
   if (child->is_dir()) ++dir->subdirs;
 }
 
@@ -56,7 +56,7 @@ std::vector<Inode *> NamespaceTree::LinkAll() {
       orphans.push_back(inode.get());
       continue;
     }
-    dir->children[inode->name] = ino;
+    dir->children.Set(inode->name, ino);
     if (inode->is_dir()) ++dir->subdirs;
   }
   return orphans;

@@ -7,6 +7,8 @@
 // (orphaned, waiting for their clients to resume). Retired versions keep
 // their space until a grace period has passed, so readers from before the
 // restart can renew their leases.
+#include <malloc.h>
+
 #include <algorithm>
 
 #include "meta/engine_op.h"
@@ -35,10 +37,14 @@ Status MetaEngine::Load() {
   int64_t grace_ms = options_.grace_ms >= 0 ? options_.grace_ms : options_.session_timeout_ms;
   if (!contents->inodes.empty() || !contents->retired.empty())
     space_.SetGraceUntil(started_ns_ + grace_ms * 1000000);
+  std::vector<schema::Inode>().swap(contents->inodes);  // restored: not needed again
   // Reserve counters now so that numbers are never handed out twice.
   NextIno(txn);
   NextGen(txn);
   MARU_RETURN_IF_ERROR(txn.Commit());
+  // The records were decoded into memory the server keeps no longer; give
+  // it back rather than hold it for the server's life.
+  malloc_trim(0);
   LOG_INFO("metadata loaded: %zu inodes, %s of %s free, %zu unfinished writes, %zu retired",
            tree_.size(), FormatSize(space_.free_bytes()).c_str(),
            FormatSize(space_.capacity()).c_str(), static_cast<size_t>(sessions_.size()),
@@ -120,12 +126,12 @@ void MetaEngine::MoveOrphansToLostFound(MetaDb::Batch *batch, int64_t now) {
 // What one inode holds: its space, its place in eviction, its pin, and
 // the reservation of a writer from before the restart.
 Status MetaEngine::RestoreChunk(Inode &inode) {
-  for (std::optional<Version> *v : {&inode.current, &inode.pending}) {
-    if (!*v) continue;
-    Status s = space_.MarkUsed((*v)->extents);
+  for (const Version *v :
+       {inode.current ? &*inode.current : nullptr, inode.pending ? &*inode.pending : nullptr}) {
+    if (!v) continue;
+    Status s = space_.MarkUsed(v->extents);
     if (!s.ok())
-      return Overlapping(tree_.PathOf(inode) + " (generation " + std::to_string((*v)->gen) + ")",
-                         s);
+      return Overlapping(tree_.PathOf(inode) + " (generation " + std::to_string(v->gen) + ")", s);
   }
   evictor_->Restored(inode);
   if (inode.pinned) ++pins_;
