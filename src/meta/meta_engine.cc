@@ -913,6 +913,8 @@ void MetaEngine::Pin(const Caller &c, const rpc::PinRequest &req, rpc::AttrReply
             ? RealtimeNs() +
                   MsToNs(static_cast<int64_t>(std::min<uint64_t>(req.ttl_ms(), INT64_MAX)))
             : 0;
+    if (inode->pin_expiry_ns)
+      next_pin_expiry_ns_ = std::min(next_pin_expiry_ns_, inode->pin_expiry_ns);
     inode->ctime_ns = RealtimeNs();
     txn.Dirty(inode);
     FillAttr(*inode, rep->mutable_attr());
@@ -1024,16 +1026,23 @@ void MetaEngine::Tick() {
     ExpireSession(txn, id);
   }
   const int64_t now = RealtimeNs();
-  tree_.ForEach([&](const Inode &cinode) {
-    if (cinode.pinned && cinode.pin_expiry_ns && cinode.pin_expiry_ns <= now) {
+  if (now >= next_pin_expiry_ns_) {  // else no pin can have expired: no walk
+    int64_t next = INT64_MAX;
+    tree_.ForEach([&](const Inode &cinode) {
+      if (!cinode.pinned || !cinode.pin_expiry_ns) return;
+      if (cinode.pin_expiry_ns > now) {
+        next = std::min(next, cinode.pin_expiry_ns);
+        return;
+      }
       Inode &inode = const_cast<Inode &>(cinode);
       inode.pinned = false;
       inode.pin_expiry_ns = 0;
       --pins_;
       quotas_.Update(inode);
       txn.Dirty(&inode);
-    }
-  });
+    });
+    next_pin_expiry_ns_ = next;
+  }
   evictor_->EvictToLowWatermark(EvictionScope(txn));
   txn.Commit();
 }

@@ -222,6 +222,9 @@ class MetaEngine {
   int64_t started_ns_ = 0;
   uint64_t reserved_bytes_ = 0;
   uint64_t pins_ = 0;
+  // No pin set to expire expires before this; Tick looks for expired pins
+  // (a walk of every inode) only once it has passed.
+  int64_t next_pin_expiry_ns_ = INT64_MAX;
   // Counters for stats and metrics.
   uint64_t lookups_ = 0, lookup_hits_ = 0;
   uint64_t bytes_stored_ = 0, bytes_loaded_ = 0;

@@ -80,6 +80,7 @@ Status Overlapping(const std::string &what, const Status &s) {
 // counters past every number in use.
 void MetaEngine::AdoptRecords(const MetaDb::Contents &contents, MetaDb::Batch *batch, int64_t now) {
   uint64_t max_ino = kRootIno, max_gen = 0;
+  tree_.Reserve(contents.inodes.size() + 2);  // and a root, and lost+found
   for (const schema::Inode &r : contents.inodes) {
     auto inode = std::make_unique<Inode>(FromRecord(r));
     max_ino = std::max(max_ino, inode->ino);
@@ -135,6 +136,8 @@ Status MetaEngine::RestoreChunk(Inode &inode) {
   }
   evictor_->Restored(inode);
   if (inode.pinned) ++pins_;
+  if (inode.pinned && inode.pin_expiry_ns)
+    next_pin_expiry_ns_ = std::min(next_pin_expiry_ns_, inode.pin_expiry_ns);
   if (inode.pending) {
     Session *s = OrphanedSession(inode.pending->writer_session, inode.pending->writer_uid);
     s->reservations.insert(inode.ino);
