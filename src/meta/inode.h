@@ -92,8 +92,18 @@ class DirEntries {
   // `name` must view the child's own name (Inode::name).
   void Set(std::string_view name, uint64_t ino) {
     if (!map_) map_ = std::make_unique<Map>();
-    map_->erase(name);  // the key may view a name that is going away
-    map_->emplace(name, ino);
+    auto [it, added] = map_->try_emplace(name, ino);
+    if (added) return;
+    // The key views the name of the child it named, which may go away.
+    auto node = map_->extract(it);
+    node.key() = name;
+    node.mapped() = ino;
+    map_->insert(std::move(node));
+  }
+  // Set, unless `name` is taken; false then.
+  bool Add(std::string_view name, uint64_t ino) {
+    if (!map_) map_ = std::make_unique<Map>();
+    return map_->try_emplace(name, ino).second;
   }
   void erase(const_iterator it) {
     map_->erase(it);

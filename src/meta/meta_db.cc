@@ -98,15 +98,12 @@ Result<MetaDb::Contents> MetaDb::Load() {
   rocksdb::ReadOptions options;
   options.readahead_size = 8 << 20;
   options.fill_cache = false;
-  uint64_t keys = 0;
-  if (db_->GetIntProperty("rocksdb.estimate-num-keys", &keys))
-    c.inodes.reserve(static_cast<size_t>(std::min<uint64_t>(keys, 1ull << 30)));
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(options));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     rocksdb::Slice key = it->key(), value = it->value();
     bool parsed = true;
     if (key.size() == 9 && key[0] == kInodePrefix) {
-      parsed = c.inodes.emplace_back().ParseFromArray(value.data(), static_cast<int>(value.size()));
+      c.inodes.Add(std::string_view(value.data(), value.size()));  // decoded by the reader
     } else if (key.size() == 9 && key[0] == kRetiredPrefix) {
       parsed =
           c.retired.emplace_back().ParseFromArray(value.data(), static_cast<int>(value.size()));

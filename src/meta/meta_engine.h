@@ -143,7 +143,9 @@ class MetaEngine {
   // --- Start (recovery.cc) ---
   Status Load();
   Status RestoreInodes(MetaDb::Contents &contents, MetaDb::Batch *batch);
-  void AdoptRecords(const MetaDb::Contents &contents, MetaDb::Batch *batch, int64_t now);
+  // Fills `adopted` in record (inode number) order.
+  Status AdoptRecords(const MetaDb::Contents &contents, MetaDb::Batch *batch, int64_t now,
+                      std::vector<Inode *> *adopted);
   void MoveOrphansToLostFound(MetaDb::Batch *batch, int64_t now);
   Status RestoreChunk(Inode &inode);
   Status RestoreRetired(const MetaDb::Contents &contents);

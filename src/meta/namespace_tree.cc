@@ -45,11 +45,10 @@ std::vector<Inode *> NamespaceTree::LinkAll() {
   inodes_.ForEach([&](Inode &inode) {
     if (inode.ino == kRootIno) return;
     Inode *dir = Find(inode.parent);
-    if (!dir || !dir->is_dir() || dir->children.count(inode.name)) {
+    if (!dir || !dir->is_dir() || !dir->children.Add(inode.name, inode.ino)) {
       orphans.push_back(&inode);
       return;
     }
-    dir->children.Set(inode.name, inode.ino);
     if (inode.is_dir()) ++dir->subdirs;
   });
   return orphans;

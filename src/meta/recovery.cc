@@ -37,7 +37,7 @@ Status MetaEngine::Load() {
   int64_t grace_ms = options_.grace_ms >= 0 ? options_.grace_ms : options_.session_timeout_ms;
   if (!contents->inodes.empty() || !contents->retired.empty())
     space_.SetGraceUntil(started_ns_ + grace_ms * 1000000);
-  std::vector<schema::Inode>().swap(contents->inodes);  // restored: not needed again
+  contents->inodes = {};  // restored: not needed again
   // Reserve counters now so that numbers are never handed out twice.
   NextIno(txn);
   NextGen(txn);
@@ -54,13 +54,14 @@ Status MetaEngine::Load() {
 
 Status MetaEngine::RestoreInodes(MetaDb::Contents &contents, MetaDb::Batch *batch) {
   const int64_t now = RealtimeNs();
-  AdoptRecords(contents, batch, now);
+  std::vector<Inode *> adopted;
+  MARU_RETURN_IF_ERROR(AdoptRecords(contents, batch, now, &adopted));
   MoveOrphansToLostFound(batch, now);
-  Status restored = Status::Ok();
-  tree_.ForEach([&](const Inode &inode) {
-    if (restored.ok()) restored = RestoreChunk(const_cast<Inode &>(inode));
-  });
-  MARU_RETURN_IF_ERROR(restored);
+  // In number order, which is the order they were made in: their extents
+  // come off the free space in order (no scattering of free runs), and the
+  // eviction order starts as the order they were made in. (The directories
+  // made here hold no chunk.)
+  for (Inode *inode : adopted) MARU_RETURN_IF_ERROR(RestoreChunk(*inode));
   return RestoreRetired(contents);
 }
 
@@ -78,17 +79,24 @@ Status Overlapping(const std::string &what, const Status &s) {
 
 // Every inode into the tree (a fresh root if there was none), and the
 // counters past every number in use.
-void MetaEngine::AdoptRecords(const MetaDb::Contents &contents, MetaDb::Batch *batch, int64_t now) {
+Status MetaEngine::AdoptRecords(const MetaDb::Contents &contents, MetaDb::Batch *batch, int64_t now,
+                                std::vector<Inode *> *adopted) {
   uint64_t max_ino = kRootIno, max_gen = 0;
   tree_.Reserve(contents.inodes.size() + 2);  // and a root, and lost+found
-  for (const schema::Inode &r : contents.inodes) {
+  adopted->reserve(contents.inodes.size());
+  schema::Inode r;  // reused: one record decoded at a time
+  for (size_t i = 0; i < contents.inodes.size(); ++i) {
+    if (!contents.inodes.Parse(i, &r))
+      return Status::Error(EIO, "corrupted metadata record (inode record " + std::to_string(i) +
+                                    " of " + std::to_string(contents.inodes.size()) + ")");
     auto inode = std::make_unique<Inode>(FromRecord(r));
     max_ino = std::max(max_ino, inode->ino);
     if (inode->current) max_gen = std::max(max_gen, inode->current->gen);
     if (inode->pending) max_gen = std::max(max_gen, inode->pending->gen);
-    tree_.Adopt(std::move(inode));
+    adopted->push_back(tree_.Adopt(std::move(inode)));
   }
-  for (const schema::Retired &r : contents.retired) max_gen = std::max(max_gen, r.gen());
+  for (const schema::Retired &retired : contents.retired)
+    max_gen = std::max(max_gen, retired.gen());
   if (!tree_.root()) {
     auto root = std::make_unique<Inode>();
     root->ino = kRootIno;
@@ -100,6 +108,7 @@ void MetaEngine::AdoptRecords(const MetaDb::Contents &contents, MetaDb::Batch *b
   next_ino_ = std::max(max_ino + 1, contents.counters.ino_limit());
   next_gen_ = std::max(max_gen + 1, contents.counters.gen_limit());
   ino_limit_ = gen_limit_ = 0;  // the first allocation writes new limits
+  return Status::Ok();
 }
 
 void MetaEngine::MoveOrphansToLostFound(MetaDb::Batch *batch, int64_t now) {
