@@ -561,29 +561,40 @@ void MaruFs::OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi) {
 void MaruFs::ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info *fi,
                      bool plus) {
   auto *dir = reinterpret_cast<DirHandle *>(fi->fh);
-  std::lock_guard<std::mutex> lock(dir->mu);
   std::vector<char> buf(size);
   size_t used = 0;
+  int failed = 0;
+  {
+    // Unlocked before the reply: once it is sent, the handle may be released.
+    std::lock_guard<std::mutex> lock(dir->mu);
+    used = ListDir(req, ino, dir, &buf, static_cast<size_t>(off), plus, &failed);
+  }
+  if (failed < 0 && used == 0) return (void)fuse_reply_err(req, FsErrno(failed));
+  fuse_reply_buf(req, buf.data(), used);
+}
+
+size_t MaruFs::ListDir(fuse_req_t req, fuse_ino_t ino, DirHandle *dir, std::vector<char> *out,
+                       size_t off, bool plus, int *failed) {
+  const size_t size = out->size();
+  char *buf = out->data();
+  size_t used = 0;
   // Offset i + 1 resumes after position i.
-  for (size_t i = static_cast<size_t>(off);; ++i) {
+  for (size_t i = off;; ++i) {
     if (i >= dir->count()) {
       if (dir->eof) break;
-      if (int rc = FetchDirPage(req, ino, dir); rc < 0) {
-        if (used == 0) return (void)fuse_reply_err(req, FsErrno(rc));
-        break;  // what was listed goes now; the next call tries again
-      }
-      if (i >= dir->count()) break;
+      // On failure what was listed goes now; the next call tries again.
+      if ((*failed = FetchDirPage(req, ino, dir)) < 0 || i >= dir->count()) break;
     }
     std::string name;
     rpc::Attr attr;
     dir->At(i, ino, &name, &attr);
     const off_t next = static_cast<off_t>(i + 1);
-    size_t n = plus ? AddDirEntryPlus(req, buf.data() + used, size - used, name, attr, next, i < 2)
-                    : AddDirEntry(req, buf.data() + used, size - used, name, attr, next);
+    size_t n = plus ? AddDirEntryPlus(req, buf + used, size - used, name, attr, next, i < 2)
+                    : AddDirEntry(req, buf + used, size - used, name, attr, next);
     if (n > size - used) break;
     used += n;
   }
-  fuse_reply_buf(req, buf.data(), used);
+  return used;
 }
 
 size_t MaruFs::AddDirEntry(fuse_req_t req, char *buf, size_t room, const std::string &name,
