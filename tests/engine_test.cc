@@ -544,6 +544,46 @@ TEST_F(EvictionTest, FrequencyPolicyNeverTakesPinnedOrLeasedChunks) {
   EXPECT_TRUE(Fsck().empty());
 }
 
+// A chunk an eviction passed because it was held is kept out of later
+// evictions only while it is held: released or unpinned, it may go again,
+// from its old place in the order.
+TEST_F(EvictionTest, HeldChunksPassedByAnEvictionMayGoOnceReleased) {
+  UsePolicy("lru");
+  for (int i = 0; i < 7; ++i) ASSERT_EQ(Store("/c" + std::to_string(i), kChunk), 0);
+  uint64_t reader = NewSession(root_);
+  std::vector<uint64_t> leases;
+  for (int i = 1; i < 7; ++i) {
+    rpc::ChunkReply r = Open("/c" + std::to_string(i), root_, reader);
+    ASSERT_EQ(r.error(), 0);
+    leases.push_back(r.lease());
+  }
+  auto pin = With<rpc::PinRequest>(session_);
+  pin.mutable_ref()->set_path("/c0");
+  pin.set_pin(true);
+  rpc::AttrReply pinned;
+  engine_->Pin(root_, pin, &pinned);
+  ASSERT_EQ(pinned.error(), 0);
+  // Everything held: nothing may go, and every chunk was passed.
+  EXPECT_EQ(Store("/n0", kChunk), ENOSPC);
+  // One lease released: that chunk, and only it, may go.
+  auto rel = With<rpc::ReleaseRequest>(reader);
+  rel.add_leases(leases[2]);  // /c3
+  rpc::ErrorReply released;
+  engine_->Release(root_, rel, &released);
+  ASSERT_EQ(released.error(), 0);
+  ASSERT_EQ(Store("/n0", kChunk), 0);
+  EXPECT_FALSE(Exists("/c3"));
+  // Unpinned, the least recently used of all goes before /n0.
+  pin.set_pin(false);
+  engine_->Pin(root_, pin, &pinned);
+  ASSERT_EQ(pinned.error(), 0);
+  ASSERT_EQ(Store("/n1", kChunk), 0);
+  EXPECT_FALSE(Exists("/c0"));
+  EXPECT_TRUE(Exists("/n0"));
+  for (int i : {1, 2, 4, 5, 6}) EXPECT_TRUE(Exists("/c" + std::to_string(i)));
+  EXPECT_TRUE(Fsck().empty());
+}
+
 TEST_F(EvictionTest, PrefixPolicyTakesTailsFirstAndPrefixesTakeTheirTails) {
   UsePolicy("prefix");
   ASSERT_EQ(Store("/a", kChunk), 0);

@@ -5,7 +5,9 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <map>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -299,6 +301,39 @@ TEST_F(NamespaceTreeTest, RemovingWhatForEachFoundEmptiesTheTree) {
   size_t seen = 0;
   tree_.ForEach([&](const Inode &) { ++seen; });
   EXPECT_EQ(seen, 2u);
+}
+
+// The inode table against std::map: inserts, replacements, removals (which
+// shift probed entries back) and finds, through several growths.
+TEST(InodeTable, MatchesAMap) {
+  std::mt19937_64 rng(3);
+  InodeTable table;
+  std::map<uint64_t, Inode *> want;
+  for (int step = 0; step < 50000; ++step) {
+    const uint64_t ino = 1 + rng() % 3000;
+    if (rng() % 3) {
+      auto inode = std::make_unique<Inode>();
+      inode->ino = ino;
+      want[ino] = table.Insert(std::move(inode));
+    } else {
+      std::unique_ptr<Inode> got = table.Take(ino);
+      auto it = want.find(ino);
+      ASSERT_EQ(got.get(), it == want.end() ? nullptr : it->second);
+      if (it != want.end()) want.erase(it);
+    }
+    ASSERT_EQ(table.size(), want.size());
+    if (step % 1000) continue;
+    for (uint64_t i = 1; i <= 3000; ++i) {
+      auto it = want.find(i);
+      ASSERT_EQ(table.Find(i), it == want.end() ? nullptr : it->second) << i;
+    }
+    size_t seen = 0;
+    table.ForEach([&](const Inode &inode) {
+      ++seen;
+      ASSERT_TRUE(want.count(inode.ino));
+    });
+    ASSERT_EQ(seen, want.size());
+  }
 }
 
 }  // namespace

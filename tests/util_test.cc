@@ -1,11 +1,15 @@
 // Path rules, sizes, clocks, addresses, checksums, flags.
 #include <gtest/gtest.h>
 
+#include <random>
+#include <set>
+
 #include "util/address.h"
 #include "util/checksum.h"
 #include "util/clock.h"
 #include "util/flags.h"
 #include "util/path.h"
+#include "util/sorted_runs.h"
 #include "util/units.h"
 
 namespace maru {
@@ -106,6 +110,42 @@ TEST(Flags, ParsesValuesRepeatsAndConfig) {
   const char *bad[] = {"t", "--nope"};
   Flags flags2("t", "test");
   EXPECT_FALSE(flags2.Parse(2, const_cast<char **>(bad), 1, &positional).ok());
+}
+
+// Random inserts and erases, mostly at the end as eviction orders see them,
+// checked against std::set after every step; small runs to split and merge
+// often.
+TEST(SortedRuns, MatchesStdSet) {
+  std::mt19937_64 rng(7);
+  SortedRuns<std::pair<uint64_t, uint64_t>, 8> runs;
+  std::set<std::pair<uint64_t, uint64_t>> want;
+  uint64_t clock = 0;
+  for (int step = 0; step < 20000; ++step) {
+    const int op = static_cast<int>(rng() % 10);
+    if (op < 4) {
+      std::pair<uint64_t, uint64_t> v{++clock, rng() % 64};
+      ASSERT_EQ(runs.insert(v), want.insert(v).second);
+    } else if (op < 6) {
+      std::pair<uint64_t, uint64_t> v{rng() % (clock + 1), rng() % 64};
+      ASSERT_EQ(runs.insert(v), want.insert(v).second);
+    } else if (!want.empty()) {
+      auto it = want.begin();
+      std::advance(it, op < 8 ? 0 : static_cast<long>(rng() % want.size()));
+      const auto v = *it;
+      ASSERT_EQ(runs.erase(v), 1u);
+      want.erase(v);
+      ASSERT_EQ(runs.erase(v), 0u);
+    }
+    ASSERT_EQ(runs.size(), want.size());
+    if (step % 97) continue;
+    std::vector<std::pair<uint64_t, uint64_t>> got;
+    runs.ForEach([&](const std::pair<uint64_t, uint64_t> &v) {
+      got.push_back(v);
+      return true;
+    });
+    const std::vector<std::pair<uint64_t, uint64_t>> expected(want.begin(), want.end());
+    ASSERT_EQ(got, expected);
+  }
 }
 
 }  // namespace

@@ -190,10 +190,11 @@ Node::Node(std::string work, Processes *procs) : work_(std::move(work)), procs_(
   mnt_ = work_ + "/mnt";
 }
 
-bool Node::Format(uint64_t size, uint64_t unit, std::string *error) {
+bool Node::Format(uint64_t size, uint64_t unit, std::string *error, bool sparse) {
   std::vector<std::string> args{Sibling("maructl", "tools"),      "mkpool",  pool_,       "--size",
                                 std::to_string(size >> 20) + "M", "--label", "maru-bench"};
   if (unit) args.insert(args.end(), {"--unit", std::to_string(unit >> 10) + "K"});
+  if (sparse) args.push_back("--sparse");
   return Processes::Run(args, error) == 0;
 }
 

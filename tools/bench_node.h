@@ -61,7 +61,8 @@ class Node {
  public:
   Node(std::string work, Processes *procs);
   ~Node() { Stop(); }
-  bool Format(uint64_t size, uint64_t unit, std::string *error);
+  // `sparse`: the pool file's memory is not allocated (maructl mkpool --sparse).
+  bool Format(uint64_t size, uint64_t unit, std::string *error, bool sparse = false);
   // Starts maru-server and waits until it answers.
   bool StartServer(const std::vector<std::string> &flags, std::string *error);
   void StopServer();

@@ -14,7 +14,7 @@ int Mkpool(int argc, char **argv) {
   uint64_t size = 0, unit = 0;
   int64_t numa = -1;
   std::string label, mode = "660";
-  bool force = false;
+  bool force = false, sparse = false;
   Flags flags("maructl mkpool PATH [--size SIZE] [OPTIONS]",
               "Formats a pool device: a file (created or resized) or a devdax device.");
   flags.Size("size", &size, "pool size, e.g. 512M, 4G (required for files; devdax: whole device)");
@@ -23,6 +23,8 @@ int Mkpool(int argc, char **argv) {
   flags.String("label", &label, "a name for the pool");
   flags.String("mode", &mode, "permissions of a pool file, octal");
   flags.Bool("force", &force, "reformat a device that already holds a pool (its chunks are lost)");
+  flags.Bool("sparse", &sparse,
+             "do not allocate a pool file's memory up front (benchmarks of metadata)");
   std::vector<std::string> args;
   Status s = flags.Parse(argc, argv, 2, &args);
   if (!s.ok()) return Fail(s.message());
@@ -34,6 +36,7 @@ int Mkpool(int argc, char **argv) {
   options.numa_node = static_cast<int>(numa);
   options.label = label;
   options.force = force;
+  options.sparse = sparse;
   char *end = nullptr;
   options.mode = static_cast<uint32_t>(strtoul(mode.c_str(), &end, 8));
   if (*end || options.mode > 0777) return Fail("--mode takes octal permissions");

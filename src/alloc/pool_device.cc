@@ -176,7 +176,7 @@ Result<Superblock> FormatPool(const std::string &path, const FormatOptions &opti
     if (fchmod(fd, options.mode) < 0) return Status::Error(errno, "cannot set the mode of " + path);
     if (ftruncate(fd, static_cast<off_t>(size)) < 0)
       return Status::Error(errno, "cannot resize " + path);
-    MARU_RETURN_IF_ERROR(Preallocate(fd, size, options.numa_node, path));
+    if (!options.sparse) MARU_RETURN_IF_ERROR(Preallocate(fd, size, options.numa_node, path));
   }
   std::vector<uint8_t> buf(kSuperblockBytes);
   sb.Encode(buf.data());

@@ -19,6 +19,9 @@ struct FormatOptions {
   uint32_t mode = 0660;  // permissions of a created pool file
   std::string label;
   bool force = false;  // reformat a device that already holds a pool
+  // A file pool's memory is not allocated up front (pages come as they are
+  // touched): for measuring metadata at sizes the host's memory cannot hold.
+  bool sparse = false;
 };
 
 // Writes a fresh superblock (maructl mkpool). Creates or resizes a file

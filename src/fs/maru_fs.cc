@@ -65,11 +65,17 @@ int FsErrno(int rc) {
   return -rc;
 }
 
-// An open directory: a snapshot of its entries, listed at offsets that
+}  // namespace
+
+// An open directory: its entries, fetched a page at a time as the listing
+// reaches them (a million-entry directory starts listing at once, and the
+// server's lock is held for one page at a time), listed at offsets that
 // stay stable while it is read even if entries come and go.
 struct DirHandle {
-  std::vector<rpc::DirEntry> entries;
+  std::mutex mu;                       // readers of one handle take turns
+  std::vector<rpc::DirEntry> entries;  // fetched so far, in name order
   rpc::Attr self;
+  bool eof = false;  // every entry fetched
   size_t count() const { return entries.size() + 2; }
   // Position i of the listing: 0 is ".", 1 is "..", 2 + k is entry k.
   void At(size_t i, fuse_ino_t ino, std::string *name, rpc::Attr *attr) const {
@@ -84,6 +90,8 @@ struct DirHandle {
     if (i == 1) attr->set_ino(ino == FUSE_ROOT_ID || !self.parent() ? ino : self.parent());
   }
 };
+
+namespace {
 
 rpc::Ref RefTo(fuse_ino_t ino, const char *name = nullptr) {
   rpc::Ref r;
@@ -541,21 +549,25 @@ void MaruFs::Release(fuse_req_t req, fuse_ino_t, fuse_file_info *fi) {
 
 // --- Directories ----------------------------------------------------------------
 
-void MaruFs::OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi) {
-  auto dir = std::make_unique<DirHandle>();
+int MaruFs::FetchDirPage(fuse_req_t req, fuse_ino_t ino, DirHandle *dir) {
   rpc::ReaddirRequest r;
   *r.mutable_ref() = RefTo(ino);
   r.set_max(kReaddirPage);
-  for (;;) {  // read in pages
-    rpc::ReaddirReply rep;
-    int rc = Call(req, &Stub::Readdir, r, &rep);
-    if (rc < 0) return (void)fuse_reply_err(req, FsErrno(rc));
-    dir->self = rep.dir();
-    const int got = rep.entries_size();
-    for (auto &e : *rep.mutable_entries()) dir->entries.push_back(std::move(e));
-    if (rep.eof() || got == 0) break;  // an empty page ends it too: never loop
-    r.set_after(dir->entries.back().name());
-  }
+  if (!dir->entries.empty()) r.set_after(dir->entries.back().name());
+  rpc::ReaddirReply rep;
+  if (int rc = Call(req, &Stub::Readdir, r, &rep); rc < 0) return rc;
+  dir->self = rep.dir();
+  const int got = rep.entries_size();
+  for (auto &e : *rep.mutable_entries()) dir->entries.push_back(std::move(e));
+  dir->eof = rep.eof() || got == 0;  // an empty page ends it too: never loop
+  return 0;
+}
+
+void MaruFs::OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi) {
+  auto dir = std::make_unique<DirHandle>();
+  // The first page now: it checks access, and small directories need no more.
+  if (int rc = FetchDirPage(req, ino, dir.get()); rc < 0)
+    return (void)fuse_reply_err(req, FsErrno(rc));
   fi->fh = reinterpret_cast<uint64_t>(dir.release());
   fi->cache_readdir = 0;
   fuse_reply_open(req, fi);
@@ -563,21 +575,41 @@ void MaruFs::OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi) {
 
 void MaruFs::ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info *fi,
                      bool plus) {
-  const auto *dir = reinterpret_cast<DirHandle *>(fi->fh);
+  auto *dir = reinterpret_cast<DirHandle *>(fi->fh);
   std::vector<char> buf(size);
   size_t used = 0;
+  int failed = 0;
+  {
+    // Unlocked before the reply: once it is sent, the handle may be released.
+    std::lock_guard<std::mutex> lock(dir->mu);
+    used = ListDir(req, ino, dir, &buf, static_cast<size_t>(off), plus, &failed);
+  }
+  if (failed < 0 && used == 0) return (void)fuse_reply_err(req, FsErrno(failed));
+  fuse_reply_buf(req, buf.data(), used);
+}
+
+size_t MaruFs::ListDir(fuse_req_t req, fuse_ino_t ino, DirHandle *dir, std::vector<char> *out,
+                       size_t off, bool plus, int *failed) {
+  const size_t size = out->size();
+  char *buf = out->data();
+  size_t used = 0;
   // Offset i + 1 resumes after position i.
-  for (size_t i = static_cast<size_t>(off); i < dir->count(); ++i) {
+  for (size_t i = off;; ++i) {
+    if (i >= dir->count()) {
+      if (dir->eof) break;
+      // On failure what was listed goes now; the next call tries again.
+      if ((*failed = FetchDirPage(req, ino, dir)) < 0 || i >= dir->count()) break;
+    }
     std::string name;
     rpc::Attr attr;
     dir->At(i, ino, &name, &attr);
     const off_t next = static_cast<off_t>(i + 1);
-    size_t n = plus ? AddDirEntryPlus(req, buf.data() + used, size - used, name, attr, next, i < 2)
-                    : AddDirEntry(req, buf.data() + used, size - used, name, attr, next);
+    size_t n = plus ? AddDirEntryPlus(req, buf + used, size - used, name, attr, next, i < 2)
+                    : AddDirEntry(req, buf + used, size - used, name, attr, next);
     if (n > size - used) break;
     used += n;
   }
-  fuse_reply_buf(req, buf.data(), used);
+  return used;
 }
 
 size_t MaruFs::AddDirEntry(fuse_req_t req, char *buf, size_t room, const std::string &name,

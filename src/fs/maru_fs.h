@@ -48,6 +48,8 @@ struct FsOptions {
   bool splice = false;
 };
 
+struct DirHandle;  // an open directory (maru_fs.cc)
+
 class MaruFs {
  public:
   MaruFs(std::unique_ptr<MetaClient> client, std::unique_ptr<PoolMap> pool, FsOptions options);
@@ -81,6 +83,12 @@ class MaruFs {
   void Release(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi);
   void Fsync(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info *fi);
   void OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi);
+  // The next page of an open directory's entries; negative errno.
+  int FetchDirPage(fuse_req_t req, fuse_ino_t ino, DirHandle *dir);
+  // Fills `out` with entries from position `off`, fetching pages as needed;
+  // returns the bytes used. A failed fetch sets `failed` (negative errno).
+  size_t ListDir(fuse_req_t req, fuse_ino_t ino, DirHandle *dir, std::vector<char> *out, size_t off,
+                 bool plus, int *failed);
   void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info *fi,
                bool plus);
   void ReleaseDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi);

@@ -123,7 +123,7 @@ Status MetaEngine::ListChunksUnder(const Caller &c, const rpc::ListChunksRequest
       if (!MayAccess(*inode, c, kMayRead | kMayExec)) continue;
       for (auto it = inode->children.rbegin(); it != inode->children.rend(); ++it)
         if (const Inode *child = tree_.Find(it->second))
-          stack.emplace_back(child, (path == "/" ? "" : path) + "/" + it->first);
+          stack.emplace_back(child, (path == "/" ? "" : path) + "/" + std::string(it->first));
       continue;
     }
     if (!req.after().empty() && path <= req.after()) continue;
@@ -205,13 +205,14 @@ void MetaEngine::CheckSpace(rpc::FsckReply *rep) {
     check.AddDevice(d.index, d.path, d.superblock);
   uint64_t chunks = 0, extents = 0;
   tree_.ForEach([&](const Inode &inode) {
-    for (const std::optional<Version> *v : {&inode.current, &inode.pending}) {
-      if (!*v) continue;
-      if (v == &inode.current) ++chunks;
-      extents += (*v)->extents.size();
-      if (TotalLength((*v)->extents) < (*v)->size)
+    for (const Version *v :
+         {inode.current ? &*inode.current : nullptr, inode.pending ? &*inode.pending : nullptr}) {
+      if (!v) continue;
+      if (inode.current && v == &*inode.current) ++chunks;
+      extents += v->extents.size();
+      if (TotalLength(v->extents) < v->size)
         rep->add_problems(tree_.PathOf(inode) + ": extents shorter than its size");
-      Status s = check.MarkUsed((*v)->extents);
+      Status s = check.MarkUsed(v->extents);
       if (!s.ok()) rep->add_problems(tree_.PathOf(inode) + ": " + s.message());
     }
     if (!inode.is_dir() && !tree_.Find(inode.parent))

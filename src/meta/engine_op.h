@@ -19,14 +19,21 @@ namespace maru {
 class MetaEngine::Txn {
  public:
   explicit Txn(MetaEngine *engine) : engine_(engine) {}
-  void Dirty(const Inode *inode) { dirty_.insert(inode->ino); }
+  // A changed inode may change whether it may be evicted (pin, reservation).
+  void Dirty(const Inode *inode) {
+    dirty_.insert(inode->ino);
+    engine_->evictor_->Changed(*inode);
+  }
   void Deleted(uint64_t ino) {
     dirty_.erase(ino);
     batch.DeleteInode(ino);
   }
   Status Commit() {
     for (uint64_t ino : dirty_)
-      if (const Inode *inode = engine_->tree_.Find(ino)) batch.PutInode(ToRecord(*inode));
+      if (const Inode *inode = engine_->tree_.Find(ino)) {
+        batch.PutInode(ToRecord(*inode));
+        engine_->evictor_->Changed(*inode);  // changed after it was marked
+      }
     dirty_.clear();
     if (batch.empty()) return Status::Ok();
     Status s = engine_->db_->Write(batch);

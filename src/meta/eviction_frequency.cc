@@ -42,6 +42,7 @@ void FrequencyEviction::OnRemove(uint64_t ino) {
   const State &s = it->second;
   order_.erase({s.key, ino});
   state_.erase(it);
+  parked_.erase(ino);
 }
 
 bool FrequencyEviction::InOrder(const std::function<bool(uint64_t)> &visit) const {
@@ -52,16 +53,23 @@ bool FrequencyEviction::InOrder(const std::function<bool(uint64_t)> &visit) cons
 
 void FrequencyEviction::Park(uint64_t ino) {
   auto it = state_.find(ino);
-  if (it != state_.end() && order_.erase({it->second.key, ino}))
-    parked_.push_back({it->second.key, ino});
+  if (it != state_.end() && order_.erase({it->second.key, ino})) parked_[ino] = it->second.key;
 }
 
 void FrequencyEviction::UnparkAll() {
   // Only what is still known, and unused since: anything else moved on.
-  for (const auto &[key, ino] : parked_)
+  for (const auto &[ino, key] : parked_)
     if (auto it = state_.find(ino); it != state_.end() && it->second.key == key)
       order_.insert({key, ino});
   parked_.clear();
+}
+
+void FrequencyEviction::Unpark(uint64_t ino) {
+  auto parked = parked_.find(ino);
+  if (parked == parked_.end()) return;
+  if (auto it = state_.find(ino); it != state_.end() && it->second.key == parked->second)
+    order_.insert({parked->second, ino});
+  parked_.erase(parked);
 }
 
 }  // namespace maru

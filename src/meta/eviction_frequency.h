@@ -42,6 +42,7 @@ class FrequencyEviction : public EvictionPolicy {
   bool InOrder(const std::function<bool(uint64_t)> &visit) const override;
   void Park(uint64_t ino) override;
   void UnparkAll() override;
+  void Unpark(uint64_t ino) override;
   bool EvictsDescendants() const override { return false; }
   const char *name() const override { return "frequency"; }
 
@@ -68,8 +69,8 @@ class FrequencyEviction : public EvictionPolicy {
   const ChunkChains &chains_;
   uint64_t clock_ = 0;
   std::unordered_map<uint64_t, State> state_;
-  std::set<std::pair<int64_t, uint64_t>> order_;      // (key, ino), least first
-  std::vector<std::pair<int64_t, uint64_t>> parked_;  // taken out of order_
+  std::set<std::pair<int64_t, uint64_t>> order_;  // (key, ino), least first
+  std::unordered_map<uint64_t, int64_t> parked_;  // ino -> key, taken out of order_
 };
 
 }  // namespace maru

@@ -3,12 +3,12 @@
 // returns it to its place.
 #pragma once
 
-#include <set>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "meta/eviction_policy.h"
+#include "util/sorted_runs.h"
 
 namespace maru {
 
@@ -21,14 +21,15 @@ class LruEviction : public EvictionPolicy {
   bool InOrder(const std::function<bool(uint64_t)> &visit) const override;
   void Park(uint64_t ino) override;
   void UnparkAll() override;
+  void Unpark(uint64_t ino) override;
   bool EvictsDescendants() const override { return false; }
   const char *name() const override { return "lru"; }
 
  private:
   uint64_t clock_ = 0;
-  std::set<std::pair<uint64_t, uint64_t>> order_;  // (last use, ino), least recent first
+  SortedRuns<std::pair<uint64_t, uint64_t>> order_;  // (last use, ino), least recent first
   std::unordered_map<uint64_t, uint64_t> last_use_;
-  std::vector<std::pair<uint64_t, uint64_t>> parked_;  // taken out of order_
+  std::unordered_map<uint64_t, uint64_t> parked_;  // taken out of order_: ino -> last use
 };
 
 }  // namespace maru

@@ -37,8 +37,17 @@ class EvictionPolicy {
   // found it may not take: whether a chunk may go does not change while an
   // eviction runs, so the rest of it need not walk past that chunk again,
   // and each victim costs O(log n) however many chunks are held.
+  // A parked chunk also comes back when it is used or sealed again.
   virtual void Park(uint64_t ino) = 0;
   virtual void UnparkAll() = 0;
+  // Puts one parked chunk back in its place: the Evictor parks chunks that
+  // may not go (leased, pinned, being rewritten) for as long as that holds,
+  // so that no eviction walks past them. A policy that cannot put back one
+  // chunk alone may put back all; the Evictor parks again what it meets.
+  virtual void Unpark(uint64_t ino) {
+    (void)ino;
+    UnparkAll();
+  }
   // Whether evicting a chunk also evicts the chunks that extend it.
   virtual bool EvictsDescendants() const = 0;
   virtual const char *name() const = 0;

@@ -43,13 +43,14 @@ void PrefixLruEviction::OnRemove(uint64_t ino) {
   if (it == state_.end()) return;
   if (it->second.extensions == 0) DropTail(ino, it->second);
   state_.erase(it);
+  parked_tails_.erase(ino);
   // What extended it keeps its place; its parent link now dangles.
   CountExtension(chains_.Parent(ino), -1);
 }
 
 bool PrefixLruEviction::InOrder(const std::function<bool(uint64_t)> &visit) const {
-  for (const auto &[use, ino] : tails_)
-    if (!visit(ino)) return false;
+  if (!tails_.ForEach([&](const std::pair<uint64_t, uint64_t> &e) { return visit(e.second); }))
+    return false;
   return LruEviction::InOrder(visit);
 }
 
@@ -57,17 +58,29 @@ void PrefixLruEviction::Park(uint64_t ino) {
   LruEviction::Park(ino);
   auto it = state_.find(ino);
   if (it == state_.end() || it->second.extensions) return;
-  if (tails_.erase({it->second.last_use, ino})) parked_tails_.push_back({it->second.last_use, ino});
+  if (tails_.erase({it->second.last_use, ino})) parked_tails_[ino] = it->second.last_use;
 }
 
 void PrefixLruEviction::UnparkAll() {
   LruEviction::UnparkAll();
   // Only what is still a tail, and unused since.
-  for (const auto &[use, ino] : parked_tails_)
+  for (const auto &[ino, use] : parked_tails_)
     if (auto it = state_.find(ino);
         it != state_.end() && it->second.extensions == 0 && it->second.last_use == use)
       tails_.insert({use, ino});
   parked_tails_.clear();
+}
+
+void PrefixLruEviction::Unpark(uint64_t ino) {
+  LruEviction::Unpark(ino);
+  auto parked = parked_tails_.find(ino);
+  if (parked == parked_tails_.end()) return;
+  // Only if still a tail, and unused since; a chunk that became a tail
+  // while parked was put back then.
+  if (auto it = state_.find(ino);
+      it != state_.end() && it->second.extensions == 0 && it->second.last_use == parked->second)
+    tails_.insert({parked->second, ino});
+  parked_tails_.erase(parked);
 }
 
 }  // namespace maru

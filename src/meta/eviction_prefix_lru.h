@@ -13,8 +13,6 @@
 // newest blocks are exactly what its next turn reads.)
 #pragma once
 
-#include <set>
-
 #include "meta/eviction_lru.h"
 
 namespace maru {
@@ -29,6 +27,7 @@ class PrefixLruEviction : public LruEviction {
   bool InOrder(const std::function<bool(uint64_t)> &visit) const override;
   void Park(uint64_t ino) override;
   void UnparkAll() override;
+  void Unpark(uint64_t ino) override;
   bool EvictsDescendants() const override { return true; }
   const char *name() const override { return "prefix"; }
 
@@ -48,8 +47,8 @@ class PrefixLruEviction : public LruEviction {
   uint64_t clock_ = 0;
   std::unordered_map<uint64_t, State> state_;
   // The tails (chunks nothing extends) by (last use, ino), oldest first.
-  std::set<std::pair<uint64_t, uint64_t>> tails_;
-  std::vector<std::pair<uint64_t, uint64_t>> parked_tails_;  // taken out of tails_
+  SortedRuns<std::pair<uint64_t, uint64_t>> tails_;
+  std::unordered_map<uint64_t, uint64_t> parked_tails_;  // taken out of tails_: ino -> last use
 };
 
 }  // namespace maru

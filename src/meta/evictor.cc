@@ -24,10 +24,15 @@ Evictor::Evictor(Watermarks watermarks, NamespaceTree *tree, SpaceManager *space
 
 void Evictor::Sealed(const Inode &inode) {
   policy_->OnInsert(inode.ino);
+  // A new version is a use, which puts a parked chunk back in the order;
+  // whether it may go is decided again.
+  if (held_.count(inode.ino)) Recheck(inode.ino, RealtimeNs());
 }
 
 void Evictor::Read(const Inode &inode) {
   policy_->OnAccess(inode.ino);
+  // A read takes a lease: a parked chunk stays out of the order.
+  if (held_.count(inode.ino)) policy_->Park(inode.ino);
 }
 
 void Evictor::SetParent(Inode *inode, uint64_t parent) {
@@ -38,6 +43,7 @@ void Evictor::SetParent(Inode *inode, uint64_t parent) {
   chains_.SetParent(inode->ino, parent);
   if (inode->current) policy_->OnInsert(inode->ino);
   inode->parent_chunk = parent;
+  if (held_.count(inode->ino)) policy_->Park(inode->ino);
 }
 
 void Evictor::Restored(const Inode &inode) {
@@ -46,8 +52,69 @@ void Evictor::Restored(const Inode &inode) {
 }
 
 void Evictor::Removed(const Inode &inode) {
+  Unhold(inode.ino, false);
   if (inode.current) policy_->OnRemove(inode.ino);
   chains_.Remove(inode.ino);
+}
+
+void Evictor::Changed(const Inode &inode) {
+  if (!held_.empty() && held_.count(inode.ino)) Recheck(inode.ino, RealtimeNs());
+}
+
+void Evictor::Unreferenced(uint64_t gen) {
+  if (held_gens_.empty()) return;
+  auto it = held_gens_.find(gen);
+  if (it != held_gens_.end() && space_.refs(gen) == 0) Recheck(it->second, RealtimeNs());
+}
+
+// --- Held chunks --------------------------------------------------------------
+
+void Evictor::Hold(const Inode &inode, int64_t now_ns) {
+  const uint64_t gen = inode.current->gen;
+  const int64_t deadline =
+      inode.pinned && inode.pin_expiry_ns > now_ns ? inode.pin_expiry_ns : int64_t{0};
+  auto it = held_.find(inode.ino);
+  if (it != held_.end() && (it->second.gen != gen || it->second.pin_deadline != deadline)) {
+    Unhold(inode.ino, false);  // forgets the old generation and deadline
+    it = held_.end();
+  }
+  if (it == held_.end()) {
+    held_.emplace(inode.ino, Held{gen, deadline});
+    held_gens_[gen] = inode.ino;
+    if (deadline) pin_deadlines_.emplace(deadline, inode.ino);
+  }
+  policy_->Park(inode.ino);
+}
+
+void Evictor::Unhold(uint64_t ino, bool unpark) {
+  auto it = held_.find(ino);
+  if (it == held_.end()) return;
+  if (auto g = held_gens_.find(it->second.gen); g != held_gens_.end() && g->second == ino)
+    held_gens_.erase(g);
+  auto [first, last] = pin_deadlines_.equal_range(it->second.pin_deadline);
+  for (auto d = first; d != last; ++d)
+    if (d->second == ino) {
+      pin_deadlines_.erase(d);
+      break;
+    }
+  held_.erase(it);
+  if (unpark) policy_->Unpark(ino);
+}
+
+void Evictor::Recheck(uint64_t ino, int64_t now_ns) {
+  const Inode *inode = tree_.Find(ino);
+  if (!inode || !inode->current) return Unhold(ino, false);
+  if (Evictable(*inode, now_ns, 0)) return Unhold(ino, true);
+  Hold(*inode, now_ns);
+}
+
+void Evictor::ReleaseExpiredPins(int64_t now_ns) {
+  while (!pin_deadlines_.empty() && pin_deadlines_.begin()->first <= now_ns) {
+    const uint64_t ino = pin_deadlines_.begin()->second;
+    pin_deadlines_.erase(pin_deadlines_.begin());
+    if (auto it = held_.find(ino); it != held_.end()) it->second.pin_deadline = 0;
+    Recheck(ino, now_ns);
+  }
 }
 
 // --- Choosing and evicting ----------------------------------------------------
@@ -66,8 +133,18 @@ uint64_t Evictor::NextVictim(int64_t now_ns) {
     passed.push_back(ino);
     return false;
   });
-  for (uint64_t ino : passed) policy_->Park(ino);
+  HoldPassed(passed, now_ns);
   return victim;
+}
+
+void Evictor::HoldPassed(const std::vector<uint64_t> &passed, int64_t now_ns) {
+  for (uint64_t ino : passed) {
+    const Inode *inode = tree_.Find(ino);
+    if (inode && inode->current)
+      Hold(*inode, now_ns);
+    else
+      policy_->Park(ino);  // not a chunk (the policy was not told): out for good
+  }
 }
 
 std::vector<uint64_t> Evictor::EvictableDescendants(uint64_t ino, uint64_t spared) const {
@@ -103,26 +180,36 @@ uint64_t Evictor::EvictChunk(const Scope &scope, Inode *inode, const char *reaso
 uint64_t Evictor::EvictBytes(const Scope &scope, uint64_t bytes, const char *reason) {
   uint64_t evicted = 0;
   const int64_t now = RealtimeNs();
+  ReleaseExpiredPins(now);
   while (evicted < bytes) {
     uint64_t victim = NextVictim(now);
     if (!victim) break;
     evicted += EvictChunk(scope, tree_.Find(victim), reason, 0);
   }
-  policy_->UnparkAll();
   return evicted;
 }
 
 Result<std::unordered_set<uint64_t>> Evictor::ChooseVictims(uint64_t shortfall, uint64_t spared) {
   const int64_t now = RealtimeNs();
   std::unordered_set<uint64_t> chosen;
+  std::vector<uint64_t> passed;
   uint64_t covered = 0;
-  if (shortfall > 0)
+  if (shortfall > 0) {
+    ReleaseExpiredPins(now);
     policy_->InOrder([&](uint64_t ino) {
+      // The spared chunk may go once this operation is done: skipped, not held.
+      if (ino == spared || chosen.count(ino)) return true;
       const Inode *inode = tree_.Find(ino);
-      if (!inode || !Evictable(*inode, now, spared) || !chosen.insert(ino).second) return true;
+      if (!inode || !Evictable(*inode, now, 0)) {
+        passed.push_back(ino);
+        return true;
+      }
+      chosen.insert(ino);
       covered += TotalLength(inode->current->extents);
       return covered < shortfall;
     });
+    HoldPassed(passed, now);
+  }
   if (covered < shortfall) {
     LOG_DEBUG("no room: %lu free, %lu retired, %zu chosen covering %lu of %lu", space_.free_bytes(),
               space_.retired_bytes(), chosen.size(), covered, shortfall);

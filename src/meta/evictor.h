@@ -7,6 +7,13 @@
 // engine tells it when chunks are sealed, read, re-parented, restored and
 // removed.
 //
+// Chunks that may not go (leased, pinned, being rewritten) are kept out of
+// the policy's order once an eviction meets them (parked), and put back in
+// their place when the engine says what held them is gone (Changed,
+// Unreferenced) or their pin's deadline passes. So a create on a full pool
+// costs O(victims x log n) however many chunks are held, not a walk past
+// them each time.
+//
 // Evicting is removing a file, which only the engine can do (sessions,
 // pins, reservations, its transaction). So each eviction call is handed a
 // Scope: how to remove a chunk within the calling operation's transaction,
@@ -18,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -53,6 +61,12 @@ class Evictor {
   void SetParent(Inode *inode, uint64_t parent);
   void Restored(const Inode &inode);
   void Removed(const Inode &inode);
+  // A chunk's pin or reservation may have changed (the engine's
+  // transaction marked it dirty): a parked chunk that may go now goes back.
+  void Changed(const Inode &inode);
+  // A reference on generation `gen` was dropped (a lease released, a
+  // writer gone): the chunk whose sealed version it is may go now.
+  void Unreferenced(uint64_t gen);
 
   // Whether `inode` may be evicted now. `spared` (0: none) is the chunk the
   // current operation works on, which must not be evicted under it.
@@ -76,8 +90,19 @@ class Evictor {
   Evictor(Watermarks watermarks, NamespaceTree *tree, SpaceManager *space);
 
   // The policy's next victim that may go; 0 if none. Parks the chunks it
-  // passes, which may not go and will not while this eviction runs.
+  // passes, which may not go.
   uint64_t NextVictim(int64_t now_ns);
+  // Holds the chunks a walk passed because they may not go.
+  void HoldPassed(const std::vector<uint64_t> &passed, int64_t now_ns);
+  // Takes `inode`, which may not go, out of the policy's order until
+  // Changed or Unreferenced finds it may.
+  void Hold(const Inode &inode, int64_t now_ns);
+  // Forgets a held chunk; with `unpark`, returns it to its place.
+  void Unhold(uint64_t ino, bool unpark);
+  // Rechecks a held chunk; puts it back if it may go now.
+  void Recheck(uint64_t ino, int64_t now_ns);
+  // Puts back the held chunks whose pin expired by `now_ns`.
+  void ReleaseExpiredPins(int64_t now_ns);
   // Victims covering `shortfall` bytes, chosen in one walk of the policy's
   // order; ENOSPC if they cannot.
   Result<std::unordered_set<uint64_t>> ChooseVictims(uint64_t shortfall, uint64_t spared);
@@ -96,6 +121,15 @@ class Evictor {
   std::unique_ptr<EvictionPolicy> policy_;  // reads chains_
   uint64_t evictions_ = 0, evicted_bytes_ = 0;
   std::map<std::string, uint64_t> evictions_by_reason_;
+  // The parked chunks, by ino and by generation (for Unreferenced), and
+  // the deadlines of their pins. Only held chunks are here.
+  struct Held {
+    uint64_t gen;          // its sealed generation when parked
+    int64_t pin_deadline;  // 0: none that will pass by itself
+  };
+  std::unordered_map<uint64_t, Held> held_;
+  std::unordered_map<uint64_t, uint64_t> held_gens_;  // gen -> ino
+  std::multimap<int64_t, uint64_t> pin_deadlines_;    // deadline -> ino
 };
 
 }  // namespace maru

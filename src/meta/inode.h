@@ -6,8 +6,10 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "alloc/extent.h"
 #include "maru.pb.h"
@@ -16,35 +18,124 @@ namespace maru {
 
 // One generation of a file's content. Generations are unique across the
 // whole server, so a generation names a set of extents unambiguously.
+// (Fields ordered so that none pads.)
 struct Version {
   uint64_t gen = 0;
   uint64_t size = 0;
   ExtentList extents;
   rpc::ChecksumType checksum_type = rpc::CHECKSUM_NONE;
+  uint32_t writer_uid = 0;  // reservations only
   uint64_t checksum = 0;
   uint64_t writer_session = 0;  // reservations only
-  uint32_t writer_uid = 0;      // reservations only
   uint64_t request_id = 0;      // reservations only
   int64_t created_ns = 0;
   uint32_t parts = 0;      // layer-wise: written in this many equal parts (0, 1: one)
   uint32_t published = 0;  // reservations only: parts published so far (not persisted)
 };
 
+// An optional value kept on the heap: one pointer where it is absent,
+// which it is for almost every inode (a reservation being written). Reads
+// like std::optional.
+template <typename T>
+class Boxed {
+ public:
+  Boxed() = default;
+  Boxed(Boxed &&) noexcept = default;
+  Boxed &operator=(Boxed &&) noexcept = default;
+  Boxed(const Boxed &o) : p_(o.p_ ? std::make_unique<T>(*o.p_) : nullptr) {}
+  Boxed &operator=(const Boxed &o) {
+    if (this != &o) p_ = o.p_ ? std::make_unique<T>(*o.p_) : nullptr;
+    return *this;
+  }
+  Boxed &operator=(T v) {
+    p_ = std::make_unique<T>(std::move(v));
+    return *this;
+  }
+  explicit operator bool() const { return p_ != nullptr; }
+  bool has_value() const { return p_ != nullptr; }
+  T *operator->() { return p_.get(); }
+  const T *operator->() const { return p_.get(); }
+  T &operator*() { return *p_; }
+  const T &operator*() const { return *p_; }
+  void reset() { p_.reset(); }
+
+ private:
+  std::unique_ptr<T> p_;
+};
+
+// A directory's entries: name -> inode number, in name order. A name is a
+// view of the child inode's own `name`, which does not change while it is
+// linked (and an Inode never moves), so each name is stored once. A file
+// has no entries and pays one pointer for them.
+class DirEntries {
+ public:
+  using Map = std::map<std::string_view, uint64_t, std::less<>>;
+  using const_iterator = Map::const_iterator;
+  using const_reverse_iterator = Map::const_reverse_iterator;
+
+  DirEntries() = default;
+  DirEntries(DirEntries &&) noexcept = default;
+  DirEntries &operator=(DirEntries &&) noexcept = default;
+  DirEntries(const DirEntries &o) : map_(o.map_ ? std::make_unique<Map>(*o.map_) : nullptr) {}
+  DirEntries &operator=(const DirEntries &o) {
+    if (this != &o) map_ = o.map_ ? std::make_unique<Map>(*o.map_) : nullptr;
+    return *this;
+  }
+
+  const_iterator begin() const { return map().begin(); }
+  const_iterator end() const { return map().end(); }
+  const_reverse_iterator rbegin() const { return map().rbegin(); }
+  const_reverse_iterator rend() const { return map().rend(); }
+  const_iterator find(std::string_view name) const { return map().find(name); }
+  const_iterator upper_bound(std::string_view name) const { return map().upper_bound(name); }
+  size_t count(std::string_view name) const { return map().count(name); }
+  bool empty() const { return map().empty(); }
+  size_t size() const { return map().size(); }
+  // `name` must view the child's own name (Inode::name).
+  void Set(std::string_view name, uint64_t ino) {
+    if (!map_) map_ = std::make_unique<Map>();
+    auto [it, added] = map_->try_emplace(name, ino);
+    if (added) return;
+    // The key views the name of the child it named, which may go away.
+    auto node = map_->extract(it);
+    node.key() = name;
+    node.mapped() = ino;
+    map_->insert(std::move(node));
+  }
+  // Set, unless `name` is taken; false then.
+  bool Add(std::string_view name, uint64_t ino) {
+    if (!map_) map_ = std::make_unique<Map>();
+    return map_->try_emplace(name, ino).second;
+  }
+  void erase(const_iterator it) {
+    map_->erase(it);
+    if (map_->empty()) map_.reset();
+  }
+
+ private:
+  const Map &map() const {
+    static const Map kNone;
+    return map_ ? *map_ : kNone;
+  }
+  std::unique_ptr<Map> map_;
+};
+
+// (Fields ordered so that none pads: this is most of a chunk's memory.)
 struct Inode {
   uint64_t ino = 0;
   uint64_t parent = 0;
   std::string name;
   uint32_t mode = 0;
   uint32_t uid = 0, gid = 0;
+  uint32_t subdirs = 0;  // directories only: for nlink
   int64_t atime_ns = 0, mtime_ns = 0, ctime_ns = 0;
   std::optional<Version> current;  // sealed content
-  std::optional<Version> pending;  // reservation being written
+  Boxed<Version> pending;          // reservation being written
   uint64_t parent_chunk = 0;
-  bool pinned = false;
   int64_t pin_expiry_ns = 0;
   uint64_t hits = 0;
-  std::map<std::string, uint64_t, std::less<>> children;  // directories only
-  uint32_t subdirs = 0;                                   // directories only: for nlink
+  DirEntries children;  // directories only
+  bool pinned = false;
 
   bool is_dir() const { return S_ISDIR(mode); }
   bool is_file() const { return S_ISREG(mode); }

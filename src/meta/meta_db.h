@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "schema.pb.h"
@@ -19,10 +20,58 @@ class WriteBatch;
 
 namespace maru {
 
+// Serialized records back to back, decoded one at a time by whoever reads
+// them: a load of ten million inodes holds their bytes (about 100 each)
+// rather than ten million decoded messages (several heap objects each).
+template <typename Message>
+class Records {
+ public:
+  void Add(std::string_view bytes) {
+    offsets_.push_back(data_.size());
+    data_.append(bytes);
+  }
+  size_t size() const { return offsets_.size(); }
+  bool empty() const { return offsets_.empty(); }
+  std::string_view bytes(size_t i) const {
+    const size_t end = i + 1 < offsets_.size() ? offsets_[i + 1] : data_.size();
+    return std::string_view(data_).substr(offsets_[i], end - offsets_[i]);
+  }
+  // Decodes record `i` into `out` (reusing what it holds); false if corrupt.
+  bool Parse(size_t i, Message *out) const {
+    const std::string_view b = bytes(i);
+    return out->ParseFromArray(b.data(), static_cast<int>(b.size()));
+  }
+  // Decoded copies, for callers that want messages (tests, tools).
+  class const_iterator {
+   public:
+    const_iterator(const Records *r, size_t i) : r_(r), i_(i) {}
+    Message operator*() const {
+      Message m;
+      r_->Parse(i_, &m);
+      return m;
+    }
+    const_iterator &operator++() {
+      ++i_;
+      return *this;
+    }
+    bool operator!=(const const_iterator &o) const { return i_ != o.i_; }
+
+   private:
+    const Records *r_;
+    size_t i_;
+  };
+  const_iterator begin() const { return {this, 0}; }
+  const_iterator end() const { return {this, size()}; }
+
+ private:
+  std::string data_;
+  std::vector<size_t> offsets_;
+};
+
 class MetaDb {
  public:
   struct Contents {
-    std::vector<schema::Inode> inodes;
+    Records<schema::Inode> inodes;  // not decoded yet: EIO from the reader if one is corrupt
     std::vector<schema::Retired> retired;
     std::optional<schema::PoolIdentity> identity;
     schema::Counters counters;

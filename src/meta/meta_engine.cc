@@ -207,6 +207,7 @@ void MetaEngine::TouchDir(Txn &txn, Inode *dir) {
 void MetaEngine::UnrefGen(Txn &txn, uint64_t gen) {
   quotas_.Unhold(gen);  // a writer letting go of space it held under no name
   space_.Unref(gen, &txn.batch);
+  evictor_->Unreferenced(gen);
 }
 
 // Takes a file's content out of reach: the sealed version is retired, and a
@@ -519,7 +520,7 @@ void MetaEngine::Readdir(const Caller &c, const rpc::ReaddirRequest &req, rpc::R
       const Inode *child = tree_.Find(it->second);
       if (!child) continue;
       rpc::DirEntry *e = rep->add_entries();
-      e->set_name(it->first);
+      e->set_name(std::string(it->first));
       FillAttr(*child, e->mutable_attr());
     }
     rep->set_eof(it == (*dir)->children.end());
@@ -684,7 +685,7 @@ MetaEngine::TxnOp MetaEngine::CreateOp(const Caller &c, const rpc::CreateRequest
     if (!pn.ok()) return pn.status();
     Inode *inode = tree_.Child(*pn->dir, pn->name);
     if (inode) {
-      const std::optional<Version> &p = inode->pending;
+      const Boxed<Version> &p = inode->pending;
       if (p && p->writer_session == session->id && req.request_id() &&
           p->request_id == req.request_id()) {
         FillChunk(*inode, *p, p->gen, rep);  // a retry of a create that went through
@@ -929,6 +930,8 @@ void MetaEngine::Pin(const Caller &c, const rpc::PinRequest &req, rpc::AttrReply
             ? RealtimeNs() +
                   MsToNs(static_cast<int64_t>(std::min<uint64_t>(req.ttl_ms(), INT64_MAX)))
             : 0;
+    if (inode->pin_expiry_ns)
+      next_pin_expiry_ns_ = std::min(next_pin_expiry_ns_, inode->pin_expiry_ns);
     inode->ctime_ns = RealtimeNs();
     txn.Dirty(inode);
     FillAttr(*inode, rep->mutable_attr());
@@ -1045,16 +1048,23 @@ void MetaEngine::Tick() {
     ExpireSession(txn, id);
   }
   const int64_t now = RealtimeNs();
-  tree_.ForEach([&](const Inode &cinode) {
-    if (cinode.pinned && cinode.pin_expiry_ns && cinode.pin_expiry_ns <= now) {
+  if (now >= next_pin_expiry_ns_) {  // else no pin can have expired: no walk
+    int64_t next = INT64_MAX;
+    tree_.ForEach([&](const Inode &cinode) {
+      if (!cinode.pinned || !cinode.pin_expiry_ns) return;
+      if (cinode.pin_expiry_ns > now) {
+        next = std::min(next, cinode.pin_expiry_ns);
+        return;
+      }
       Inode &inode = const_cast<Inode &>(cinode);
       inode.pinned = false;
       inode.pin_expiry_ns = 0;
       --pins_;
       quotas_.Update(inode);
       txn.Dirty(&inode);
-    }
-  });
+    });
+    next_pin_expiry_ns_ = next;
+  }
   evictor_->EvictToLowWatermark(EvictionScope(txn));
   txn.Commit();
 }

@@ -152,7 +152,9 @@ class MetaEngine {
   // --- Start (recovery.cc) ---
   Status Load();
   Status RestoreInodes(MetaDb::Contents &contents, MetaDb::Batch *batch);
-  void AdoptRecords(const MetaDb::Contents &contents, MetaDb::Batch *batch, int64_t now);
+  // Fills `adopted` in record (inode number) order.
+  Status AdoptRecords(const MetaDb::Contents &contents, MetaDb::Batch *batch, int64_t now,
+                      std::vector<Inode *> *adopted);
   void MoveOrphansToLostFound(MetaDb::Batch *batch, int64_t now);
   Status RestoreChunk(Inode &inode);
   Status RestoreRetired(const MetaDb::Contents &contents);
@@ -231,6 +233,9 @@ class MetaEngine {
   int64_t started_ns_ = 0;
   uint64_t reserved_bytes_ = 0;
   uint64_t pins_ = 0;
+  // No pin set to expire expires before this; Tick looks for expired pins
+  // (a walk of every inode) only once it has passed.
+  int64_t next_pin_expiry_ns_ = INT64_MAX;
   // Counters for stats and metrics.
   uint64_t lookups_ = 0, lookup_hits_ = 0;
   uint64_t bytes_stored_ = 0, bytes_loaded_ = 0;

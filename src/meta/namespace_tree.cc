@@ -7,8 +7,7 @@
 namespace maru {
 
 Inode *NamespaceTree::Find(uint64_t ino) const {
-  auto it = inodes_.find(ino);
-  return it == inodes_.end() ? nullptr : it->second.get();
+  return inodes_.Find(ino);
 }
 
 Inode *NamespaceTree::Child(const Inode &dir, std::string_view name) const {
@@ -17,23 +16,17 @@ Inode *NamespaceTree::Child(const Inode &dir, std::string_view name) const {
 }
 
 Inode *NamespaceTree::Adopt(std::unique_ptr<Inode> inode) {
-  Inode *raw = inode.get();
-  inodes_[raw->ino] = std::move(inode);
-  return raw;
+  return inodes_.Insert(std::move(inode));
 }
 
 std::unique_ptr<Inode> NamespaceTree::Release(uint64_t ino) {
-  auto it = inodes_.find(ino);
-  if (it == inodes_.end()) return nullptr;
-  std::unique_ptr<Inode> out = std::move(it->second);
-  inodes_.erase(it);
-  return out;
+  return inodes_.Take(ino);
 }
 
 void NamespaceTree::Link(Inode *dir, Inode *child, const std::string &name) {
   child->parent = dir->ino;
   child->name = name;
-  dir->children[name] = child->ino;
+  dir->children.Set(child->name, child->ino);
   if (child->is_dir()) ++dir->subdirs;
 }
 
@@ -49,16 +42,15 @@ void NamespaceTree::Unlink(Inode *child) {
 
 std::vector<Inode *> NamespaceTree::LinkAll() {
   std::vector<Inode *> orphans;
-  for (auto &[ino, inode] : inodes_) {
-    if (ino == kRootIno) continue;
-    Inode *dir = Find(inode->parent);
-    if (!dir || !dir->is_dir() || dir->children.count(inode->name)) {
-      orphans.push_back(inode.get());
-      continue;
+  inodes_.ForEach([&](Inode &inode) {
+    if (inode.ino == kRootIno) return;
+    Inode *dir = Find(inode.parent);
+    if (!dir || !dir->is_dir() || !dir->children.Add(inode.name, inode.ino)) {
+      orphans.push_back(&inode);
+      return;
     }
-    dir->children[inode->name] = ino;
-    if (inode->is_dir()) ++dir->subdirs;
-  }
+    if (inode.is_dir()) ++dir->subdirs;
+  });
   return orphans;
 }
 

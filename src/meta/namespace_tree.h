@@ -12,6 +12,7 @@
 #include "maru.pb.h"
 #include "meta/access.h"
 #include "meta/inode.h"
+#include "meta/inode_table.h"
 #include "util/status.h"
 
 namespace maru {
@@ -36,6 +37,8 @@ class NamespaceTree {
   Inode *root() const { return Find(kRootIno); }
   Inode *Child(const Inode &dir, std::string_view name) const;
   size_t size() const { return inodes_.size(); }
+  // Room for `n` inodes (at start, before adopting them all).
+  void Reserve(size_t n) { inodes_.Reserve(n); }
 
   // Takes ownership without linking it under a name.
   Inode *Adopt(std::unique_ptr<Inode> inode);
@@ -63,7 +66,7 @@ class NamespaceTree {
 
   template <typename F>
   void ForEach(F &&f) const {
-    for (const auto &[ino, inode] : inodes_) f(*inode);
+    inodes_.ForEach(f);
   }
 
  private:
@@ -73,7 +76,7 @@ class NamespaceTree {
   // EACCES unless `caller` may search every directory above `inode`.
   Status Reachable(const Inode &inode, const Caller &caller) const;
 
-  std::unordered_map<uint64_t, std::unique_ptr<Inode>> inodes_;
+  InodeTable inodes_;
 };
 
 }  // namespace maru

@@ -106,15 +106,18 @@ bool OnReset(const Resets &resets,
 std::map<uint32_t, size_t> DropResetInodes(const Resets &resets, MetaDb::Contents *contents,
                                            MetaDb::Batch *batch) {
   std::map<uint32_t, size_t> dropped;
-  std::vector<schema::Inode> kept;
-  for (schema::Inode &r : contents->inodes) {
-    if (OnReset(resets, r.current().extents()) || OnReset(resets, r.pending().extents())) {
+  Records<schema::Inode> kept;
+  schema::Inode r;
+  for (size_t i = 0; i < contents->inodes.size(); ++i) {
+    // A corrupt record is kept, for the load to refuse it.
+    if (contents->inodes.Parse(i, &r) &&
+        (OnReset(resets, r.current().extents()) || OnReset(resets, r.pending().extents()))) {
       batch->DeleteInode(r.ino());
       const auto &any =
           r.current().extents_size() ? r.current().extents(0) : r.pending().extents(0);
       ++dropped[any.device()];
     } else {
-      kept.push_back(std::move(r));
+      kept.Add(contents->inodes.bytes(i));
     }
   }
   contents->inodes = std::move(kept);
