@@ -358,6 +358,7 @@ class GhostFrequencyPolicy : public SimPolicy {
     state_.erase(it);
   }
   bool Cascades() const override { return false; }
+  void set_weight(double w) { weight_ = w; }
 
  private:
   static constexpr double kDecay = 0.99999;
@@ -406,6 +407,83 @@ class GhostFrequencyPolicy : public SimPolicy {
   uint64_t clock_ = 0;
   std::unordered_map<uint64_t, BlockState> state_;
   std::set<std::pair<double, uint64_t>> order_;
+};
+
+// `ghost-freq` whose weight is chosen online by miniature simulations
+// (Waldspurger et al., "Cache Modeling and Optimization using Miniature
+// Simulations", ATC'17): the blocks whose path hash falls in one of
+// `sample` buckets also run through shadow caches of capacity / sample
+// blocks (metadata only), one per candidate weight, each counting its hits
+// with a decay; every kEvery uses the main policy takes the weight of the
+// shadow that hit most. A shadow sees a use as a read when it holds the
+// block and as a store otherwise (it does not model the prefix rule).
+class MiniSimFrequencyPolicy : public SimPolicy {
+ public:
+  MiniSimFrequencyPolicy(uint64_t capacity, uint64_t sample)
+      : sample_(sample), main_(capacity, GhostFrequencyPolicy::kCarry, 0.25, 0) {
+    const uint64_t small = std::max<uint64_t>(16, capacity / sample_);
+    for (double w : kWeights)
+      shadows_.push_back(
+          {std::make_unique<GhostFrequencyPolicy>(small, GhostFrequencyPolicy::kCarry, w, 0),
+           {},
+           small,
+           0});
+  }
+  void Hit(uint64_t b) override {
+    main_.Hit(b);
+    Shadow(b);
+  }
+  void Insert(uint64_t b, uint64_t parent) override {
+    main_.Insert(b, parent);
+    Shadow(b);
+  }
+  uint64_t Victim() override { return main_.Victim(); }
+  void Erase(uint64_t b) override { main_.Erase(b); }
+  bool Cascades() const override { return false; }
+
+ private:
+  static constexpr uint64_t kEvery = 1000;
+  static constexpr double kDecay = 0.9998;
+  static constexpr double kWeights[] = {0, 0.25, 0.5, 1, 2};
+  struct ShadowCache {
+    std::unique_ptr<GhostFrequencyPolicy> policy;
+    std::unordered_set<uint64_t> held;
+    uint64_t capacity;
+    double score;
+  };
+  static uint64_t Mix(uint64_t x) {  // splitmix64's finaliser
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+  }
+  void Shadow(uint64_t b) {
+    if (Mix(b) % sample_ == 0)
+      for (ShadowCache &s : shadows_) {
+        s.score *= kDecay;
+        if (s.held.count(b)) {
+          s.policy->Hit(b);
+          s.score += 1;
+          continue;
+        }
+        if (s.held.size() >= s.capacity) {
+          const uint64_t victim = s.policy->Victim();
+          s.policy->Erase(victim);
+          s.held.erase(victim);
+        }
+        s.held.insert(b);
+        s.policy->Insert(b, 0);
+      }
+    if (++uses_ % kEvery) return;
+    size_t best = 1;  // 0.25, `frequency`'s, on a tie
+    for (size_t i = 0; i < shadows_.size(); ++i)
+      if (shadows_[i].score > shadows_[best].score) best = i;
+    main_.set_weight(kWeights[best]);
+  }
+
+  uint64_t sample_;
+  GhostFrequencyPolicy main_;
+  std::vector<ShadowCache> shadows_;
+  uint64_t uses_ = 0;
 };
 
 // Recompute cost of a block at `depth` relative to the first block: its
@@ -479,6 +557,8 @@ const std::vector<Candidate> &Candidates() {
              false, false);
        }},
       // Path ghosts, probation, hazard (GhostFrequencyPolicy).
+      {"minisim", [](uint64_t c) { return std::make_unique<MiniSimFrequencyPolicy>(c, 16); }},
+      {"minisim-4", [](uint64_t c) { return std::make_unique<MiniSimFrequencyPolicy>(c, 4); }},
       {"ghost-freq", ghost(GF::kCarry, 0.25, 0)},
       {"ghost-freq-0.5", ghost(GF::kCarry, 0.5, 0)},
       {"ghost-freq-1", ghost(GF::kCarry, 1, 0)},
