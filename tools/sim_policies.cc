@@ -486,6 +486,62 @@ class MiniSimFrequencyPolicy : public SimPolicy {
   uint64_t uses_ = 0;
 };
 
+// Not a policy a server can run: it knows, from the whole trace, how often
+// each block will be referenced, so whether a block will be referenced
+// again (not when). It evicts blocks with no reference left first, least
+// recently used first, then the others by LRU: the ceiling of any policy
+// that predicts reuse perfectly but not its time. With error rates > 0 a
+// prediction is wrong with that probability (a deterministic hash of the
+// block and its use), to see how good a predictor must be.
+class ReuseOraclePolicy : public SimPolicy {
+ public:
+  ReuseOraclePolicy(const std::vector<TraceRequest> &trace, double false_positive,
+                    double false_negative)
+      : false_positive_(false_positive), false_negative_(false_negative) {
+    for (const TraceRequest &r : trace)
+      for (uint64_t b : r.blocks) ++left_[b + 1];
+  }
+  void Hit(uint64_t b) override { Use(b); }
+  void Insert(uint64_t b, uint64_t) override { Use(b); }
+  uint64_t Victim() override { return order_.empty() ? 0 : std::get<2>(*order_.begin()); }
+  void Erase(uint64_t b) override {
+    auto it = at_.find(b);
+    if (it == at_.end()) return;
+    order_.erase(it->second);
+    at_.erase(it);
+  }
+  bool Cascades() const override { return false; }
+
+ private:
+  // A reference the simulator did not pass on (a block after the first
+  // miss that is still cached) is not counted: such a block looks
+  // referenced again until its next call, which errs toward keeping it.
+  void Use(uint64_t b) {
+    Erase(b);
+    uint64_t &left = left_[b];
+    if (left) --left;
+    ++clock_;
+    bool reused = left > 0;
+    const double error = reused ? false_negative_ : false_positive_;
+    if (error > 0 &&
+        static_cast<double>(Mix(b * 0x9e3779b97f4a7c15ULL + clock_) % 1000000) < error * 1e6)
+      reused = !reused;
+    const std::tuple<int, uint64_t, uint64_t> e{reused ? 1 : 0, clock_, b};
+    order_.insert(e);
+    at_[b] = e;
+  }
+  static uint64_t Mix(uint64_t x) {  // splitmix64's finaliser
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+  }
+  double false_positive_, false_negative_;
+  uint64_t clock_ = 0;
+  std::unordered_map<uint64_t, uint64_t> left_;          // references still to come
+  std::set<std::tuple<int, uint64_t, uint64_t>> order_;  // (reused later, last use, block)
+  std::unordered_map<uint64_t, std::tuple<int, uint64_t, uint64_t>> at_;
+};
+
 // Recompute cost of a block at `depth` relative to the first block: its
 // 512 tokens' weights plus attention over everything before them
 // (RecomputeCost of Llama-3.1-8B).
@@ -578,6 +634,11 @@ const std::vector<Candidate> &Candidates() {
 }
 
 }  // namespace
+
+std::unique_ptr<SimPolicy> MakeReuseOracle(const std::vector<TraceRequest> &trace,
+                                           double false_positive, double false_negative) {
+  return std::make_unique<ReuseOraclePolicy>(trace, false_positive, false_negative);
+}
 
 std::vector<std::string> CandidatePolicyNames() {
   std::vector<std::string> names;
