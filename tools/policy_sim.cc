@@ -1,5 +1,6 @@
 #include "policy_sim.h"
 
+#include <cstring>
 #include <unordered_set>
 
 #include "meta/eviction_policy.h"
@@ -9,6 +10,8 @@ namespace maru::bench {
 namespace {
 
 constexpr uint64_t kTokensPerBlock = 512;
+// Knows the trace, so only SimulatePolicy can make it.
+constexpr const char *kReuseOracle = "reuse-oracle";
 
 // One of the server's policies, told what the Evictor tells it: reads,
 // seals (after the chains know the parent), removals (before the chains
@@ -56,6 +59,7 @@ RecomputeCost Llama8BCost() {
 std::vector<std::string> SimPolicyNames() {
   std::vector<std::string> names = EvictionPolicyNames();
   for (const std::string &n : CandidatePolicyNames()) names.push_back(n);
+  names.push_back(kReuseOracle);
   return names;
 }
 
@@ -70,10 +74,32 @@ Result<std::unique_ptr<SimPolicy>> MakeSimPolicy(const std::string &name, const 
   return MakeCandidatePolicy(name, chains, capacity);
 }
 
+namespace {
+
+// MakeSimPolicy, or reuse-oracle[-fp|-fn][-PCT], which needs the trace.
+Result<std::unique_ptr<SimPolicy>> MakeAnyPolicy(const std::vector<TraceRequest> &trace,
+                                                 const std::string &name, const ChunkChains &chains,
+                                                 uint64_t capacity) {
+  if (name.rfind(kReuseOracle, 0) != 0) return MakeSimPolicy(name, chains, capacity);
+  std::string rest = name.substr(strlen(kReuseOracle));
+  bool false_positives = true, false_negatives = true;
+  if (rest.rfind("-fp", 0) == 0 || rest.rfind("-fn", 0) == 0) {
+    (rest[2] == 'p' ? false_negatives : false_positives) = false;
+    rest = rest.substr(3);
+  }
+  char *end = nullptr;
+  const double error = rest.empty() ? 0 : strtod(rest.c_str() + 1, &end) / 100;
+  if (!rest.empty() && (rest[0] != '-' || *end || !(error >= 0 && error <= 1)))
+    return Status::Error(EINVAL, "reuse-oracle[-fp|-fn]-PCT: '" + rest + "' is not a percentage");
+  return MakeReuseOracle(trace, false_positives ? error : 0, false_negatives ? error : 0);
+}
+
+}  // namespace
+
 Result<PolicyFigures> SimulatePolicy(const std::vector<TraceRequest> &trace, uint64_t capacity,
                                      const std::string &name, const RecomputeCost &cost) {
   ChunkChains chains;
-  Result<std::unique_ptr<SimPolicy>> made = MakeSimPolicy(name, chains, capacity);
+  Result<std::unique_ptr<SimPolicy>> made = MakeAnyPolicy(trace, name, chains, capacity);
   if (!made.ok()) return made.status();
   SimPolicy &policy = **made;
   std::unordered_set<uint64_t> cached;

@@ -20,4 +20,12 @@ Result<std::unique_ptr<SimPolicy>> MakeCandidatePolicy(const std::string &name,
                                                        const ChunkChains &chains,
                                                        uint64_t capacity);
 
+// "reuse-oracle[-fp|-fn][-PCT]": knows from `trace` whether each block will
+// be referenced again (not when), but says "again" of a block that will
+// not be with probability `false_positive` (-fp), "not again" of one that
+// will with `false_negative` (-fn), both without either; an offline
+// ceiling, named by SimulatePolicy only.
+std::unique_ptr<SimPolicy> MakeReuseOracle(const std::vector<TraceRequest> &trace,
+                                           double false_positive, double false_negative);
+
 }  // namespace maru::bench
