@@ -26,7 +26,10 @@ class MetaEngine::Txn {
   }
   Status Commit() {
     for (uint64_t ino : dirty_)
-      if (const Inode *inode = engine_->tree_.Find(ino)) batch.PutInode(ToRecord(*inode));
+      if (const Inode *inode = engine_->tree_.Find(ino)) {
+        batch.PutInode(ToRecord(*inode));
+        if (engine_->index_) engine_->index_->Changed(*inode);
+      }
     dirty_.clear();
     if (batch.empty()) return Status::Ok();
     Status s = engine_->db_->Write(batch);

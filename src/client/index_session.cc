@@ -1,0 +1,44 @@
+#include "client/index_session.h"
+
+#include "util/path.h"
+
+namespace maru {
+
+IndexSession::IndexSession(MetaClient *client, bool enabled) : client_(client), enabled_(enabled) {}
+
+IndexReader *IndexSession::Current() {
+  IndexReader *r = current_.load(std::memory_order_acquire);
+  if (r && r->Live()) return r;
+  if (!enabled_) return nullptr;
+  // Not live: the server restarted or took the region back. The session
+  // reply names the new one only after a resume; look once per resume.
+  const uint64_t epoch = client_->resume_epoch();
+  if (seen_epoch_.load() == epoch) return nullptr;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (seen_epoch_.load() == epoch) return current_.load();
+  const rpc::OpenSessionReply info = client_->session_info();
+  seen_epoch_.store(epoch);
+  r = current_.load();
+  if (r && r->instance() == info.index_instance() && r->region() == info.index_region() &&
+      r->token() == info.index_token())
+    return r->Live() ? r : nullptr;
+  std::unique_ptr<IndexReader> fresh = IndexReader::Attach(info);
+  if (!fresh) return nullptr;
+  r = fresh.get();
+  readers_.push_back(std::move(fresh));
+  current_.store(r, std::memory_order_release);
+  return r;
+}
+
+bool CanonicalPath(const char *path, std::string *out) {
+  thread_local std::vector<std::string_view> parts;
+  if (!path || !SplitPathViews(path, &parts).ok() || parts.empty()) return false;
+  out->clear();
+  for (std::string_view p : parts) {
+    out->push_back('/');
+    out->append(p);
+  }
+  return true;
+}
+
+}  // namespace maru
