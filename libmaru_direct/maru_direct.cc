@@ -33,8 +33,8 @@ using Stub = maru::rpc::Meta::Stub;
 
 struct maru_handle {
   std::unique_ptr<MetaClient> client;
-  std::unique_ptr<maru::PoolMap> pool;       // the pool is mapped here
-  std::unique_ptr<maru::RemotePool> remote;  // or reached through agents
+  std::unique_ptr<maru::PoolMap> pool;        // the pool is mapped here
+  std::unique_ptr<maru::RemotePool> remote;   // or reached through agents
   std::unique_ptr<maru::IndexSession> index;  // lookups without a message, where allowed
   std::atomic<uint64_t> next_request{1};
 };

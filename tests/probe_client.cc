@@ -4,6 +4,7 @@
 // success and exits non-zero when the server did not answer what it expects.
 //
 //   probe_client ADDRESS CMD ARGS...
+//     mkdir PATH MODE              make a directory with MODE (octal)
 //     create-seal PATH SIZE        create PATH (mode 0644) and seal it at SIZE
 //                                  without writing a byte
 //     lookup-repeat PATH N ERR     one LookupPrefix naming PATH N times must
@@ -111,6 +112,15 @@ int main(int argc, char **argv) {
   if (int err = OpenSession(stub.get(), open, &session))
     return Fail("open session: " + std::to_string(err));
   if (op == "create-seal") return CreateSeal(stub.get(), session, arg(1), num(2));
+  if (op == "mkdir") {
+    maru::rpc::MkdirRequest req;
+    req.mutable_header()->set_session(session);
+    req.mutable_ref()->set_path(arg(1));
+    req.set_mode(static_cast<uint32_t>(strtoul(arg(2).c_str(), nullptr, 8)));
+    maru::rpc::AttrReply rep;
+    int err = Call(stub.get(), &Meta::Stub::Mkdir, req, &rep);
+    return err ? Fail("mkdir: " + std::to_string(err)) : 0;
+  }
   const int n = static_cast<int>(num(2)), want = static_cast<int>(num(3));
   if (op == "lookup-repeat") return LookupRepeat(stub.get(), session, arg(1), n, want);
   if (op == "open-until") return OpenUntil(stub.get(), session, arg(1), n, want);

@@ -9,7 +9,8 @@ void MetaEngine::StartIndex() {
   IndexOptions o = options_.index_options;
   if (o.path.empty()) o.path = DefaultIndexPath(options_.pool_paths.front(), pool_uuid_);
   const uint64_t units = space_.unit() ? space_.capacity() / space_.unit() : 0;
-  Result<std::unique_ptr<ShmIndex>> made = ShmIndex::Create(o, options_.pool_paths.front(), units, tree_);
+  Result<std::unique_ptr<ShmIndex>> made =
+      ShmIndex::Create(o, options_.pool_paths.front(), units, tree_);
   if (!made.ok()) {
     LOG_WARN("no shared-memory index (clients will use messages): %s",
              made.status().ToString().c_str());

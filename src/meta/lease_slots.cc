@@ -69,10 +69,12 @@ std::vector<LeaseSlots::Read> LeaseSlots::DrainReads() {
     // The head is the client's word: at most one ring's worth is read.
     const uint64_t head = r->reads_head.load(std::memory_order_acquire);
     uint64_t &from = drained_[region];
-    if (head < from || head - from > index::kRingSize) from = head - std::min<uint64_t>(head, index::kRingSize);
+    if (head < from || head - from > index::kRingSize)
+      from = head - std::min<uint64_t>(head, index::kRingSize);
     for (; from < head; ++from) {
       const index::ReadNote &n = ring[from % index::kRingSize];
-      reads.push_back({n.stamp_ns.load(std::memory_order_relaxed), n.pos.load(std::memory_order_relaxed),
+      reads.push_back({n.stamp_ns.load(std::memory_order_relaxed),
+                       n.pos.load(std::memory_order_relaxed),
                        n.gen.load(std::memory_order_relaxed)});
     }
   }

@@ -276,7 +276,10 @@ void MetaEngine::ExpireSession(Txn &txn, uint64_t id) {
   }
   for (uint64_t gen : s->orphan_gens) UnrefGen(txn, gen);
   std::erase_if(agents_, [&](const auto &a) { return a.second.session == id; });
-  if (index_) index_->DropRegion(id);  // its lease slots end with it
+  if (index_) {
+    index_->DropRegion(id);  // its lease slots end with it: what they held may go
+    space_.Tick(MonotonicNs(), &txn.batch);
+  }
   sessions_.Remove(id);
 }
 
@@ -1027,6 +1030,7 @@ void MetaEngine::Tick() {
     ExpireSession(txn, id);
   }
   NoteIndexReads();
+  if (index_) space_.Tick(mono, &txn.batch);  // slot leases end without a message
   const int64_t now = RealtimeNs();
   tree_.ForEach([&](const Inode &cinode) {
     if (cinode.pinned && cinode.pin_expiry_ns && cinode.pin_expiry_ns <= now) {

@@ -23,7 +23,8 @@ Status Errno(const std::string &what) {
 
 uint64_t Random64() {
   uint64_t v = 0;
-  if (getrandom(&v, sizeof(v), 0) != sizeof(v)) v = static_cast<uint64_t>(getpid()) * 0x9e3779b97f4a7c15;
+  if (getrandom(&v, sizeof(v), 0) != sizeof(v))
+    v = static_cast<uint64_t>(getpid()) * 0x9e3779b97f4a7c15;
   return v;
 }
 
@@ -217,7 +218,8 @@ void ShmIndex::Publish(const Inode &file) {
     index::EntryData old{};
     uint64_t seq;
     index::ReadEntry(entry(it->second), &old, &seq);  // the only writer: always stable
-    if (old.key[0] == key[0] && old.key[1] == key[1]) return index::WriteEntry(&entry(it->second), d);
+    if (old.key[0] == key[0] && old.key[1] == key[1])
+      return index::WriteEntry(&entry(it->second), d);
     Remove(it->second);  // renamed: the old path goes first
     by_gen_.erase(it);
   }

@@ -40,8 +40,8 @@ class ShmIndex {
   // readers let go) with an empty one; the file gets the pool file's group
   // and at most its mode (without x): it opens no door the pool does not.
   static Result<std::unique_ptr<ShmIndex>> Create(const IndexOptions &options,
-                                                  const std::string &pool_path,
-                                                  uint64_t pool_units, const NamespaceTree &tree);
+                                                  const std::string &pool_path, uint64_t pool_units,
+                                                  const NamespaceTree &tree);
   // Marks the index dead and removes it: clients fall back to messages.
   ~ShmIndex();
 
