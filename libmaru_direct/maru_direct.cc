@@ -249,8 +249,9 @@ constexpr int kAskServer = 1;
 // or -EACCES when the index proves the server would refuse, kAskServer
 // when it cannot tell (or the entry changed while it was leased).
 int OpenFromIndex(maru_t *m, maru::IndexReader *ix, const char *path, maru_chunk_t **out) {
-  thread_local std::string canonical;
-  if (!maru::CanonicalPath(path, &canonical)) return kAskServer;
+  thread_local std::string scratch;
+  const std::string_view canonical = maru::CanonicalPath(path, &scratch);
+  if (canonical.empty()) return kAskServer;
   maru::IndexReader::Hit hit;
   switch (ix->Lookup(canonical, &hit)) {
     case maru::IndexReader::Found::kMiss:
@@ -292,8 +293,9 @@ int OpenFromIndex(maru_t *m, maru::IndexReader *ix, const char *path, maru_chunk
 
 // OpenFromIndex without the lease: 0 for a chunk the server would count.
 int CountFromIndex(maru::IndexReader *ix, const char *path) {
-  thread_local std::string canonical;
-  if (!maru::CanonicalPath(path, &canonical)) return kAskServer;
+  thread_local std::string scratch;
+  const std::string_view canonical = maru::CanonicalPath(path, &scratch);
+  if (canonical.empty()) return kAskServer;
   maru::IndexReader::Hit hit;
   switch (ix->Lookup(canonical, &hit)) {
     case maru::IndexReader::Found::kHit:

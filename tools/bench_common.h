@@ -55,5 +55,6 @@ int RunSuite(int argc, char **argv);
 int RunFill(int argc, char **argv);
 int RunScale(int argc, char **argv);
 int RunQuota(int argc, char **argv);
+int RunOps(int argc, char **argv);
 
 }  // namespace maru::bench

@@ -16,13 +16,15 @@ int main(int argc, char **argv) {
   if (cmd == "fill") return RunFill(argc, argv);
   if (cmd == "scale") return RunScale(argc, argv);
   if (cmd == "quota") return RunQuota(argc, argv);
+  if (cmd == "ops") return RunOps(argc, argv);
   if (cmd == "--help" || cmd == "-h") {
     puts(
         "Usage: maru-bench COMMAND [OPTIONS]\n"
         "Benchmarks Maru; every command takes --help.\n\n"
         "Commands:\n"
         "  chunks   store/load throughput of whole chunks, as ratios to memcpy\n"
-        "  lookup   latency of batched prefix lookups\n"
+        "  lookup   latency of batched prefix lookups (index and by message)\n"
+        "  ops      open + release of one chunk in threads and processes (index and by message)\n"
         "  batch    per-key cost of batched store and exists calls against one by one\n"
         "  replay   replay a Mooncake-format KV-cache trace: hit ratios and requests/s\n"
         "  share    one producer, N consumer processes sharing chunks (Maru or Redis)\n"

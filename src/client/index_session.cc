@@ -30,15 +30,19 @@ IndexReader *IndexSession::Current() {
   return r;
 }
 
-bool CanonicalPath(const char *path, std::string *out) {
+std::string_view CanonicalPath(const char *path, std::string *scratch) {
+  // Valid paths (CheckPath) differ from the canonical form only by repeated
+  // or trailing slashes: most have none and are used as they are.
+  const std::string_view p(path);
+  if (p.size() > 1 && p.back() != '/' && p.find("//") == std::string_view::npos) return p;
   thread_local std::vector<std::string_view> parts;
-  if (!path || !SplitPathViews(path, &parts).ok() || parts.empty()) return false;
-  out->clear();
-  for (std::string_view p : parts) {
-    out->push_back('/');
-    out->append(p);
+  if (!SplitPathViews(p, &parts).ok() || parts.empty()) return {};
+  scratch->clear();
+  for (std::string_view part : parts) {
+    scratch->push_back('/');
+    scratch->append(part);
   }
-  return true;
+  return *scratch;
 }
 
 }  // namespace maru

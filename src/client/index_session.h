@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "client/index_reader.h"
@@ -34,8 +35,9 @@ class IndexSession {
   std::vector<std::unique_ptr<IndexReader>> readers_;
 };
 
-// The canonical form of an absolute path as the server names it ("/a/b"),
-// or false if it is not a valid chunk path.
-bool CanonicalPath(const char *path, std::string *out);
+// The canonical form ("/a/b", as the server names it) of a path that
+// passed CheckPath: the path itself, or built in `scratch`; empty if the
+// path is not valid after all.
+std::string_view CanonicalPath(const char *path, std::string *scratch);
 
 }  // namespace maru

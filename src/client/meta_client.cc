@@ -277,8 +277,9 @@ void MetaClient::ReleaseLease(uint64_t handle) {
     auto it = tracked_.find(handle);
     if (it == tracked_.end()) return;
     const uint64_t lease = it->second.lease;
-    if (lease && !IsSlotLease(lease)) to_release_.push_back(lease);
     tracked_.erase(it);
+    if (IsSlotLease(lease)) return;  // its slot was cleared: no message
+    if (lease) to_release_.push_back(lease);
     flush_now = to_release_.size() >= kReleaseBatch || !options_.heartbeat;
   }
   if (flush_now) {
