@@ -83,8 +83,8 @@ class IndexTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(server_.Start());
-    setenv("MARU_TIMEOUT_MS", "500", 1);  // a call to a frozen server fails fast
-    setenv("MARU_RETRY_MS", "500", 1);
+    setenv("MARU_TIMEOUT_MS", "2000", 1);  // a call to a frozen server fails, not hangs
+    setenv("MARU_RETRY_MS", "2000", 1);
     ASSERT_EQ(maru_connect(server_.address().c_str(), &m_), 0);
     unsetenv("MARU_TIMEOUT_MS");
     unsetenv("MARU_RETRY_MS");
