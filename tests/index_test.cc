@@ -263,7 +263,7 @@ TEST_F(IndexTest, AChunkYouMayNotOpenYouCannotLookUp) {
   maru_test::TempDir dir;
   const std::string out = dir.path() + "/out", go = dir.path() + "/go";
   pid_t user = Spawn(
-      "env MARU_TIMEOUT_MS=300 MARU_RETRY_MS=300 " + as_user +
+      "env MARU_TIMEOUT_MS=2000 MARU_RETRY_MS=2000 " + as_user +
           maru_test::ClientCommand(
               server_.address(), "connect + wait-for " + go + " + load /open/public " + size + " " +
                                      pool_.path() + " + lookup 1 /open/public /open/secret"),
