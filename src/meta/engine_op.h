@@ -30,6 +30,7 @@ class MetaEngine::Txn {
         batch.PutInode(ToRecord(*inode));
         if (engine_->index_) engine_->index_->Changed(*inode);
       }
+    if (engine_->index_) engine_->index_->Settle();
     dirty_.clear();
     if (batch.empty()) return Status::Ok();
     Status s = engine_->db_->Write(batch);

@@ -251,9 +251,26 @@ void ShmIndex::Publish(const Inode &file) {
 void ShmIndex::Retiring(uint64_t gen) {
   auto it = by_gen_.find(gen);
   if (it == by_gen_.end()) return;
-  Remove(it->second);
+  // Not a tombstone yet: a reader would take that for "no such chunk"
+  // while a rewrite is about to put the new version in its place.
+  index::EntryData e{};
+  uint64_t seq;
+  index::ReadEntry(entry(it->second), &e, &seq);
+  e.flags |= index::kChanging;
+  index::WriteEntry(&entry(it->second), e);
+  changing_.push_back(it->second);
   by_gen_.erase(it);
   draining_.insert(gen);
+}
+
+void ShmIndex::Settle() {
+  for (uint64_t pos : changing_) {
+    index::EntryData e{};
+    uint64_t seq;
+    index::ReadEntry(entry(pos), &e, &seq);
+    if (e.flags & index::kChanging) Remove(pos);
+  }
+  changing_.clear();
 }
 
 bool ShmIndex::Held(uint64_t gen) {

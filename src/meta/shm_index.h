@@ -8,7 +8,10 @@
 //                   sealed file is entered (or moved, or its mode updated); a
 //                   directory that moved or changed mode refreshes its tree;
 //   Retiring(gen)   before a version's extents may be freed: the version
-//                   leaves the index first, then Held(gen) scans the slots.
+//                   leaves the index first (its entry says "ask the server"
+//                   until the operation's end: a rewrite puts the new
+//                   version there, else Settle() removes it), then
+//                   Held(gen) scans the slots.
 // Entries are written under a per-entry seqlock; the server is the only
 // writer of entries, so the index needs no lock of its own.
 #pragma once
@@ -17,6 +20,7 @@
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include "index_layout.h"
 #include "meta/lease_slots.h"
@@ -49,6 +53,8 @@ class ShmIndex {
   void PublishAll();
   void Changed(const Inode &inode);
   void Retiring(uint64_t gen);
+  // At the end of each operation's commit: entries still changing go.
+  void Settle();
   // True if a client's lease slot holds `gen` (only versions once in the
   // index can be held: others cost nothing).
   bool Held(uint64_t gen);
@@ -91,6 +97,7 @@ class ShmIndex {
   LeaseSlots slots_;
   std::unordered_map<uint64_t, uint64_t> by_gen_;  // version in the index -> its entry
   std::unordered_set<uint64_t> draining_;          // left the index, maybe still in a slot
+  std::vector<uint64_t> changing_;                 // entries marked kChanging this operation
   struct DirState {
     uint64_t parent;
     uint32_t mode;
