@@ -10,6 +10,8 @@
 
 #include "alloc/extent_map.h"
 #include "async_worker.h"
+#include "client/index_reader.h"
+#include "client/index_session.h"
 #include "client/meta_client.h"
 #include "client/pool_map.h"
 #include "maru_direct_internal.h"
@@ -17,8 +19,9 @@
 
 struct maru_handle {
   std::unique_ptr<maru::MetaClient> client;
-  std::unique_ptr<maru::PoolMap> pool;       // the pool is mapped here
-  std::unique_ptr<maru::RemotePool> remote;  // or reached through agents
+  std::unique_ptr<maru::PoolMap> pool;        // the pool is mapped here
+  std::unique_ptr<maru::RemotePool> remote;   // or reached through agents
+  std::unique_ptr<maru::IndexSession> index;  // lookups without a message, where allowed
   std::atomic<uint64_t> next_request{1};
   // Runs the async batches (maru_*_batch_async); started at the first.
   // Last member: stopped before the client and the pool go.
@@ -44,6 +47,9 @@ struct maru_chunk {
   maru::ExtentMap extents;
   std::unique_ptr<maru::StagingCache::Buffer> staging;
   bool remote = false;
+  // Leased through a slot of the shared-memory index (else slot < 0).
+  maru::IndexReader *index = nullptr;
+  int slot = -1;
   // Layer-wise (maru_publish_part, maru_wait_part): parts in all, and how
   // many this handle knows are published; `partial` while a reader's chunk
   // may still be being written.

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "alloc/extent_map.h"
+#include "client/index_session.h"
 #include "client/meta_client.h"
 #include "client/pool_map.h"
 #include "fast_lane.h"
@@ -212,9 +213,87 @@ int Writable(maru_t *m, const maru::rpc::ChunkReply &rep, uint64_t size,
 }
 
 void ReleaseRead(maru_chunk_t *c) {
+  if (c->slot >= 0) c->index->Drop(c->slot, c->gen);  // no message
+  c->slot = -1;
   if (c->lease_handle) c->m->client->ReleaseLease(c->lease_handle);
   c->lease_handle = 0;
   c->lease_watch = {};
+}
+
+// --- The shared-memory index (src/client/index_session.h) ---
+
+// OpenFromIndex's answer when only the server can tell.
+constexpr int kAskServer = 1;
+
+// Opens `path` through the index: 0 with a chunk leased in a slot, -ENOENT
+// or -EACCES when the index proves the server would refuse, kAskServer
+// when it cannot tell (or the entry changed while it was leased).
+int OpenFromIndex(maru_t *m, maru::IndexReader *ix, const char *path, maru_chunk_t **out) {
+  thread_local std::string scratch;
+  const std::string_view canonical = maru::CanonicalPath(path, &scratch);
+  if (canonical.empty()) return kAskServer;
+  maru::IndexReader::Hit hit;
+  switch (ix->Lookup(canonical, &hit)) {
+    case maru::IndexReader::Found::kMiss:
+      return -ENOENT;
+    case maru::IndexReader::Found::kDenied:
+      return -EACCES;
+    case maru::IndexReader::Found::kAsk:
+      return kAskServer;
+    case maru::IndexReader::Found::kHit:
+      break;
+  }
+  const maru::index::EntryData &e = hit.entry;
+  maru::ExtentList extents;
+  for (uint32_t i = 0; i < e.extent_count; ++i)
+    extents.push_back(maru::Extent{static_cast<uint32_t>(e.extents[i].device), e.extents[i].offset,
+                                   e.extents[i].length});
+  auto c = std::unique_ptr<maru_chunk_t>(new (std::nothrow) maru_chunk_t());
+  if (!c) return -ENOMEM;
+  const int slot = ix->Take(hit);
+  if (slot < 0) return kAskServer;
+  maru::Result<uint8_t *> data = m->pool->Address(extents, &c->view);
+  if (!data.ok()) {
+    ix->Drop(slot, e.gen);
+    return kAskServer;
+  }
+  c->m = m;
+  c->ino = e.ino;
+  c->gen = e.gen;
+  c->size = e.size;
+  c->data = *data;
+  c->recorded_type = static_cast<maru::rpc::ChecksumType>(e.checksum_type);
+  c->recorded = e.checksum;
+  c->index = ix;
+  c->slot = slot;
+  c->lease_handle = m->client->TrackSlotLease(c->ino, c->gen, &c->lease_watch);
+  *out = c.release();
+  return 0;
+}
+
+// OpenFromIndex without the lease: 0 for a chunk the server would count.
+int CountFromIndex(maru::IndexReader *ix, const char *path) {
+  thread_local std::string scratch;
+  const std::string_view canonical = maru::CanonicalPath(path, &scratch);
+  if (canonical.empty()) return kAskServer;
+  maru::IndexReader::Hit hit;
+  switch (ix->Lookup(canonical, &hit)) {
+    case maru::IndexReader::Found::kHit:
+      return 0;
+    case maru::IndexReader::Found::kAsk:
+      return kAskServer;
+    default:
+      return -ENOENT;
+  }
+}
+
+// Releases out[0..n) and returns rc: a lookup takes all of its leases or none.
+int ReleaseAll(maru_chunk_t **out, size_t n, int rc) {
+  for (size_t j = 0; j < n; ++j) {
+    maru_release(out[j]);
+    out[j] = nullptr;
+  }
+  return rc;
 }
 
 }  // namespace
@@ -288,6 +367,11 @@ int maru_connect_ex(const char *target, const maru_connect_opts_t *opts, maru_t 
     if (!remote.ok()) return -remote.status().errnum();
     m->remote = std::move(*remote);
   }
+  // The index is read where the pool is mapped, from a local server.
+  const char *use_index = getenv("MARU_INDEX");
+  const bool index_ok = m->pool && m->client->address().rfind("unix://", 0) == 0 &&
+                        !(use_index && strcmp(use_index, "0") == 0);
+  m->index = std::make_unique<maru::IndexSession>(m->client.get(), index_ok);
   *out = m.release();
   return 0;
 }
@@ -342,6 +426,11 @@ int OpenChunk(maru_t *m, const char *path, maru_chunk_t **out,
   if (out) *out = nullptr;
   if (!m || !out) return -EINVAL;
   if (int rc = CheckPath(path); rc < 0) return rc;
+  if (maru::IndexReader *ix = m->index->Current()) {
+    // A refusal from the index is asked again: the server tells which errno.
+    int rc = OpenFromIndex(m, ix, path, out);
+    if (rc == 0 || (rc < 0 && rc != -ENOENT && rc != -EACCES)) return rc;
+  }
   maru::rpc::RefRequest req;
   req.mutable_ref()->set_path(path);
   maru::rpc::ChunkReply rep;
@@ -377,21 +466,37 @@ int maru_lookup_prefix(maru_t *m, const char *const *paths, size_t n, maru_chunk
   if (hits) *hits = 0;
   for (size_t i = 0; out && i < n; ++i) out[i] = nullptr;
   if (!m || (!paths && n) || (!out && n) || !hits) return -EINVAL;
+  for (size_t i = 0; i < n; ++i)
+    if (int rc = CheckPath(paths[i]); rc < 0) return rc;
+  if (n == 0) return 0;
+  // The index first; from the first path only the server can answer, the
+  // server (the rest of the paths, in one message).
+  size_t first = 0;
+  maru::IndexReader *ix = n <= MARU_BATCH_MAX ? m->index->Current() : nullptr;
+  for (; ix && first < n; ++first) {
+    int rc = OpenFromIndex(m, ix, paths[first], &out[first]);
+    if (rc == kAskServer) break;
+    if (rc == -ENOENT || rc == -EACCES) {  // the server would stop here too
+      *hits = first;
+      return 0;
+    }
+    if (rc < 0) return ReleaseAll(out, first, rc);
+  }
+  if (first == n) {
+    *hits = n;
+    return 0;
+  }
   // One arena for the whole call: a lookup of many keys builds many small
   // messages, and the arena frees them at once.
   google::protobuf::Arena arena;
   auto &req = *google::protobuf::Arena::CreateMessage<maru::rpc::LookupPrefixRequest>(&arena);
   auto &rep = *google::protobuf::Arena::CreateMessage<maru::rpc::LookupPrefixReply>(&arena);
-  for (size_t i = 0; i < n; ++i) {
-    if (int rc = CheckPath(paths[i]); rc < 0) return rc;
-    req.add_paths(paths[i]);
-  }
-  if (n == 0) return 0;
+  for (size_t i = first; i < n; ++i) req.add_paths(paths[i]);
   int rc = m->client->LookupPrefix(req, &rep);
-  if (rc < 0) return rc;
+  if (rc < 0) return ReleaseAll(out, first, rc);
   size_t i = 0;
   for (; i < static_cast<size_t>(rep.hits_size()); ++i) {
-    rc = MakeChunk(m, rep.hits(static_cast<int>(i)), false, &out[i]);
+    rc = MakeChunk(m, rep.hits(static_cast<int>(i)), false, &out[first + i]);
     if (rc < 0) break;
   }
   if (rc < 0) {
@@ -401,13 +506,9 @@ int maru_lookup_prefix(maru_t *m, const char *const *paths, size_t n, maru_chunk
       rel.add_leases(rep.hits(static_cast<int>(j)).lease());
     maru::rpc::ErrorReply ignored;
     m->client->Call(&Stub::Release, rel, &ignored);
-    for (size_t j = 0; j < i; ++j) {
-      maru_release(out[j]);
-      out[j] = nullptr;
-    }
-    return rc;
+    return ReleaseAll(out, first + i, rc);
   }
-  *hits = i;
+  *hits = first + i;
   return 0;
 }
 
@@ -498,7 +599,12 @@ int maru_verify(maru_chunk_t *c) {
 
 int maru_lease_check(maru_chunk_t *c) {
   if (!c || c->writing || !c->lease_handle) return -EINVAL;
-  return c->m->client->LeaseHeld(c->lease_watch) ? 0 : -ESTALE;
+  if (!c->m->client->LeaseHeld(c->lease_watch)) return -ESTALE;
+  // A slot lease holds while its index is the server's and its region this
+  // session's; once a resume renewed it as a granted lease, that one counts.
+  if (c->slot >= 0 && MetaClient::IsSlotLease(c->lease_watch.lease->load()) && !c->index->Live())
+    return -ESTALE;
+  return 0;
 }
 
 int maru_release(maru_chunk_t *c) {
@@ -746,17 +852,31 @@ int maru_count_prefix(maru_t *m, const char *const *paths, size_t n, size_t *cou
   if (count) *count = 0;
   if (!m || !count) return -EINVAL;
   if (int rc = CheckBatch(paths, n); rc < 0) return rc;
+  for (size_t i = 0; i < n; ++i)
+    if (int rc = CheckPath(paths[i]); rc < 0) return rc;
+  if (n == 0) return 0;
+  size_t first = 0;
+  if (maru::IndexReader *ix = m->index->Current()) {
+    for (; first < n; ++first) {
+      int rc = CountFromIndex(ix, paths[first]);
+      if (rc == kAskServer) break;
+      if (rc < 0) {
+        *count = first;
+        return 0;
+      }
+    }
+    if (first == n) {
+      *count = n;
+      return 0;
+    }
+  }
   google::protobuf::Arena arena;
   auto &req = *google::protobuf::Arena::CreateMessage<rpc::LookupPrefixRequest>(&arena);
-  for (size_t i = 0; i < n; ++i) {
-    if (int rc = CheckPath(paths[i]); rc < 0) return rc;
-    req.add_paths(paths[i]);
-  }
-  if (n == 0) return 0;
+  for (size_t i = first; i < n; ++i) req.add_paths(paths[i]);
   rpc::CountPrefixReply rep;
   int rc = m->client->CountPrefix(req, &rep);
   if (rc < 0) return rc;
-  *count = std::min<size_t>(rep.count(), n);
+  *count = first + std::min<size_t>(rep.count(), n - first);
   return 0;
 }
 

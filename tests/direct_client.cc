@@ -45,6 +45,8 @@
 //     churn DIR KEYS SIZE SECONDS rewrite random keys DIR/k* with new versions
 //     read-check DIR KEYS SECONDS MIN  read random keys, check each chunk is its own,
 //                                 hold one chunk throughout; at least MIN reads
+//     connect                     connect now, print "connected"
+//     wait-for FILE               wait until FILE exists
 #include <signal.h>
 #include <unistd.h>
 
@@ -276,6 +278,16 @@ int RunCommand(const std::vector<std::string> &cmd) {
     return rc == -static_cast<int>(num(2))
                ? 0
                : Fail("unlink " + arg(1) + " gave " + std::to_string(rc), 32);
+  }
+  if (op == "connect") {
+    M();
+    printf("connected\n");
+    fflush(stdout);
+    return 0;
+  }
+  if (op == "wait-for") {
+    while (access(arg(1).c_str(), F_OK) != 0) usleep(10000);
+    return 0;
   }
   if (op == "lookup") {
     std::vector<const char *> paths;

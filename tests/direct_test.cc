@@ -174,9 +174,11 @@ TEST_F(DirectTest, UnknownServerFailsFast) {
 TEST_F(DirectTest, HungOrDeadServerGivesAnErrnoNotAHang) {
   setenv("MARU_TIMEOUT_MS", "300", 1);
   setenv("MARU_RETRY_MS", "300", 1);
+  setenv("MARU_INDEX", "0", 1);  // opens by message (index_test: opens without one)
   maru_t *m = Connect();
   unsetenv("MARU_TIMEOUT_MS");
   unsetenv("MARU_RETRY_MS");
+  unsetenv("MARU_INDEX");
   ASSERT_EQ(Store(m, "/hang/a", 4096), 0);
   // Freeze the server: the call times out.
   pid_t pid = server_.pid();

@@ -81,6 +81,7 @@ void ForgetOnSignal(const std::string &path) {
 TestPool::TestPool(uint64_t size, uint64_t unit) {
   path_ = "/dev/shm/" + UniqueName("maru-test") + ".pool";
   RemoveOnSignal(path_);
+  RemoveOnSignal(path_ + ".index");  // the server's shared-memory index, after a kill -9
   std::string out;
   int rc = Run(MaructlBinary() + " mkpool " + path_ + " --size " + std::to_string(size) +
                    " --unit " + std::to_string(unit) + " --mode 666",
@@ -94,6 +95,8 @@ TestPool::TestPool(uint64_t size, uint64_t unit) {
 TestPool::~TestPool() {
   unlink(path_.c_str());
   ForgetOnSignal(path_);
+  for (const char *suffix : {".index", ".index.new"}) unlink((path_ + suffix).c_str());
+  ForgetOnSignal(path_ + ".index");
 }
 
 std::string BinDir(const std::string &name) {

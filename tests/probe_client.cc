@@ -8,6 +8,7 @@
 //
 //   probe_client ADDRESS [uid N +] CMD ARGS...
 //   uid N                        become uid/gid N (before connecting)
+//   mkdir PATH MODE              make a directory with MODE (octal)
 //   create-seal PATH SIZE        create PATH (mode 0644) and seal it at SIZE
 //                                without writing a byte
 //   lookup-repeat PATH N ERR     one LookupPrefix naming PATH N times must
@@ -110,6 +111,14 @@ int CreateSeal(Stub *stub, uint64_t session, const std::string &path, uint64_t s
   seal.set_size(size);
   rpc::ChunkReply sealed;
   return Expect("seal", Send(stub, &Stub::Seal, seal, &sealed), 0);
+}
+
+int Mkdir(Stub *stub, uint64_t session, const std::string &path, const std::string &mode) {
+  auto req = With<rpc::MkdirRequest>(session);
+  req.mutable_ref()->set_path(path);
+  req.set_mode(static_cast<uint32_t>(strtoul(mode.c_str(), nullptr, 8)));
+  rpc::AttrReply rep;
+  return Expect("mkdir", Send(stub, &Stub::Mkdir, req, &rep), 0);
 }
 
 int LookupRepeat(Stub *stub, uint64_t session, const std::string &path, int n, uint64_t want) {
@@ -259,6 +268,7 @@ int Run(const std::string &address, const std::vector<std::string> &cmd) {
   if (!session) return 71;
   const int count = static_cast<int>(n[1]);
   if (op == "create-seal") return CreateSeal(stub.get(), session, arg(1), n[1]);
+  if (op == "mkdir") return Mkdir(stub.get(), session, arg(1), arg(2));
   if (op == "lookup-repeat") return LookupRepeat(stub.get(), session, arg(1), count, n[2]);
   if (op == "open-until") return OpenUntil(stub.get(), session, arg(1), count, n[2]);
   if (op == "alloc-until") return AllocUntil(stub.get(), session, n[0], count, n[2]);

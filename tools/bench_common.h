@@ -57,5 +57,6 @@ int RunScale(int argc, char **argv);
 int RunQuota(int argc, char **argv);
 int RunPolicies(int argc, char **argv);
 int RunUcx(int argc, char **argv);
+int RunOps(int argc, char **argv);
 
 }  // namespace maru::bench

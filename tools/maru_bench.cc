@@ -18,13 +18,15 @@ int main(int argc, char **argv) {
   if (cmd == "quota") return RunQuota(argc, argv);
   if (cmd == "policies") return RunPolicies(argc, argv);
   if (cmd == "ucx") return RunUcx(argc, argv);
+  if (cmd == "ops") return RunOps(argc, argv);
   if (cmd == "--help" || cmd == "-h") {
     puts(
         "Usage: maru-bench COMMAND [OPTIONS]\n"
         "Benchmarks Maru; every command takes --help.\n\n"
         "Commands:\n"
         "  chunks   store/load throughput of whole chunks, as ratios to memcpy\n"
-        "  lookup   latency of batched prefix lookups\n"
+        "  lookup   latency of batched prefix lookups (index and by message)\n"
+        "  ops      open + release of one chunk in threads and processes (index and by message)\n"
         "  batch    per-key cost of batched store and exists calls against one by one\n"
         "  replay   replay a Mooncake-format KV-cache trace: hit ratios and requests/s\n"
         "  policies eviction policies side by side, offline: block/token hit, recompute saved\n"

@@ -222,6 +222,18 @@ uint64_t MetaClient::TrackLease(uint64_t lease, uint64_t ino, uint64_t gen) {
   return handle;
 }
 
+uint64_t MetaClient::TrackSlotLease(uint64_t ino, uint64_t gen, LeaseWatch *watch) {
+  watch->lapses = lapses_.load();
+  std::lock_guard<std::mutex> lock(lease_mu_);
+  uint64_t handle = next_handle_++;
+  Tracked &t = tracked_[handle];
+  t.lease.store((uint64_t{1} << 63) | next_slot_lease_++);
+  t.ino = ino;
+  t.gen = gen;
+  watch->lease = &t.lease;
+  return handle;
+}
+
 MetaClient::LeaseWatch MetaClient::WatchLease(uint64_t handle) {
   LeaseWatch watch;
   const bool answered = answered_client_ == this;
@@ -264,8 +276,10 @@ void MetaClient::ReleaseLease(uint64_t handle) {
     std::lock_guard<std::mutex> lock(lease_mu_);
     auto it = tracked_.find(handle);
     if (it == tracked_.end()) return;
-    if (it->second.lease) to_release_.push_back(it->second.lease);
+    const uint64_t lease = it->second.lease;
     tracked_.erase(it);
+    if (IsSlotLease(lease)) return;  // its slot was cleared: no message
+    if (lease) to_release_.push_back(lease);
     flush_now = to_release_.size() >= kReleaseBatch || !options_.heartbeat;
   }
   if (flush_now) {

@@ -92,6 +92,16 @@ class MetaClient {
   // the monotonic clock only: no lock, no round trip.
   bool LeaseHeld(const LeaseWatch &watch) const;
 
+  // A lease taken without a message, in a slot of the shared-memory index
+  // (client/index_reader.h): tracked like a granted one, so that a resume
+  // renews it as a granted lease, and watched from now (no answer granted
+  // it). ReleaseLease() sends no release for it while it is a slot lease.
+  uint64_t TrackSlotLease(uint64_t ino, uint64_t gen, LeaseWatch *watch);
+  // True for the id of a slot lease (not yet renewed as a granted one).
+  static bool IsSlotLease(uint64_t lease) { return lease >> 63; }
+  // Resumes so far: a reader of the index looks again after one.
+  uint64_t resume_epoch() const { return resume_epoch_.load(); }
+
   uint64_t session() const { return session_.load(); }
   // The session's description from the server (devices, timeouts).
   rpc::OpenSessionReply session_info() const;
@@ -148,6 +158,7 @@ class MetaClient {
 
   std::mutex lease_mu_;
   uint64_t next_handle_ = 1;
+  uint64_t next_slot_lease_ = 1;  // ids of slot leases: high bit set, never a server's
   std::unordered_map<uint64_t, Tracked> tracked_;
   std::vector<uint64_t> to_release_;
   std::atomic<bool> release_pending_{false};

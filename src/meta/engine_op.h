@@ -33,7 +33,9 @@ class MetaEngine::Txn {
       if (const Inode *inode = engine_->tree_.Find(ino)) {
         batch.PutInode(ToRecord(*inode));
         engine_->evictor_->Changed(*inode);  // changed after it was marked
+        if (engine_->index_) engine_->index_->Changed(*inode);
       }
+    if (engine_->index_) engine_->index_->Settle();
     dirty_.clear();
     if (batch.empty()) return Status::Ok();
     Status s = engine_->db_->Write(batch);

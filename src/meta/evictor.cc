@@ -122,7 +122,7 @@ void Evictor::ReleaseExpiredPins(int64_t now_ns) {
 bool Evictor::Evictable(const Inode &inode, int64_t now_ns, uint64_t spared) const {
   if (!inode.current || inode.pending || inode.ino == spared) return false;
   if (inode.pinned && (inode.pin_expiry_ns == 0 || inode.pin_expiry_ns > now_ns)) return false;
-  return space_.refs(inode.current->gen) == 0;
+  return !space_.in_use(inode.current->gen);  // leased, or held in an index lease slot
 }
 
 uint64_t Evictor::NextVictim(int64_t now_ns) {

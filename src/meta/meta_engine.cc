@@ -77,6 +77,7 @@ Result<std::unique_ptr<MetaEngine>> MetaEngine::Open(const EngineOptions &option
   if (!evictor.ok()) return evictor.status();
   engine->evictor_ = std::move(*evictor);
   MARU_RETURN_IF_ERROR(engine->Load());
+  if (options.index) engine->StartIndex();
   return engine;
 }
 
@@ -285,10 +286,15 @@ void MetaEngine::ExpireSession(Txn &txn, uint64_t id) {
   }
   for (uint64_t gen : s->orphan_gens) UnrefGen(txn, gen);
   std::erase_if(agents_, [&](const auto &a) { return a.second.session == id; });
+  if (index_) {
+    index_->DropRegion(id);  // its lease slots end with it: what they held may go
+    space_.Tick(MonotonicNs(), &txn.batch);
+  }
   sessions_.Remove(id);
 }
 
 Evictor::Scope MetaEngine::EvictionScope(Txn &txn) {
+  NoteIndexReads();  // the order the evictor reads includes reads without messages
   return Evictor::Scope{[this, &txn](Inode *inode) { RemoveFile(txn, inode); }, &txn.batch};
 }
 
@@ -347,6 +353,7 @@ void MetaEngine::OpenSession(const Caller &c, const rpc::OpenSessionRequest &req
   rep->set_timeout_ms(static_cast<uint32_t>(options_.session_timeout_ms));
   rep->set_pool_uuid(pool_uuid_);
   rep->set_fast_lane(options_.fast_lane);
+  AssignIndexRegion(s, rep);
   for (const SpaceManager::Device &d : space_.devices()) FillDevice(d, rep->add_devices());
 }
 
@@ -1047,6 +1054,8 @@ void MetaEngine::Tick() {
              s->leases.size(), s->reservations.size());
     ExpireSession(txn, id);
   }
+  NoteIndexReads();
+  if (index_) space_.Tick(mono, &txn.batch);  // slot leases end without a message
   const int64_t now = RealtimeNs();
   if (now >= next_pin_expiry_ns_) {  // else no pin can have expired: no walk
     int64_t next = INT64_MAX;

@@ -41,6 +41,7 @@
 #include "meta/quota_table.h"
 #include "meta/records.h"
 #include "meta/session_table.h"
+#include "meta/shm_index.h"
 #include "meta/space_manager.h"
 #include "proto/conversions.h"
 
@@ -63,6 +64,8 @@ struct EngineOptions {
   uint32_t max_fragments = 64;  // extents per chunk before a create fails
   std::string fast_lane;        // the fast lane's socket path, told to clients
   Limits limits;                // what one request and one session may ask (client_limits.h)
+  bool index = true;            // publish the shared-memory index (shm_index.h)
+  IndexOptions index_options;
 };
 
 class MetaEngine {
@@ -134,6 +137,9 @@ class MetaEngine {
   void UnlinkBatch(const Caller &c, const rpc::PathsRequest &req, rpc::ErrorsReply *rep);
   // --- end of issue #13 block ---
 
+  // The shared-memory index, or null (--no-index, or it could not be made).
+  const ShmIndex *shm_index() const { return index_.get(); }
+
   // --- Quotas (issue #12, quota_ops.cc; accounting in meta/quota_table.h) ---
   void SetQuota(const Caller &c, const rpc::SetQuotaRequest &req, rpc::ErrorReply *rep);
   void ListQuotas(const Caller &c, const rpc::StatsRequest &req, rpc::QuotasReply *rep);
@@ -159,6 +165,15 @@ class MetaEngine {
   Status RestoreChunk(Inode &inode);
   Status RestoreRetired(const MetaDb::Contents &contents);
   Session *OrphanedSession(uint64_t id, uint32_t uid);
+
+  // --- The shared-memory index (engine_index.cc) ---
+  // Makes the index, enters every sealed file, and has space_ consult its
+  // lease slots. A failure only leaves clients on messages.
+  void StartIndex();
+  void AssignIndexRegion(Session *s, rpc::OpenSessionReply *rep);
+  // Reads through the index count as opens do (hits, atime, eviction
+  // order); done before any eviction decision.
+  void NoteIndexReads();
 
   // --- Administration (admin_ops.cc) ---
   void FillStats(rpc::StatsReply *rep);
@@ -225,6 +240,7 @@ class MetaEngine {
   LeaseTable leases_;
   SpaceManager space_;
   std::unique_ptr<Evictor> evictor_;  // reads tree_ and space_
+  std::unique_ptr<ShmIndex> index_;   // reads tree_; space_ asks it (OutsideReaders)
   QuotaTable quotas_{tree_};          // who may hold how much; reads tree_
   OpStats op_stats_;
   std::string pool_uuid_;

@@ -47,7 +47,9 @@ struct ServerFlags {
   int64_t max_keys = d.keys_per_call, max_leases = d.leases_per_session,
           max_reservations = d.reservations_per_session, max_pins = d.pins_per_session;
   double high_watermark = 0.95, low_watermark = 0.90;
-  bool sync = false, squash_tcp = true, no_fast_lane = false;
+  bool sync = false, squash_tcp = true, no_fast_lane = false, no_index = false;
+  std::string index_path;
+  int64_t index_entries = 0, index_sessions = 256;
   TcpAuthConfig tcp;
 };
 
@@ -111,6 +113,15 @@ int main(int argc, char **argv) {
                "'authorization: Bearer TOKEN' acts as that user");
   flags.Bool("no-fast-lane", &f.no_fast_lane,
              "serve lookups, opens and releases over gRPC only (no SOCKET.fast)");
+  flags.Bool("no-index", &f.no_index,
+             "publish no shared-memory index (clients look up, open and release by message)");
+  flags.String("index", &f.index_path,
+               "the shared-memory index file (default: POOL.index, or "
+               "/dev/shm/maru-UUID.index for a device)");
+  flags.Int("index-entries", &f.index_entries,
+            "entries of the index, a power of two (0: twice the pool's units)");
+  flags.Int("index-sessions", &f.index_sessions,
+            "sessions that may hold lease slots in the index at once");
   flags.String("metrics-listen", &f.metrics_listen,
                "HOST:PORT to serve Prometheus metrics on at /metrics");
   flags.String("log-level", &f.log_level, "error, warn, info or debug");
@@ -157,6 +168,10 @@ int main(int argc, char **argv) {
   options.limits.leases_per_session = limit(f.max_leases);
   options.limits.reservations_per_session = limit(f.max_reservations);
   options.limits.pins_per_session = limit(f.max_pins);
+  options.index = !f.no_index;
+  options.index_options.path = f.index_path;
+  options.index_options.entries = static_cast<uint64_t>(std::max<int64_t>(0, f.index_entries));
+  options.index_options.regions = limit(std::clamp<int64_t>(f.index_sessions, 1, 65536));
   char *end = nullptr;
   options.root_mode = static_cast<uint32_t>(strtoul(f.root_mode.c_str(), &end, 8));
   if (*end || options.root_mode > 07777) return Fail("--root-mode takes octal permissions");

@@ -75,13 +75,15 @@ uint64_t SpaceManager::Unref(uint64_t gen, MetaDb::Batch *batch) {
   refs_.erase(it);
   auto retired = retired_.find(gen);
   if (retired == retired_.end() || in_grace(MonotonicNs())) return 0;
+  if (outside_.held && outside_.held(gen)) return 0;  // freed by a later Tick
   return FreeRetired(retired, batch);
 }
 
 uint64_t SpaceManager::Retire(uint64_t gen, const ExtentList &extents, MetaDb::Batch *batch,
                               const Version *writing, uint64_t ino) {
   if (extents.empty()) return 0;
-  if (refs(gen) == 0 && !in_grace(MonotonicNs())) {
+  if (outside_.retiring) outside_.retiring(gen);
+  if (!in_use(gen) && !in_grace(MonotonicNs())) {
     FreeNow(extents);
     return TotalLength(extents);
   }
@@ -130,7 +132,7 @@ uint64_t SpaceManager::Tick(int64_t now_mono_ns, MetaDb::Batch *batch) {
   uint64_t freed = 0;
   for (auto it = retired_.begin(); it != retired_.end();) {
     auto next = std::next(it);
-    if (refs(it->first) == 0) freed += FreeRetired(it, batch);
+    if (!in_use(it->first)) freed += FreeRetired(it, batch);
     it = next;
   }
   return freed;

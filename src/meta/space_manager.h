@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <unordered_map>
 #include <vector>
@@ -48,6 +49,17 @@ class SpaceManager {
   // the last. Returns the bytes freed.
   uint64_t Unref(uint64_t gen, MetaDb::Batch *batch);
   uint32_t refs(uint64_t gen) const;
+  // Readers the server does not count (the index's lease slots, ShmIndex):
+  // `retiring` takes a version out of their reach before it is retired,
+  // `held` says whether one of them still reads it. A held version is
+  // neither freed nor evicted.
+  struct OutsideReaders {
+    std::function<void(uint64_t gen)> retiring;
+    std::function<bool(uint64_t gen)> held;
+  };
+  void set_outside_readers(OutsideReaders r) { outside_ = std::move(r); }
+  // Referenced here or held outside.
+  bool in_use(uint64_t gen) const { return refs(gen) > 0 || (outside_.held && outside_.held(gen)); }
   // Retires a version (see above). Returns the bytes freed now. A
   // reservation retired under its writer names the writer, so that the
   // writer's reference survives a restart. `ino` is the file it was a
@@ -85,6 +97,7 @@ class SpaceManager {
   std::unordered_map<uint64_t, uint64_t> retired_ino_;  // gen -> its file, where it had one
   uint64_t retired_bytes_ = 0;
   int64_t grace_until_ns_ = 0;
+  OutsideReaders outside_;
 };
 
 }  // namespace maru

@@ -1,0 +1,155 @@
+#include "client/index_reader.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "util/clock.h"
+
+namespace maru {
+
+std::unique_ptr<IndexReader> IndexReader::Attach(const rpc::OpenSessionReply &session) {
+  if (session.index_path().empty() || session.index_region() == 0) return nullptr;
+  int fd = open(session.index_path().c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return nullptr;
+  struct stat st;
+  if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < index::kPage) {
+    close(fd);
+    return nullptr;
+  }
+  const size_t bytes = static_cast<size_t>(st.st_size);
+  void *base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (base == MAP_FAILED) return nullptr;
+  std::unique_ptr<IndexReader> r(new IndexReader());
+  r->base_ = base;
+  r->bytes_ = bytes;
+  const auto *h = static_cast<const index::Header *>(base);
+  r->header_ = h;
+  // The file is the pool group's: check what it says before trusting sizes.
+  const uint64_t region = session.index_region() - 1;
+  if (h->magic != index::kMagic || h->version != index::kVersion ||
+      h->instance != session.index_instance() || h->entries == 0 ||
+      (h->entries & (h->entries - 1)) || h->slots_per_region > index::kSlotsPerRegion ||
+      region >= h->regions || h->entries_offset != index::kPage ||
+      h->regions_offset != index::kPage + h->entries * sizeof(index::Entry) ||
+      index::FileBytes(h->entries, h->regions) > bytes)
+    return nullptr;
+  r->entries_ = index::Entries(base, *h);
+  r->region_ = index::RegionAt(base, *h, static_cast<uint32_t>(region));
+  r->mask_ = h->entries - 1;
+  r->instance_ = h->instance;
+  r->token_ = session.index_token();
+  r->region_number_ = session.index_region();
+  r->slots_ = h->slots_per_region;
+  // The identity the server sees on this process's socket (SO_PEERCRED).
+  r->uid_ = geteuid();
+  r->gid_ = getegid();
+  int n = getgroups(0, nullptr);
+  if (n > 0) {
+    std::vector<gid_t> g(static_cast<size_t>(n));
+    n = getgroups(n, g.data());
+    for (int i = 0; i < n; ++i) r->groups_.push_back(g[static_cast<size_t>(i)]);
+  }
+  if (!r->Live()) return nullptr;
+  return r;
+}
+
+IndexReader::~IndexReader() {
+  if (base_) munmap(base_, bytes_);
+}
+
+bool IndexReader::Live() const {
+  return header_->state.load(std::memory_order_acquire) == index::kLive &&
+         region_->owner.load(std::memory_order_acquire) == token_;
+}
+
+// The mode bits, as the server's MayAccess reads them.
+bool IndexReader::MayRead(const index::EntryData &e) const {
+  if (uid_ == 0) return true;
+  uint32_t bits;
+  if (uid_ == e.uid)
+    bits = e.mode >> 6;
+  else if (gid_ == e.gid || std::find(groups_.begin(), groups_.end(), e.gid) != groups_.end())
+    bits = e.mode >> 3;
+  else
+    bits = e.mode;
+  return (bits & 4) != 0;
+}
+
+IndexReader::Found IndexReader::Lookup(std::string_view path, Hit *hit) const {
+  uint64_t key[2];
+  index::PathKey(header_->key, path, key);
+  // Read before the entries: an overflow counted later is a newer change.
+  const bool complete = header_->overflow.load(std::memory_order_acquire) == 0;
+  for (uint64_t i = 0; i < index::kMaxProbe; ++i) {
+    const uint64_t pos = (key[0] + i) & mask_;
+    index::EntryData &e = hit->entry;
+    int tries = 0;
+    while (!index::ReadEntry(entries_[pos], &e, &hit->seq))
+      if (++tries > 1000) return Found::kAsk;  // the server is stuck mid-write
+    if (e.flags & index::kUsed) {
+      if (e.key[0] != key[0] || e.key[1] != key[1]) continue;
+      hit->pos = pos;
+      if (!(e.flags & index::kPathOpen) || (e.flags & (index::kNoExtents | index::kChanging)) ||
+          e.extent_count == 0 || e.extent_count > index::kInlineExtents)
+        return Found::kAsk;
+      return MayRead(e) ? Found::kHit : Found::kDenied;
+    }
+    if (!(e.flags & index::kTombstone)) return complete ? Found::kMiss : Found::kAsk;
+  }
+  return complete ? Found::kMiss : Found::kAsk;
+}
+
+int IndexReader::Take(const Hit &hit) {
+  uint32_t slot;
+  {
+    std::lock_guard<std::mutex> lock(slot_mu_);
+    if (!free_slots_.empty()) {
+      slot = free_slots_.back();
+      free_slots_.pop_back();
+    } else if (next_slot_ < slots_) {
+      slot = next_slot_++;
+      // Published before the slot is used: the server scans this far.
+      region_->used.store(next_slot_, std::memory_order_seq_cst);
+    } else {
+      return -1;
+    }
+  }
+  const uint64_t gen = hit.entry.gen;
+  uint64_t expected = 0;
+  // A compare-exchange, not a store: if the region was handed to another
+  // session, its slots are not ours to overwrite.
+  if (!region_->slots[slot].compare_exchange_strong(expected, gen, std::memory_order_seq_cst))
+    return -1;  // the slot stays out of use
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  // The server takes a version out of the index before it scans the slots:
+  // seeing the entry unchanged now means the scan will see this slot.
+  const bool same = entries_[hit.pos].seq.load(std::memory_order_seq_cst) == hit.seq;
+  if (same && Live()) {
+    NoteRead(hit);
+    return static_cast<int>(slot);
+  }
+  Drop(static_cast<int>(slot), gen);
+  return -1;
+}
+
+void IndexReader::NoteRead(const Hit &hit) {
+  const uint64_t at = region_->reads_head.fetch_add(1, std::memory_order_relaxed);
+  index::ReadNote &n = index::Ring(region_)[at % index::kRingSize];
+  n.pos.store(hit.pos, std::memory_order_relaxed);
+  n.gen.store(hit.entry.gen, std::memory_order_relaxed);
+  n.stamp_ns.store(static_cast<uint64_t>(MonotonicNs()), std::memory_order_relaxed);
+}
+
+void IndexReader::Drop(int slot, uint64_t gen) {
+  uint64_t expected = gen;
+  region_->slots[slot].compare_exchange_strong(expected, 0, std::memory_order_release);
+  std::lock_guard<std::mutex> lock(slot_mu_);
+  free_slots_.push_back(static_cast<uint32_t>(slot));
+}
+
+}  // namespace maru

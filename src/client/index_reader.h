@@ -1,0 +1,78 @@
+// IndexReader: a client's view of the shared-memory index its server
+// publishes (layout: proto/index_layout.h, server: meta/shm_index.h).
+//
+// Lookup finds a sealed chunk by path with the permission checks the server
+// would make, or says that only the server can answer. Take leases the
+// version found by writing its generation into a slot of this session's
+// region, then checks that the index still names it; Drop clears the slot.
+// No lock is shared with the server; threads of one process share the
+// reader (slots are handed out under a small mutex).
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string_view>
+#include <vector>
+
+#include "index_layout.h"
+#include "maru.pb.h"
+
+namespace maru {
+
+class IndexReader {
+ public:
+  // The index the session reply names, mapped; null when there is none, or
+  // this process may not open it (not in the pool's group), or may not
+  // write lease slots (it may not write the pool either).
+  static std::unique_ptr<IndexReader> Attach(const rpc::OpenSessionReply &session);
+  ~IndexReader();
+  IndexReader(const IndexReader &) = delete;
+  IndexReader &operator=(const IndexReader &) = delete;
+
+  enum class Found {
+    kHit,     // a sealed chunk this process may read
+    kMiss,    // no sealed chunk there: the server would refuse too
+    kDenied,  // one this process may not read (EACCES)
+    kAsk,     // only the server can tell (not entered, ancestors not open to all, ...)
+  };
+  struct Hit {
+    index::EntryData entry;
+    uint64_t seq = 0;
+    uint64_t pos = 0;
+  };
+  // `path` must be canonical ("/a/b": absolute, no empty or dot components).
+  Found Lookup(std::string_view path, Hit *hit) const;
+  // Leases the version of `hit`: a slot (>= 0), or -1 when the entry
+  // changed meanwhile or no slot is free (then ask the server).
+  int Take(const Hit &hit);
+  void Drop(int slot, uint64_t gen);
+  // Tells the server's eviction order that `hit` was read (a ring in the
+  // region, drained by the server before it picks victims).
+  void NoteRead(const Hit &hit);
+  // This is the server's current index and the region is still this
+  // session's: leases in its slots hold.
+  bool Live() const;
+  uint64_t instance() const { return instance_; }
+  uint32_t region() const { return region_number_; }
+  uint64_t token() const { return token_; }
+
+ private:
+  IndexReader() = default;
+  bool MayRead(const index::EntryData &e) const;
+
+  void *base_ = nullptr;
+  size_t bytes_ = 0;
+  const index::Header *header_ = nullptr;
+  const index::Entry *entries_ = nullptr;
+  index::Region *region_ = nullptr;
+  uint64_t mask_ = 0, instance_ = 0, token_ = 0;
+  uint32_t region_number_ = 0, slots_ = 0;
+  uint32_t uid_ = 0, gid_ = 0;
+  std::vector<uint32_t> groups_;
+  std::mutex slot_mu_;
+  std::vector<uint32_t> free_slots_;
+  uint32_t next_slot_ = 0;
+};
+
+}  // namespace maru

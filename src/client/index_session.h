@@ -1,0 +1,43 @@
+// IndexSession: which shared-memory index a client process reads now.
+//
+// The server names its index (and this session's lease slots) in the
+// session reply; after a server restart, or a resume that gave the session
+// a new region, the next call attaches to what the new reply names. Readers
+// attached before stay mapped while the process lives: chunks leased
+// through their slots still point into them (one per restart, a few pages).
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "client/index_reader.h"
+#include "client/meta_client.h"
+
+namespace maru {
+
+class IndexSession {
+ public:
+  // `enabled` false (MARU_INDEX=0, a remote pool, a TCP server): never used.
+  IndexSession(MetaClient *client, bool enabled);
+  // The live index to read, or null: ask the server.
+  IndexReader *Current();
+
+ private:
+  MetaClient *client_;
+  const bool enabled_;
+  std::atomic<IndexReader *> current_{nullptr};
+  std::atomic<uint64_t> seen_epoch_{UINT64_MAX};
+  std::mutex mu_;
+  std::vector<std::unique_ptr<IndexReader>> readers_;
+};
+
+// The canonical form ("/a/b", as the server names it) of a path that
+// passed CheckPath: the path itself, or built in `scratch`; empty if the
+// path is not valid after all.
+std::string_view CanonicalPath(const char *path, std::string *scratch);
+
+}  // namespace maru

@@ -1,0 +1,86 @@
+#include "meta/lease_slots.h"
+
+#include <sys/random.h>
+
+#include <algorithm>
+
+namespace maru {
+
+LeaseSlots::LeaseSlots(void *base, const index::Header *header) : base_(base), header_(header) {
+  for (uint32_t r = header->regions; r > 0; --r) free_.push_back(r - 1);
+}
+
+void LeaseSlots::Clear(index::Region *r) {
+  r->owner.store(0, std::memory_order_seq_cst);
+  const uint64_t used = std::min<uint64_t>(r->used.load(), header_->slots_per_region);
+  for (uint64_t i = 0; i < used; ++i) r->slots[i].store(0, std::memory_order_relaxed);
+  r->used.store(0, std::memory_order_seq_cst);
+  r->reads_head.store(0);
+}
+
+LeaseSlots::Assigned LeaseSlots::Assign(uint64_t session) {
+  uint32_t region;
+  if (auto it = by_session_.find(session); it != by_session_.end()) {
+    region = it->second;
+  } else {
+    if (free_.empty()) return {};
+    region = free_.back();
+    free_.pop_back();
+    by_session_[session] = region;
+  }
+  index::Region *r = index::RegionAt(base_, *header_, region);
+  Clear(r);
+  drained_[region] = 0;
+  // A random token, not the session id: every member of the pool's group
+  // reads the regions, and a session id names a session.
+  uint64_t token = 0;
+  while (token == 0)
+    if (getrandom(&token, sizeof(token), 0) != sizeof(token)) token = session ^ 0x9e3779b97f4a7c15;
+  r->owner.store(token, std::memory_order_seq_cst);
+  return {region + 1, token};
+}
+
+void LeaseSlots::Drop(uint64_t session) {
+  auto it = by_session_.find(session);
+  if (it == by_session_.end()) return;
+  Clear(index::RegionAt(base_, *header_, it->second));
+  drained_.erase(it->second);
+  free_.push_back(it->second);
+  by_session_.erase(it);
+}
+
+bool LeaseSlots::Holds(uint64_t gen) const {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  for (const auto &[session, region] : by_session_) {
+    const index::Region *r = index::RegionAt(base_, *header_, region);
+    // `used` is the client's word; a smaller one only hides its own reads.
+    const uint64_t used = std::min<uint64_t>(r->used.load(), header_->slots_per_region);
+    for (uint64_t i = 0; i < used; ++i)
+      if (r->slots[i].load(std::memory_order_relaxed) == gen) return true;
+  }
+  return false;
+}
+
+std::vector<LeaseSlots::Read> LeaseSlots::DrainReads() {
+  std::vector<Read> reads;
+  for (const auto &[session, region] : by_session_) {
+    index::Region *r = index::RegionAt(base_, *header_, region);
+    index::ReadNote *ring = index::Ring(r);
+    // The head is the client's word: at most one ring's worth is read.
+    const uint64_t head = r->reads_head.load(std::memory_order_acquire);
+    uint64_t &from = drained_[region];
+    if (head < from || head - from > index::kRingSize)
+      from = head - std::min<uint64_t>(head, index::kRingSize);
+    for (; from < head; ++from) {
+      const index::ReadNote &n = ring[from % index::kRingSize];
+      reads.push_back({n.stamp_ns.load(std::memory_order_relaxed),
+                       n.pos.load(std::memory_order_relaxed),
+                       n.gen.load(std::memory_order_relaxed)});
+    }
+  }
+  std::sort(reads.begin(), reads.end(),
+            [](const Read &a, const Read &b) { return a.stamp_ns < b.stamp_ns; });
+  return reads;
+}
+
+}  // namespace maru

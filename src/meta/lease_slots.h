@@ -1,0 +1,52 @@
+// LeaseSlots: the server's side of the index's lease slots (one region of
+// slots per session, in the index file; layout in proto/index_layout.h).
+//
+// A client takes a lease without a message: it writes the generation it
+// reads into a free slot of its region, then checks that the index still
+// names that generation. The server, after taking a version out of the
+// index and before reusing its extents, scans the slots (Holds). Both sides
+// order their store before their load (seq_cst), so either the client sees
+// the version gone and lets go, or the server sees the slot and waits.
+#pragma once
+
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "index_layout.h"
+
+namespace maru {
+
+class LeaseSlots {
+ public:
+  LeaseSlots(void *base, const index::Header *header);
+
+  struct Assigned {
+    uint32_t region = 0;  // 1-based; 0: none free (the client leases by message)
+    uint64_t token = 0;   // written as the region's owner while the session lives
+  };
+  // A region for `session` (the same one again if it has one), emptied.
+  Assigned Assign(uint64_t session);
+  // Empties the session's region and frees it: its leases end with it.
+  void Drop(uint64_t session);
+  // True if any assigned region holds `gen` in a slot.
+  bool Holds(uint64_t gen) const;
+  size_t assigned() const { return by_session_.size(); }
+  // The reads noted in every region since the last call, oldest first (by
+  // the clients' stamps): entry position and generation.
+  struct Read {
+    uint64_t stamp_ns, pos, gen;
+  };
+  std::vector<Read> DrainReads();
+
+ private:
+  void Clear(index::Region *r);
+
+  void *base_;
+  const index::Header *header_;
+  std::unordered_map<uint64_t, uint32_t> by_session_;  // session -> region index (0-based)
+  std::unordered_map<uint32_t, uint64_t> drained_;     // region -> reads taken from its ring
+  std::vector<uint32_t> free_;
+};
+
+}  // namespace maru

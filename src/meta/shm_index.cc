@@ -1,0 +1,284 @@
+#include "meta/shm_index.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "util/log.h"
+
+namespace maru {
+namespace {
+
+Status Errno(const std::string &what) {
+  const int err = errno;
+  return Status::Error(err, what + ": " + strerror(err));
+}
+
+uint64_t Random64() {
+  uint64_t v = 0;
+  if (getrandom(&v, sizeof(v), 0) != sizeof(v))
+    v = static_cast<uint64_t>(getpid()) * 0x9e3779b97f4a7c15;
+  return v;
+}
+
+uint64_t EntriesFor(uint64_t units) {
+  uint64_t want = std::clamp<uint64_t>(units * 2, 4096, 4u << 20), n = 1;
+  while (n < want) n <<= 1;
+  return n;
+}
+
+// Marks an index left by an earlier server dead, so that clients still
+// mapping it stop trusting it.
+void MarkOldDead(const std::string &path) {
+  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return;
+  void *p = mmap(nullptr, index::kPage, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) return;
+  auto *h = static_cast<index::Header *>(p);
+  if (h->magic == index::kMagic) h->state.store(index::kDead);
+  munmap(p, index::kPage);
+}
+
+// Every directory above `inode` lets anyone search it.
+bool PathOpen(const NamespaceTree &tree, const Inode &inode) {
+  for (const Inode *dir = tree.Find(inode.parent); dir; dir = tree.Find(dir->parent)) {
+    if (!(dir->mode & S_IXOTH)) return false;
+    if (dir->ino == kRootIno) break;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string DefaultIndexPath(const std::string &pool_path, const std::string &pool_uuid) {
+  struct stat st;
+  if (stat(pool_path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) return pool_path + ".index";
+  std::string hex;
+  char buf[3];
+  for (unsigned char ch : pool_uuid) {
+    snprintf(buf, sizeof(buf), "%02x", ch);
+    hex += buf;
+  }
+  return "/dev/shm/maru-" + hex + ".index";
+}
+
+Result<std::unique_ptr<ShmIndex>> ShmIndex::Create(const IndexOptions &options,
+                                                   const std::string &pool_path,
+                                                   uint64_t pool_units, const NamespaceTree &tree) {
+  struct stat pool;
+  if (stat(pool_path.c_str(), &pool) != 0) return Errno("stat " + pool_path);
+  const uint64_t entries = options.entries ? options.entries : EntriesFor(pool_units);
+  if (entries & (entries - 1)) return Status::Error(EINVAL, "index entries: a power of two");
+  const uint32_t regions = std::max<uint32_t>(options.regions, 1);
+  const size_t bytes = index::FileBytes(entries, regions);
+  MarkOldDead(options.path);
+  const std::string tmp = options.path + ".new";
+  unlink(tmp.c_str());
+  int fd = open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return Errno("create " + tmp);
+  // The pool's group and at most the pool's bits: whoever may map the pool
+  // may read the index, and write lease slots if it may write the pool.
+  mode_t mode = pool.st_mode & 0660;
+  if (fchown(fd, static_cast<uid_t>(-1), pool.st_gid) != 0) {
+    struct stat self;
+    if (fstat(fd, &self) != 0 || self.st_gid != pool.st_gid) mode &= 0600;
+  }
+  Status s = Status::Ok();
+  void *base = MAP_FAILED;
+  if (fchmod(fd, mode) != 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0)
+    s = Errno("size " + tmp);
+  else if ((base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED)
+    s = Errno("map " + tmp);
+  close(fd);
+  if (!s.ok()) {
+    unlink(tmp.c_str());
+    return s;
+  }
+  auto *h = static_cast<index::Header *>(base);
+  h->magic = index::kMagic;
+  h->version = index::kVersion;
+  h->state.store(index::kStarting);
+  h->instance = Random64();
+  h->key[0] = Random64();
+  h->key[1] = Random64();
+  h->entries = entries;
+  h->entries_offset = index::kPage;
+  h->regions = regions;
+  h->slots_per_region = index::kSlotsPerRegion;
+  h->regions_offset = index::kPage + entries * sizeof(index::Entry);
+  if (rename(tmp.c_str(), options.path.c_str()) != 0) {
+    Status err = Errno("rename to " + options.path);
+    munmap(base, bytes);
+    unlink(tmp.c_str());
+    return err;
+  }
+  return std::unique_ptr<ShmIndex>(new ShmIndex(options.path, base, bytes, tree));
+}
+
+ShmIndex::ShmIndex(std::string path, void *base, size_t bytes, const NamespaceTree &tree)
+    : path_(std::move(path)),
+      base_(base),
+      bytes_(bytes),
+      header_(static_cast<index::Header *>(base)),
+      entries_(index::Entries(base, *header_)),
+      tree_(tree),
+      slots_(base, header_) {}
+
+ShmIndex::~ShmIndex() {
+  header_->state.store(index::kDead);
+  // Only our own file: a newer server may have replaced it already.
+  int fd = open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd >= 0) {
+    void *p = mmap(nullptr, index::kPage, PROT_READ, MAP_SHARED, fd, 0);
+    if (p != MAP_FAILED) {
+      if (static_cast<index::Header *>(p)->instance == header_->instance) unlink(path_.c_str());
+      munmap(p, index::kPage);
+    }
+    close(fd);
+  }
+  munmap(base_, bytes_);
+}
+
+void ShmIndex::PublishAll() {
+  tree_.ForEach([&](const Inode &inode) {
+    if (inode.is_dir())
+      dirs_[inode.ino] = DirState{inode.parent, inode.mode, inode.name};
+    else
+      Publish(inode);
+  });
+  header_->state.store(index::kLive, std::memory_order_seq_cst);
+}
+
+index::EntryData ShmIndex::Describe(const Inode &file, const uint64_t key[2]) const {
+  const Version &v = *file.current;
+  index::EntryData d{};
+  d.key[0] = key[0];
+  d.key[1] = key[1];
+  d.ino = file.ino;
+  d.gen = v.gen;
+  d.size = v.size;
+  d.uid = file.uid;
+  d.gid = file.gid;
+  d.mode = file.mode;
+  d.flags = index::kUsed | (PathOpen(tree_, file) ? index::kPathOpen : 0);
+  d.checksum_type = static_cast<uint32_t>(v.checksum_type);
+  d.checksum = v.checksum;
+  d.extent_count = static_cast<uint32_t>(v.extents.size());
+  if (v.extents.size() > index::kInlineExtents) {
+    d.flags |= index::kNoExtents;
+  } else {
+    for (size_t i = 0; i < v.extents.size(); ++i)
+      d.extents[i] = {v.extents[i].device, v.extents[i].offset, v.extents[i].length};
+  }
+  return d;
+}
+
+void ShmIndex::Changed(const Inode &inode) {
+  if (!inode.is_dir()) return Publish(inode);
+  DirState now{inode.parent, inode.mode, inode.name};
+  auto [it, added] = dirs_.try_emplace(inode.ino, now);
+  if (added) return;  // new: nothing under it yet
+  const bool moved = it->second.parent != now.parent || it->second.name != now.name;
+  const bool searchable = (it->second.mode & S_IXOTH) != (now.mode & S_IXOTH);
+  it->second = std::move(now);
+  if (moved || searchable) RefreshTree(inode);
+}
+
+void ShmIndex::RefreshTree(const Inode &dir) {
+  for (const auto &[name, ino] : dir.children)
+    if (const Inode *child = tree_.Find(ino)) {
+      if (child->is_dir())
+        RefreshTree(*child);
+      else
+        Publish(*child);
+    }
+}
+
+void ShmIndex::Remove(uint64_t pos) {
+  index::EntryData gone{};
+  gone.flags = index::kTombstone;
+  index::WriteEntry(&entry(pos), gone);
+}
+
+void ShmIndex::Publish(const Inode &file) {
+  if (!file.is_file() || !file.current) return;
+  const std::string path = tree_.PathOf(file);
+  uint64_t key[2];
+  index::PathKey(header_->key, path, key);
+  const index::EntryData d = Describe(file, key);
+  if (auto it = by_gen_.find(d.gen); it != by_gen_.end()) {
+    index::EntryData old{};
+    uint64_t seq;
+    index::ReadEntry(entry(it->second), &old, &seq);  // the only writer: always stable
+    if (old.key[0] == key[0] && old.key[1] == key[1])
+      return index::WriteEntry(&entry(it->second), d);
+    Remove(it->second);  // renamed: the old path goes first
+    by_gen_.erase(it);
+  }
+  const uint64_t mask = header_->entries - 1;
+  uint64_t free_pos = UINT64_MAX;
+  for (uint64_t i = 0; i < index::kMaxProbe; ++i) {
+    const uint64_t pos = (key[0] + i) & mask;
+    index::EntryData e{};
+    uint64_t seq;
+    index::ReadEntry(entry(pos), &e, &seq);
+    if (e.flags & index::kUsed) {
+      if (e.key[0] != key[0] || e.key[1] != key[1]) continue;
+      by_gen_.erase(e.gen);  // the same path under another version: replaced
+      draining_.insert(e.gen);
+      free_pos = pos;
+      break;
+    }
+    if (free_pos == UINT64_MAX) free_pos = pos;
+    if (!(e.flags & index::kTombstone)) break;  // empty: the key is nowhere further
+  }
+  if (free_pos == UINT64_MAX) {
+    header_->overflow.fetch_add(1);
+    return;
+  }
+  index::WriteEntry(&entry(free_pos), d);
+  by_gen_[d.gen] = free_pos;
+}
+
+void ShmIndex::Retiring(uint64_t gen) {
+  auto it = by_gen_.find(gen);
+  if (it == by_gen_.end()) return;
+  // Not a tombstone yet: a reader would take that for "no such chunk"
+  // while a rewrite is about to put the new version in its place.
+  index::EntryData e{};
+  uint64_t seq;
+  index::ReadEntry(entry(it->second), &e, &seq);
+  e.flags |= index::kChanging;
+  index::WriteEntry(&entry(it->second), e);
+  changing_.push_back(it->second);
+  by_gen_.erase(it);
+  draining_.insert(gen);
+}
+
+void ShmIndex::Settle() {
+  for (uint64_t pos : changing_) {
+    index::EntryData e{};
+    uint64_t seq;
+    index::ReadEntry(entry(pos), &e, &seq);
+    if (e.flags & index::kChanging) Remove(pos);
+  }
+  changing_.clear();
+}
+
+bool ShmIndex::Held(uint64_t gen) {
+  const bool indexed = by_gen_.count(gen) > 0;
+  if (!indexed && !draining_.count(gen)) return false;
+  if (slots_.Holds(gen)) return true;
+  if (!indexed) draining_.erase(gen);  // out of the index and of every slot: for good
+  return false;
+}
+
+}  // namespace maru

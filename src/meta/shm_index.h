@@ -1,0 +1,109 @@
+// ShmIndex: the index of sealed chunks that maru-server publishes in shared
+// memory for clients to look up, open and release without a message
+// (layout: proto/index_layout.h; design: docs/design.md, "The index in
+// shared memory"; who may read it: docs/security.md).
+//
+// The engine tells it what changed, under the engine's lock:
+//   Changed(inode)  at the commit of an operation that touched the inode: a
+//                   sealed file is entered (or moved, or its mode updated); a
+//                   directory that moved or changed mode refreshes its tree;
+//   Retiring(gen)   before a version's extents may be freed: the version
+//                   leaves the index first (its entry says "ask the server"
+//                   until the operation's end: a rewrite puts the new
+//                   version there, else Settle() removes it), then
+//                   Held(gen) scans the slots.
+// Entries are written under a per-entry seqlock; the server is the only
+// writer of entries, so the index needs no lock of its own.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "index_layout.h"
+#include "meta/lease_slots.h"
+#include "meta/namespace_tree.h"
+#include "util/status.h"
+
+namespace maru {
+
+struct IndexOptions {
+  std::string path;        // empty: next to the pool (see DefaultIndexPath)
+  uint64_t entries = 0;    // 0: twice the pool's units, between 4Ki and 4Mi
+  uint32_t regions = 256;  // sessions with lease slots at once
+};
+
+// `<pool>.index` for a pool file; /dev/shm/maru-<uuid>.index for a device.
+std::string DefaultIndexPath(const std::string &pool_path, const std::string &pool_uuid);
+
+class ShmIndex {
+ public:
+  // Replaces any index at the path (marking the old one dead, so that its
+  // readers let go) with an empty one; the file gets the pool file's group
+  // and at most its mode (without x): it opens no door the pool does not.
+  static Result<std::unique_ptr<ShmIndex>> Create(const IndexOptions &options,
+                                                  const std::string &pool_path, uint64_t pool_units,
+                                                  const NamespaceTree &tree);
+  // Marks the index dead and removes it: clients fall back to messages.
+  ~ShmIndex();
+
+  // Enters every sealed file of the tree, then opens the index to readers.
+  void PublishAll();
+  void Changed(const Inode &inode);
+  void Retiring(uint64_t gen);
+  // At the end of each operation's commit: entries still changing go.
+  void Settle();
+  // True if a client's lease slot holds `gen` (only versions once in the
+  // index can be held: others cost nothing).
+  bool Held(uint64_t gen);
+
+  // Calls `read(ino, gen)` for each read through the index noted since the
+  // last call, oldest first (a note is the client's word: check the gen).
+  template <typename F>
+  void DrainReads(F &&read) {
+    for (const LeaseSlots::Read &r : slots_.DrainReads()) {
+      if (r.pos >= header_->entries) continue;
+      index::EntryData e{};
+      uint64_t seq;
+      index::ReadEntry(entry(r.pos), &e, &seq);
+      if ((e.flags & index::kUsed) && e.gen == r.gen) read(e.ino, e.gen);
+    }
+  }
+
+  LeaseSlots::Assigned AssignRegion(uint64_t session) { return slots_.Assign(session); }
+  void DropRegion(uint64_t session) { slots_.Drop(session); }
+
+  const std::string &path() const { return path_; }
+  uint64_t instance() const { return header_->instance; }
+  size_t entries_used() const { return by_gen_.size(); }
+  uint64_t overflow() const { return header_->overflow.load(); }
+
+ private:
+  ShmIndex(std::string path, void *base, size_t bytes, const NamespaceTree &tree);
+  void Publish(const Inode &file);
+  void RefreshTree(const Inode &dir);
+  void Remove(uint64_t pos);
+  index::EntryData Describe(const Inode &file, const uint64_t key[2]) const;
+  index::Entry &entry(uint64_t pos) { return entries_[pos]; }
+
+  std::string path_;
+  void *base_;
+  size_t bytes_;
+  index::Header *header_;
+  index::Entry *entries_;
+  const NamespaceTree &tree_;
+  LeaseSlots slots_;
+  std::unordered_map<uint64_t, uint64_t> by_gen_;  // version in the index -> its entry
+  std::unordered_set<uint64_t> draining_;          // left the index, maybe still in a slot
+  std::vector<uint64_t> changing_;                 // entries marked kChanging this operation
+  struct DirState {
+    uint64_t parent;
+    uint32_t mode;
+    std::string name;
+  };
+  std::unordered_map<uint64_t, DirState> dirs_;  // what a directory was at its last change
+};
+
+}  // namespace maru

@@ -1,0 +1,186 @@
+// The shared-memory index: the layout maru-server publishes next to the pool
+// and clients read, so that a lookup, an open and a release need no message
+// (docs/design.md, "The index in shared memory").
+//
+// One file, three parts, all little-endian words:
+//   Header   one page: what the rest is, which server wrote it, live or dead;
+//   entries  an open-addressing hash table of sealed chunks, keyed by a keyed
+//            128-bit hash of the absolute path; each entry is a seqlock
+//            (even: stable) so that a reader never acts on a half-written one;
+//   regions  one per session: lease slots a client fills with the generation
+//            it reads, which the server scans before it reuses extents.
+// The server is the only writer of the header and the entries; a client
+// writes only the slots of its own region.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+
+namespace maru::index {
+
+constexpr uint64_t kMagic = 0x3158444955524d41ull;  // "AMRUIDX1"
+constexpr uint32_t kVersion = 1;
+constexpr uint32_t kInlineExtents = 2;
+constexpr uint32_t kMaxProbe = 32;  // a key is within this many entries of its home
+constexpr uint64_t kPage = 4096;
+constexpr uint64_t kRegionBytes = 16384;  // slots, then the ring of reads
+constexpr uint64_t kRingOffset = 8192;
+constexpr uint32_t kRingSize = 256;
+
+enum State : uint32_t { kStarting = 0, kLive = 1, kDead = 2 };
+
+struct Header {
+  uint64_t magic;
+  uint32_t version;
+  std::atomic<uint32_t> state;  // kDead once a newer server replaced this file
+  uint64_t instance;            // random, new at every server start
+  uint64_t key[2];              // the path hash's key
+  uint64_t entries;             // a power of two
+  uint64_t entries_offset;
+  uint32_t regions, slots_per_region;
+  uint64_t regions_offset;
+  // Sealed chunks that could not be entered (table full): while nonzero a
+  // miss proves nothing and a reader asks the server.
+  std::atomic<uint64_t> overflow;
+};
+static_assert(sizeof(Header) <= kPage);
+
+// Entry flags.
+constexpr uint32_t kUsed = 1;       // holds a chunk
+constexpr uint32_t kTombstone = 2;  // held one: probing goes on past it
+constexpr uint32_t kPathOpen = 4;   // every directory above it is searchable by all (o+x)
+constexpr uint32_t kNoExtents = 8;  // more extents than fit inline: ask the server
+constexpr uint32_t kChanging = 16;  // its version is going mid-operation: ask the server
+
+// An entry, as words. `seq` is odd while the server rewrites the entry.
+struct Entry {
+  std::atomic<uint64_t> seq;
+  std::atomic<uint64_t> w[15];
+};
+static_assert(sizeof(Entry) == 128);
+
+// The words of an entry, decoded.
+struct EntryData {
+  uint64_t key[2];
+  uint64_t ino, gen, size;
+  uint32_t uid, gid, mode, flags;
+  uint32_t checksum_type, extent_count;
+  uint64_t checksum;
+  struct {
+    uint64_t device, offset, length;
+  } extents[kInlineExtents];
+};
+static_assert(sizeof(EntryData) == 15 * 8);
+
+struct Region {
+  std::atomic<uint64_t> owner;       // a token of the session it belongs to; 0: none
+  std::atomic<uint64_t> used;        // a client's bound on the slots it ever used
+  std::atomic<uint64_t> reads_head;  // reads noted so far (the ring's next place)
+  uint64_t reserved[5];
+  std::atomic<uint64_t> slots[];  // generations held; 0: free
+};
+constexpr uint32_t kSlotsPerRegion = (kRingOffset - sizeof(Region)) / sizeof(uint64_t);
+
+// A read through the index, noted by the client for the server's eviction
+// order (what an open by message does: hits, atime, recency). A ring per
+// region; a note overwritten before the server drained it is lost, which
+// only blurs the order.
+struct ReadNote {
+  std::atomic<uint64_t> pos, gen, stamp_ns, reserved;
+};
+static_assert(kRingOffset + kRingSize * sizeof(ReadNote) <= kRegionBytes);
+inline ReadNote *Ring(Region *r) {
+  return reinterpret_cast<ReadNote *>(reinterpret_cast<char *>(r) + kRingOffset);
+}
+
+inline Entry *Entries(void *base, const Header &h) {
+  return reinterpret_cast<Entry *>(static_cast<char *>(base) + h.entries_offset);
+}
+inline Region *RegionAt(void *base, const Header &h, uint32_t region) {
+  return reinterpret_cast<Region *>(static_cast<char *>(base) + h.regions_offset +
+                                    static_cast<uint64_t>(region) * kRegionBytes);
+}
+inline uint64_t FileBytes(uint64_t entries, uint32_t regions) {
+  return kPage + entries * sizeof(Entry) + static_cast<uint64_t>(regions) * kRegionBytes;
+}
+
+// A stable copy of `e`, or false if the server was writing it.
+inline bool ReadEntry(const Entry &e, EntryData *out, uint64_t *seq) {
+  const uint64_t before = e.seq.load(std::memory_order_acquire);
+  if (before & 1) return false;
+  uint64_t words[15];
+  for (int i = 0; i < 15; ++i) words[i] = e.w[i].load(std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (e.seq.load(std::memory_order_relaxed) != before) return false;
+  std::memcpy(out, words, sizeof(words));
+  *seq = before;
+  return true;
+}
+
+// Rewrites `e` (the server, the only writer).
+inline void WriteEntry(Entry *e, const EntryData &data) {
+  uint64_t words[15];
+  std::memcpy(words, &data, sizeof(words));
+  const uint64_t seq = e->seq.load(std::memory_order_relaxed);
+  e->seq.store(seq + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  for (int i = 0; i < 15; ++i) e->w[i].store(words[i], std::memory_order_relaxed);
+  e->seq.store(seq + 2, std::memory_order_release);
+}
+
+// SipHash-2-4 with a 128-bit result: the key of a path. Keyed so that keys
+// differ per server start; 128 bits so that two paths never share one in
+// practice.
+namespace detail {
+inline uint64_t Rotl(uint64_t x, int b) {
+  return (x << b) | (x >> (64 - b));
+}
+inline void SipRound(uint64_t &v0, uint64_t &v1, uint64_t &v2, uint64_t &v3) {
+  v0 += v1;
+  v1 = Rotl(v1, 13);
+  v1 ^= v0;
+  v0 = Rotl(v0, 32);
+  v2 += v3;
+  v3 = Rotl(v3, 16);
+  v3 ^= v2;
+  v0 += v3;
+  v3 = Rotl(v3, 21);
+  v3 ^= v0;
+  v2 += v1;
+  v1 = Rotl(v1, 17);
+  v1 ^= v2;
+  v2 = Rotl(v2, 32);
+}
+}  // namespace detail
+
+inline void PathKey(const uint64_t key[2], std::string_view path, uint64_t out[2]) {
+  uint64_t v0 = 0x736f6d6570736575ull ^ key[0], v1 = 0x646f72616e646f6dull ^ key[1] ^ 0xee;
+  uint64_t v2 = 0x6c7967656e657261ull ^ key[0], v3 = 0x7465646279746573ull ^ key[1];
+  const size_t n = path.size();
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t m;
+    std::memcpy(&m, path.data() + i, 8);
+    v3 ^= m;
+    detail::SipRound(v0, v1, v2, v3);
+    detail::SipRound(v0, v1, v2, v3);
+    v0 ^= m;
+  }
+  uint64_t last = static_cast<uint64_t>(n) << 56;
+  for (size_t j = 0; i + j < n; ++j) last |= static_cast<uint64_t>(uint8_t(path[i + j])) << (8 * j);
+  v3 ^= last;
+  detail::SipRound(v0, v1, v2, v3);
+  detail::SipRound(v0, v1, v2, v3);
+  v0 ^= last;
+  v2 ^= 0xee;
+  for (int r = 0; r < 4; ++r) detail::SipRound(v0, v1, v2, v3);
+  out[0] = v0 ^ v1 ^ v2 ^ v3;
+  v1 ^= 0xdd;
+  for (int r = 0; r < 4; ++r) detail::SipRound(v0, v1, v2, v3);
+  out[1] = v0 ^ v1 ^ v2 ^ v3;
+  if (out[0] == 0 && out[1] == 0) out[1] = 1;  // (0, 0) marks nothing
+}
+
+}  // namespace maru::index

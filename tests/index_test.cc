@@ -1,0 +1,278 @@
+// The shared-memory index (docs/design.md, "The index in shared memory"):
+// lookups, opens and releases without a message, on a real server and real
+// client processes. A frozen server (SIGSTOP) proves an answer came from the
+// index: by message it would time out.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+#include "maru_direct_internal.h"
+#include "pattern.h"
+
+namespace {
+
+using maru_test::Server;
+using maru_test::TestPool;
+
+constexpr uint64_t kSize = 256 << 10;
+
+int Store(maru_t *m, const std::string &path, uint64_t size = kSize, uint32_t mode = 0) {
+  maru_create_opts_t opts{};
+  opts.mode = mode;
+  maru_chunk_t *c = nullptr;
+  int rc = maru_create_ex(m, path.c_str(), size, &opts, &c);
+  if (rc) return rc;
+  maru_test::FillPattern(maru_chunk_data(c), size, path);
+  rc = maru_seal(c);
+  maru_release(c);
+  return rc;
+}
+
+std::string Maructl(const std::string &args) {
+  std::string out;
+  maru_test::Run(maru_test::MaructlBinary() + " " + args, &out);
+  return out;
+}
+
+uint64_t DeferredBytes(const Server &server) {
+  std::string out = Maructl("df --json --server " + server.address());
+  size_t at = out.find("\"deferred\":");
+  return at == std::string::npos ? ~0ull : strtoull(out.c_str() + at + 11, nullptr, 10);
+}
+
+std::string ReadFile(const std::string &path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Runs `command` in its own process (not under a shell: kill -9 reaches it),
+// its output into `out_file`.
+pid_t Spawn(const std::string &command, const std::string &out_file) {
+  const std::string line = "exec " + command + " > " + out_file + " 2>&1";
+  pid_t pid = fork();
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", line.c_str(), static_cast<char *>(nullptr));
+    _exit(127);
+  }
+  return pid;
+}
+
+// The server stopped (SIGSTOP) for the life of this object.
+class Frozen {
+ public:
+  explicit Frozen(const Server &s) : pid_(s.pid()) { ok_ = maru_test::Freeze(pid_); }
+  ~Frozen() { kill(pid_, SIGCONT); }
+  bool ok() const { return ok_; }
+
+ private:
+  pid_t pid_;
+  bool ok_ = false;
+};
+
+class IndexTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(server_.Start());
+    // Default timeouts: a call that reached a frozen server by mistake
+    // fails after them (slowly), and a restart is waited for.
+    ASSERT_EQ(maru_connect(server_.address().c_str(), &m_), 0);
+  }
+  void TearDown() override {
+    if (m_) maru_disconnect(m_);
+  }
+
+  TestPool pool_{32ull << 20};
+  Server server_{pool_.path(), {"--session-timeout-ms", "1500", "--heartbeat-ms", "300"}};
+  maru_t *m_ = nullptr;
+};
+
+TEST_F(IndexTest, TheServerPublishesItNextToThePoolWithThePoolsGroupAndBits) {
+  struct stat pool, index;
+  ASSERT_EQ(stat(pool_.path().c_str(), &pool), 0);
+  ASSERT_EQ(stat((pool_.path() + ".index").c_str(), &index), 0);
+  EXPECT_EQ(index.st_gid, pool.st_gid);
+  EXPECT_EQ(index.st_mode & 07777, pool.st_mode & 0660);
+  server_.Stop();  // a clean stop takes it away
+  EXPECT_NE(access((pool_.path() + ".index").c_str(), F_OK), 0);
+}
+
+TEST_F(IndexTest, LookupsSeeCreatesUnlinksAndEvictionsWithoutAMessage) {
+  ASSERT_EQ(Store(m_, "/ix/a"), 0);
+  ASSERT_EQ(Store(m_, "/ix/b"), 0);
+  const char *both[] = {"/ix/a", "/ix/b", "/ix/none"};
+  {
+    Frozen frozen(server_);
+    ASSERT_TRUE(frozen.ok());
+    maru_chunk_t *c = nullptr;
+    ASSERT_EQ(maru_open(m_, "/ix/./a", &c), -EINVAL);  // "." is no name, as by message
+    ASSERT_EQ(maru_open(m_, "/ix//a", &c), 0);
+    EXPECT_TRUE(maru_test::CheckPattern(maru_chunk_data(c), kSize, "/ix/a"));
+    EXPECT_EQ(maru_lease_check(c), 0);
+    EXPECT_EQ(maru_release(c), 0);
+    maru_chunk_t *out[3];
+    size_t hits = 9;
+    ASSERT_EQ(maru_lookup_prefix(m_, both, 3, out, &hits), 0);  // the miss ends it, locally
+    ASSERT_EQ(hits, 2u);
+    EXPECT_TRUE(maru_test::CheckPattern(maru_chunk_data(out[1]), kSize, "/ix/b"));
+    for (size_t i = 0; i < hits; ++i) maru_release(out[i]);
+    size_t count = 9;
+    ASSERT_EQ(maru_count_prefix(m_, both, 3, &count), 0);
+    EXPECT_EQ(count, 2u);
+  }
+  ASSERT_EQ(maru_unlink(m_, "/ix/a"), 0);
+  maru_chunk_t *c = nullptr;
+  EXPECT_EQ(maru_open(m_, "/ix/a", &c), -ENOENT);
+  {
+    Frozen frozen(server_);
+    size_t count = 9;
+    ASSERT_EQ(maru_count_prefix(m_, both, 3, &count), 0);
+    EXPECT_EQ(count, 0u);
+  }
+  // Fill the pool twice over: the early chunks go, a held one stays.
+  ASSERT_EQ(maru_open(m_, "/ix/b", &c), 0);
+  for (int i = 0; i < 256; ++i) ASSERT_EQ(Store(m_, "/ix/fill" + std::to_string(i)), 0);
+  {
+    Frozen frozen(server_);
+    const char *first[] = {"/ix/fill0"};
+    size_t count = 9;
+    ASSERT_EQ(maru_count_prefix(m_, first, 1, &count), 0);
+    EXPECT_EQ(count, 0u);  // evicted
+    const char *held[] = {"/ix/b"};
+    ASSERT_EQ(maru_count_prefix(m_, held, 1, &count), 0);
+    EXPECT_EQ(count, 1u);  // held in a lease slot: not a victim
+  }
+  EXPECT_TRUE(maru_test::CheckPattern(maru_chunk_data(c), kSize, "/ix/b"));
+  EXPECT_EQ(maru_lease_check(c), 0);
+  maru_release(c);
+  std::string out;
+  EXPECT_EQ(
+      maru_test::Run(maru_test::MaructlBinary() + " fsck --server " + server_.address(), &out), 0)
+      << out;
+}
+
+TEST_F(IndexTest, AReadThroughTheIndexKeepsTheExtentsOfAnUnlinkedChunk) {
+  ASSERT_EQ(Store(m_, "/keep/a", 4 << 20), 0);
+  maru_chunk_t *c = nullptr;
+  {
+    Frozen frozen(server_);
+    ASSERT_EQ(maru_open(m_, "/keep/a", &c), 0);
+  }
+  ASSERT_EQ(maru_unlink(m_, "/keep/a"), 0);
+  EXPECT_EQ(DeferredBytes(server_), 4u << 20);  // waits for the slot
+  // Other chunks take the rest of the pool; none takes those bytes.
+  for (int i = 0; i < 120; ++i) ASSERT_EQ(Store(m_, "/keep/f" + std::to_string(i)), 0);
+  EXPECT_TRUE(maru_test::CheckPattern(maru_chunk_data(c), 4 << 20, "/keep/a"));
+  EXPECT_EQ(maru_lease_check(c), 0);
+  maru_release(c);
+  // Released without a message: the server's housekeeping finds the slot empty.
+  EXPECT_TRUE(maru_test::WaitFor([&] { return DeferredBytes(server_) == 0; }, 15000));
+}
+
+TEST_F(IndexTest, ADeadClientsSlotLeasesEndWithItsSession) {
+  ASSERT_EQ(Store(m_, "/dead/a", 4 << 20), 0);
+  maru_test::TempDir dir;
+  const std::string out = dir.path() + "/out", go = dir.path() + "/never";
+  pid_t holder =
+      Spawn(maru_test::ClientCommand(server_.address(),
+                                     "hold-check /dead/a " + std::to_string(4 << 20) + " " + go),
+            out);
+  ASSERT_TRUE(maru_test::WaitFor([&] { return ReadFile(out).find("opened") != std::string::npos; }))
+      << ReadFile(out);
+  ASSERT_EQ(maru_unlink(m_, "/dead/a"), 0);
+  EXPECT_EQ(DeferredBytes(server_), 4u << 20);
+  kill(holder, SIGKILL);
+  EXPECT_EQ(maru_test::Wait(holder), 128 + SIGKILL);
+  // The session times out (1.5 s), its region is emptied, the bytes go.
+  EXPECT_TRUE(maru_test::WaitFor([&] { return DeferredBytes(server_) == 0; }, 15000))
+      << server_.log();
+}
+
+TEST_F(IndexTest, ClientsFallBackAcrossAServerRestartThenUseTheNewIndex) {
+  ASSERT_EQ(Store(m_, "/r/a"), 0);
+  ASSERT_EQ(Store(m_, "/r/b"), 0);
+  maru_chunk_t *a = nullptr, *b = nullptr;
+  {
+    Frozen frozen(server_);
+    ASSERT_EQ(maru_open(m_, "/r/a", &a), 0);
+  }
+  server_.Kill9();
+  ASSERT_TRUE(server_.Start());
+  // The old index is dead: this open goes to the server, which resumes the
+  // session and renews the lease taken in a slot as a granted one.
+  ASSERT_EQ(maru_open(m_, "/r/b", &b), 0);
+  EXPECT_TRUE(maru_test::CheckPattern(maru_chunk_data(a), kSize, "/r/a"));
+  EXPECT_EQ(maru_lease_check(a), 0);
+  maru_release(b);
+  {
+    Frozen frozen(server_);
+    ASSERT_EQ(maru_open(m_, "/r/b", &b), 0);  // the new index
+    EXPECT_TRUE(maru_test::CheckPattern(maru_chunk_data(b), kSize, "/r/b"));
+  }
+  maru_release(a);
+  maru_release(b);
+  // The renewed lease went back by message: nothing stays held.
+  ASSERT_EQ(maru_unlink(m_, "/r/a"), 0);
+  EXPECT_TRUE(maru_test::WaitFor([&] { return DeferredBytes(server_) == 0; }, 15000));
+}
+
+// Another uid that may map the pool (it is in the pool's group) reads the
+// index, but gets from it only what the server would give it.
+TEST_F(IndexTest, AChunkYouMayNotOpenYouCannotLookUp) {
+  std::string made;
+  ASSERT_EQ(maru_test::Run(maru_test::BinDir("tests/probe_client") + " " + server_.address() +
+                               " mkdir /closed 700",
+                           &made),
+            0)
+      << made;
+  ASSERT_EQ(Store(m_, "/closed/x"), 0);
+  ASSERT_EQ(Store(m_, "/open/secret", kSize, 0600), 0);
+  ASSERT_EQ(Store(m_, "/open/public", kSize, 0644), 0);
+  struct stat pool;
+  ASSERT_EQ(stat(pool_.path().c_str(), &pool), 0);
+  const std::string as_user =
+      "setpriv --reuid=1000 --regid=1000 --groups=" + std::to_string(pool.st_gid) + " ";
+  const std::string size = std::to_string(kSize);
+  auto run = [&](const std::string &env, const std::string &script) {
+    std::string out;
+    int rc =
+        maru_test::Run(env + as_user + maru_test::ClientCommand(server_.address(), script), &out);
+    return rc == 0 ? std::string() : out + " (exit " + std::to_string(rc) + ")";
+  };
+  for (const std::string env : {"", "MARU_INDEX=0 "}) {
+    EXPECT_EQ(run(env, "load /open/public " + size + " " + pool_.path()), "") << env;
+    EXPECT_EQ(run(env, "open-errno /open/secret 13"), "") << env;
+    EXPECT_EQ(run(env, "open-errno /closed/x 13"), "") << env;
+    EXPECT_EQ(run(env, "lookup 1 /open/public /open/secret"), "") << env;
+    EXPECT_EQ(run(env, "lookup 0 /closed/x"), "") << env;
+    EXPECT_EQ(run(env, "count 1 /open/public /open/secret"), "") << env;
+  }
+  // Through the index, without the server: the public chunk opens, the
+  // secret one is refused locally.
+  maru_test::TempDir dir;
+  const std::string out = dir.path() + "/out", go = dir.path() + "/go";
+  pid_t user = Spawn(
+      "env MARU_TIMEOUT_MS=2000 MARU_RETRY_MS=2000 " + as_user +
+          maru_test::ClientCommand(
+              server_.address(), "connect + wait-for " + go + " + load /open/public " + size + " " +
+                                     pool_.path() + " + lookup 1 /open/public /open/secret"),
+      out);
+  ASSERT_TRUE(maru_test::WaitFor([&] {
+    return ReadFile(out).find("connected") != std::string::npos;
+  })) << ReadFile(out);
+  Frozen frozen(server_);
+  ASSERT_TRUE(frozen.ok());
+  std::ofstream(go).put('x');
+  EXPECT_EQ(maru_test::Wait(user), 0) << ReadFile(out);
+}
+
+}  // namespace
