@@ -94,7 +94,8 @@ IndexReader::Found IndexReader::Lookup(std::string_view path, Hit *hit) const {
     if (e.flags & index::kUsed) {
       if (e.key[0] != key[0] || e.key[1] != key[1]) continue;
       hit->pos = pos;
-      if (!(e.flags & index::kPathOpen) || (e.flags & (index::kNoExtents | index::kChanging)) ||
+      if (!(e.flags & index::kPathOpen) ||
+          (e.flags & (index::kNoExtents | index::kChanging | index::kManyParts)) ||
           e.extent_count == 0 || e.extent_count > index::kInlineExtents)
         return Found::kAsk;
       return MayRead(e) ? Found::kHit : Found::kDenied;

@@ -168,7 +168,8 @@ index::EntryData ShmIndex::Describe(const Inode &file, const uint64_t key[2]) co
   d.uid = file.uid;
   d.gid = file.gid;
   d.mode = file.mode;
-  d.flags = index::kUsed | (PathOpen(tree_, file) ? index::kPathOpen : 0);
+  d.flags = index::kUsed | (PathOpen(tree_, file) ? index::kPathOpen : 0) |
+            (v.parts > 1 ? index::kManyParts : 0);
   d.checksum_type = static_cast<uint32_t>(v.checksum_type);
   d.checksum = v.checksum;
   d.extent_count = static_cast<uint32_t>(v.extents.size());

@@ -48,11 +48,12 @@ struct Header {
 static_assert(sizeof(Header) <= kPage);
 
 // Entry flags.
-constexpr uint32_t kUsed = 1;       // holds a chunk
-constexpr uint32_t kTombstone = 2;  // held one: probing goes on past it
-constexpr uint32_t kPathOpen = 4;   // every directory above it is searchable by all (o+x)
-constexpr uint32_t kNoExtents = 8;  // more extents than fit inline: ask the server
-constexpr uint32_t kChanging = 16;  // its version is going mid-operation: ask the server
+constexpr uint32_t kUsed = 1;        // holds a chunk
+constexpr uint32_t kTombstone = 2;   // held one: probing goes on past it
+constexpr uint32_t kPathOpen = 4;    // every directory above it is searchable by all (o+x)
+constexpr uint32_t kNoExtents = 8;   // more extents than fit inline: ask the server
+constexpr uint32_t kChanging = 16;   // its version is going mid-operation: ask the server
+constexpr uint32_t kManyParts = 32;  // written in parts (layer-wise), a count no entry holds: ask
 
 // An entry, as words. `seq` is odd while the server rewrites the entry.
 struct Entry {
