@@ -2,6 +2,7 @@
 // UCX one-sided get/put. See man/maru-agent.8.
 #include <signal.h>
 #include <unistd.h>
+#include <filesystem>
 
 #include <atomic>
 #include <cstdio>
@@ -40,13 +41,30 @@ std::string Hostname() {
   return buf;
 }
 
+// Whether UCX may pick an RDMA transport here: a device under
+// /sys/class/infiniband and UCX_TLS (if set) naming a verbs transport or
+// "all". Only RDMA transports check remote keys in hardware.
+bool RdmaUsable() {
+  std::error_code ec;
+  if (std::filesystem::directory_iterator("/sys/class/infiniband", ec) ==
+      std::filesystem::directory_iterator())
+    return false;
+  const char *tls = getenv("UCX_TLS");
+  if (!tls || !*tls) return true;
+  const std::string t(tls);
+  if (t[0] == '^') return true;  // all but some
+  for (const char *rdma : {"rc", "ud", "dc", "ib", "all"})
+    if (t.find(rdma) != std::string::npos) return true;
+  return false;
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
   SetLogTag("maru-agent");
   std::vector<std::string> pools;
   std::string server = kDefaultServerAddress, listen = "tcp://127.0.0.1:7071", advertise,
-              log_level = "info";
+              log_level = "info", data_path = "auto";
   Flags flags(
       "maru-agent --pool PATH [--pool PATH...] [--server ADDRESS] [--listen tcp://HOST:PORT]",
       "Serves pool devices of this memory node to hosts that cannot map them: remote\n"
@@ -64,6 +82,11 @@ int main(int argc, char **argv) {
       "advertise", &advertise,
       "the address clients are told (default: --listen, with this host's name for 0.0.0.0)");
   flags.String("log-level", &log_level, "error, warn, info or debug");
+  flags.String("data-path", &data_path,
+               "checked (bytes through the agent, every range checked against its grant), rma\n"
+               "(one-sided get/put under remote keys; sound only where the transport enforces\n"
+               "keys, i.e. RDMA) or auto (default: rma only when an RDMA device is present and\n"
+               "UCX_TLS allows it)");
   std::vector<std::string> args;
   Status s = flags.Parse(argc, argv, 1, &args);
   if (!s.ok()) return Fail(s.message());
@@ -71,6 +94,9 @@ int main(int argc, char **argv) {
   if (!args.empty()) return Fail("unexpected argument '" + args[0] + "'");
   if (pools.empty()) return Fail("--pool is required");
   if (!SetLogLevel(log_level)) return Fail("unknown log level " + log_level);
+  if (data_path != "auto" && data_path != "checked" && data_path != "rma")
+    return Fail("--data-path takes checked, rma or auto");
+  const bool checked = data_path == "checked" || (data_path == "auto" && !RdmaUsable());
   Result<Address> where = ParseAddress(listen);
   if (!where.ok() || where->kind != Address::Kind::kTcp)
     return Fail("--listen takes tcp://HOST:PORT");
@@ -105,7 +131,7 @@ int main(int argc, char **argv) {
   meta->set_on_resume([&] { resumed = true; });
 
   Result<std::unique_ptr<UcxAgent>> agent =
-      UcxAgent::Start(std::move(*client), std::move(devices), where->host, where->port);
+      UcxAgent::Start(std::move(*client), std::move(devices), where->host, where->port, checked);
   if (!agent.ok()) return Fail(agent.status().ToString());
   if (advertise.empty()) {
     std::string host = where->host == "0.0.0.0" || where->host == "::" ? Hostname() : where->host;
@@ -116,7 +142,8 @@ int main(int argc, char **argv) {
   (*agent)->set_key_refresher([&] { Register(*meta, registration, agent->get()); });
   if (int rc = Register(*meta, registration, agent->get()))
     return Fail("cannot register with " + server + ": " + strerror(-rc));
-  LOG_INFO("serving %d device(s) at %s", registration.device_uuids_size(), advertise.c_str());
+  LOG_INFO("serving %d device(s) at %s (%s data path)", registration.device_uuids_size(),
+           advertise.c_str(), checked ? "checked" : "rma");
 
   g_agent = agent->get();
   struct sigaction sa {};

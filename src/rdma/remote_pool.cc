@@ -3,6 +3,7 @@
 #include <netdb.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "rdma/ucx_wire.h"
@@ -23,6 +24,8 @@ Result<std::unique_ptr<RemotePool>> RemotePool::Create(AgentMap agents, int64_t 
   pool->ucx_ = std::move(*ucx);
   pool->staging_ = StagingCache::Create(pool->ucx_->context(), kStagingCacheBytes);
   MARU_RETURN_IF_ERROR(pool->ucx_->SetHandler(wire::kGrantReplyId, OnReply, pool.get()));
+  MARU_RETURN_IF_ERROR(pool->ucx_->SetHandler(wire::kReadReplyId, OnDataReply, pool.get()));
+  MARU_RETURN_IF_ERROR(pool->ucx_->SetHandler(wire::kWriteReplyId, OnDataReply, pool.get()));
   for (auto &[device, address] : agents) {
     Result<Address> a = ParseAddress(address);
     if (!a.ok() || a->kind != Address::Kind::kTcp)
@@ -55,6 +58,7 @@ ucs_status_t RemotePool::OnReply(void *arg, const void *, size_t, void *data, si
   Reply out;
   out.error = r.error;
   out.base = r.remote_base;
+  out.checked = r.flags & wire::kReplyChecked;
   const auto *at = static_cast<const uint8_t *>(data) + sizeof(wire::GrantReply);
   const auto *end = static_cast<const uint8_t *>(data) + length;
   for (uint32_t i = 0; i < r.count && out.error == 0; ++i) {
@@ -66,7 +70,8 @@ ucs_status_t RemotePool::OnReply(void *arg, const void *, size_t, void *data, si
     out.rkeys.emplace_back(at, at + n);
     at += n;
   }
-  if (r.error == 0 && (r.count == 0 || out.rkeys.size() != r.count)) out.error = EPROTO;
+  if (r.error == 0 && !out.checked && (r.count == 0 || out.rkeys.size() != r.count))
+    out.error = EPROTO;
   self->replies_[r.request_id] = std::move(out);
   return UCS_OK;
 }
@@ -159,6 +164,11 @@ Status RemotePool::Grant(Agent &agent, uint32_t device,
   if (reply.error)
     return Status::Error(reply.error,
                          "agent " + agent.address + " refused the grant: " + strerror(reply.error));
+  agent.checked = reply.checked;
+  if (reply.checked) {
+    *base = reply.base;  // the ticket
+    return Status::Ok();
+  }
   if (reply.rkeys.size() != transfers.size())
     return Status::Error(EPROTO, "agent " + agent.address + " sent the wrong number of keys");
   for (const std::vector<uint8_t> &packed : reply.rkeys) {
@@ -170,6 +180,124 @@ Status RemotePool::Grant(Agent &agent, uint32_t device,
   }
   *base = reply.base;
   return Status::Ok();
+}
+
+size_t RemotePool::OpsInFlight() const {
+  return std::count_if(ops_.begin(), ops_.end(), [](const auto &o) { return !o.second.done; });
+}
+
+Status RemotePool::PostChecked(Agent &agent, uint64_t ticket,
+                               const std::vector<const Transfer *> &part, bool put,
+                               std::vector<std::pair<Agent *, void *>> *requests) {
+  for (const Transfer *t : part) {
+    // A window in flight: more would only queue in the agent.
+    if (!ucx_->ProgressUntil([&] { return OpsInFlight() < kWindow || agent.failed; }, timeout_ms_))
+      return Status::Error(ETIMEDOUT, "agent " + agent.address + " did not answer");
+    if (agent.failed) return Status::Error(ECONNRESET, "agent " + agent.address + " went away");
+    const uint64_t id = next_request_++;
+    DataOp &op = ops_.emplace(id, DataOp{t, put, {id, ticket, t->offset, t->length}}).first->second;
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_AM_SEND_FLAG_REPLY;
+    if (put && t->memh) {
+      p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+      p.memh = t->memh;
+    }
+    // The header lives in `op` until the answer; a write's bytes follow it.
+    void *r =
+        ucp_am_send_nbx(agent.ep, put ? wire::kWriteRequestId : wire::kReadRequestId, &op.head,
+                        sizeof(op.head), put ? t->local : nullptr, put ? t->length : 0, &p);
+    requests->emplace_back(&agent, r);
+  }
+  return Status::Ok();
+}
+
+ucs_status_t RemotePool::OnDataReply(void *arg, const void *header, size_t header_length,
+                                     void *data, size_t length, const ucp_am_recv_param_t *param) {
+  auto *self = static_cast<RemotePool *>(arg);
+  if (header_length != sizeof(wire::DataReply)) return UCS_OK;
+  wire::DataReply r;
+  memcpy(&r, header, sizeof(r));
+  auto it = self->ops_.find(r.request_id);
+  if (it == self->ops_.end() || it->second.done) return UCS_OK;  // an abandoned op
+  DataOp &op = it->second;
+  const Transfer *t = op.transfer;
+  if (r.error || op.write) {
+    op.error = r.error;
+    op.done = true;
+    return UCS_OK;
+  }
+  if (length != t->length) {
+    op.error = EPROTO;
+    op.done = true;
+    return UCS_OK;
+  }
+  if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+    memcpy(t->local, data, length);
+    op.done = true;
+    return UCS_OK;
+  }
+  // Large: straight into the caller's buffer.
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  p.cb.recv_am = OnDataReceived;
+  p.user_data = &op;
+  if (t->memh) {
+    p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+    p.memh = t->memh;
+  }
+  void *req = ucp_am_recv_data_nbx(self->ucx_->worker(), data, t->local, length, &p);
+  if (req == nullptr) {
+    op.done = true;
+  } else if (!UCS_PTR_IS_ERR(req)) {
+    op.receiving = true;
+  } else if (UCS_PTR_IS_ERR(req)) {
+    op.error = UcsErrno(UCS_PTR_STATUS(req));
+    op.done = true;
+  }
+  return UCS_OK;
+}
+
+void RemotePool::OnDataReceived(void *request, ucs_status_t status, size_t, void *user_data) {
+  auto *op = static_cast<DataOp *>(user_data);
+  op->error = UcsErrno(status);
+  op->done = true;
+  op->receiving = false;
+  ucp_request_free(request);
+}
+
+Status RemotePool::AwaitChecked() {
+  if (ops_.empty()) return Status::Ok();
+  Status result;
+  auto failed = [&] {
+    return std::any_of(agents_.begin(), agents_.end(),
+                       [](const auto &a) { return a.second.checked && a.second.failed; });
+  };
+  if (!ucx_->ProgressUntil([&] { return OpsInFlight() == 0 || failed(); }, timeout_ms_))
+    result = Status::Error(ETIMEDOUT, "the agent did not answer");
+  if (OpsInFlight() != 0) {
+    if (result.ok()) result = Status::Error(ECONNRESET, "the agent went away");
+    // Closing the endpoints finishes any receive into the caller's buffers.
+    for (auto &[device, agent] : agents_)
+      if (agent.checked) {
+        agent.failed = true;
+        Disconnect(agent);
+      }
+    // The caller frees its buffers after this: no receive may still run.
+    while (!ucx_->ProgressUntil(
+        [&] {
+          return std::none_of(ops_.begin(), ops_.end(),
+                              [](const auto &o) { return o.second.receiving; });
+        },
+        10000))
+      LOG_WARN("a receive from the agent is still running after its endpoint closed; waiting");
+  }
+  for (const auto &[id, op] : ops_)
+    if (op.done && op.error && result.ok())
+      result = Status::Error(op.error, std::string(op.write ? "write to" : "read from") +
+                                           " the agent: " + strerror(op.error));
+  ops_.clear();
+  return result;
 }
 
 Status RemotePool::Move(const std::vector<Transfer> &transfers, bool put) {
@@ -212,6 +340,7 @@ Status RemotePool::MoveOnce(const std::vector<Transfer> &transfers, bool put, bo
                                   : UcsErrno(st),
           std::string(put ? "put to " : "get from ") + a->address + ": " + ucs_status_string(st));
   }
+  if (Status s = AwaitChecked(); !s.ok() && result.ok()) result = s;
   for (auto &[device, agent] : agents_) {
     if (agent.failed && !agent.proven) *fresh_failed = true;
     if (agent.failed) Disconnect(agent);
@@ -238,6 +367,10 @@ Status RemotePool::Post(uint32_t device, const std::vector<const Transfer *> &li
       if (agent.failed) agent.lost = true;  // the next call reconnects, maybe elsewhere
       return granted;
     }
+    if (agent.checked) {
+      MARU_RETURN_IF_ERROR(PostChecked(agent, base, part, put, requests));
+      continue;
+    }
     // Every transfer of the grant in flight at once.
     for (size_t i = 0; i < part.size(); ++i) {
       const Transfer *t = part[i];
@@ -251,7 +384,7 @@ Status RemotePool::Post(uint32_t device, const std::vector<const Transfer *> &li
       requests->emplace_back(&agent, r);
     }
   }
-  if (put) {
+  if (put && !agent.checked) {
     // Puts are complete only once flushed to the target.
     ucp_request_param_t p{};
     requests->emplace_back(&agent, ucp_ep_flush_nbx(agent.ep, &p));

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "rdma/staging_cache.h"
+#include "rdma/ucx_wire.h"
 #include "rdma/ucx_worker.h"
 #include "util/status.h"
 
@@ -71,11 +72,22 @@ class RemotePool {
     std::vector<ucp_rkey_h> rkeys;  // of the grants of the transfers in flight
     bool lost = false;              // went away: look its address up again before reconnecting
     bool proven = false;            // this connection completed an exchange
+    bool checked = false;           // the agent serves bytes two-sided (TCP)
+  };
+  // A read or write on the checked path, until the agent answers.
+  struct DataOp {
+    const Transfer *transfer;
+    bool write;
+    wire::DataRequest head;
+    bool done = false;
+    bool receiving = false;  // UCX is writing the caller's buffer
+    int error = 0;
   };
   struct Reply {
     int error = 0;
     uint64_t base = 0;
     std::vector<std::vector<uint8_t>> rkeys;  // one per extent of the grant
+    bool checked = false;
   };
 
   RemotePool() = default;
@@ -86,6 +98,15 @@ class RemotePool {
   // Grants and posts the transfers of one device, appending the requests.
   Status Post(uint32_t device, const std::vector<const Transfer *> &list, bool put,
               std::vector<std::pair<Agent *, void *>> *requests);
+  // Sends the reads or writes of `part` under `ticket`, a window at a time.
+  Status PostChecked(Agent &agent, uint64_t ticket, const std::vector<const Transfer *> &part,
+                     bool put, std::vector<std::pair<Agent *, void *>> *requests);
+  // Waits for the agent's answers to the data ops in flight.
+  Status AwaitChecked();
+  static ucs_status_t OnDataReply(void *arg, const void *header, size_t header_length, void *data,
+                                  size_t length, const ucp_am_recv_param_t *param);
+  static void OnDataReceived(void *request, ucs_status_t status, size_t length, void *user_data);
+  size_t OpsInFlight() const;
   Status Connect(Agent &agent);
   void Disconnect(Agent &agent);
   static void DropKeys(Agent &agent);
@@ -102,6 +123,8 @@ class RemotePool {
   std::shared_ptr<StagingCache> staging_;  // its registrations are ucx_'s
   std::map<uint32_t, Agent> agents_;
   std::map<uint64_t, Reply> replies_;
+  std::map<uint64_t, DataOp> ops_;       // by request id
+  static constexpr size_t kWindow = 64;  // data ops in flight (the agent allows 128)
   uint64_t next_request_ = 1;
   int64_t timeout_ms_ = 10000;
   std::function<AgentMap()> refresh_;

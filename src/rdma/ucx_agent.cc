@@ -17,11 +17,12 @@ namespace maru {
 
 Result<std::unique_ptr<UcxAgent>> UcxAgent::Start(
     std::unique_ptr<MetaClient> client, std::map<uint32_t, std::unique_ptr<PoolDevice>> devices,
-    const std::string &listen_host, int port) {
+    const std::string &listen_host, int port, bool checked) {
   std::unique_ptr<UcxAgent> agent(new UcxAgent());
   agent->client_ = std::move(client);
   agent->devices_ = std::move(devices);
-  Result<std::unique_ptr<UcxWorker>> ucx = UcxWorker::Create();
+  agent->checked_ = checked;
+  Result<std::unique_ptr<UcxWorker>> ucx = UcxWorker::Create(!checked);
   if (!ucx.ok()) return ucx.status();
   agent->ucx_ = std::move(*ucx);
 
@@ -31,9 +32,14 @@ Result<std::unique_ptr<UcxAgent>> UcxAgent::Start(
   // Every other id gets a handler that drops the message: UCX 1.13 crashed
   // the agent on a message under an id with no handler (a test sends some).
   for (unsigned id = 0; id <= UINT16_MAX; ++id)
-    if (id != wire::kGrantRequestId)
+    if (id != wire::kGrantRequestId &&
+        (!checked || (id != wire::kReadRequestId && id != wire::kWriteRequestId)))
       MARU_RETURN_IF_ERROR(agent->ucx_->SetHandler(id, OnStray, nullptr));
   MARU_RETURN_IF_ERROR(agent->ucx_->SetHandler(wire::kGrantRequestId, OnGrant, agent.get()));
+  if (checked) {
+    MARU_RETURN_IF_ERROR(agent->ucx_->SetHandler(wire::kReadRequestId, OnRead, agent.get()));
+    MARU_RETURN_IF_ERROR(agent->ucx_->SetHandler(wire::kWriteRequestId, OnWrite, agent.get()));
+  }
 
   addrinfo hints{}, *res = nullptr;
   hints.ai_family = AF_UNSPEC;
@@ -140,7 +146,9 @@ size_t UcxAgent::Backlog(ucp_ep_h ep) const {
   return std::count_if(pending_.begin(), pending_.end(),
                        [&](const PendingGrant &g) { return g.reply_ep == ep; }) +
          std::count_if(sending_.begin(), sending_.end(),
-                       [&](const Sending &s) { return s.ep == ep; });
+                       [&](const Sending &s) { return s.ep == ep; }) +
+         std::count_if(answers_.begin(), answers_.end(),
+                       [&](const DataAnswer &a) { return a.ep == ep; });
 }
 
 int UcxAgent::Verify(const std::vector<uint8_t> &request, rpc::Grant *grant) {
@@ -171,9 +179,9 @@ int UcxAgent::Verify(const std::vector<uint8_t> &request, rpc::Grant *grant) {
   return 0;
 }
 
-int UcxAgent::Admit(const std::vector<uint8_t> &request, std::vector<uint8_t> *out) {
+int UcxAgent::Admit(const PendingGrant &pending, std::vector<uint8_t> *out) {
   rpc::Grant grant;
-  if (int error = Verify(request, &grant)) return error;
+  if (int error = Verify(pending.request, &grant)) return error;
   PoolDevice *dev = devices_.at(grant.device()).get();
   // Still held? A lease released or a reservation sealed or aborted revokes
   // the grant before it expires.
@@ -185,6 +193,13 @@ int UcxAgent::Admit(const std::vector<uint8_t> &request, std::vector<uint8_t> *o
   check.set_writable(grant.writable());
   rpc::ErrorReply rep;
   if (int rc = client_->Call(&rpc::Meta::Stub::CheckExtents, check, &rep)) return -rc;
+  if (checked_) {
+    auto *reply = reinterpret_cast<wire::GrantReply *>(out->data());
+    reply->flags = wire::kReplyChecked;
+    reply->count = 0;
+    reply->remote_base = NewTicket(grant, pending.reply_ep);
+    return 0;
+  }
   // Keys outlive the grant by one more TTL: transfers posted just before it
   // expires must be able to finish.
   const int64_t until_ms = grant.expires_ms() + kMaxGrantTtlMs;
@@ -210,7 +225,7 @@ void UcxAgent::Answer(const PendingGrant &grant) {
             MonotonicNs() / 1000000 + kReplyTimeoutMs};
   wire::GrantRequest head{};
   if (grant.request.size() >= sizeof(head)) memcpy(&head, grant.request.data(), sizeof(head));
-  const int error = Admit(grant.request, &s.buffer);
+  const int error = Admit(grant, &s.buffer);
   auto *reply = reinterpret_cast<wire::GrantReply *>(s.buffer.data());
   reply->request_id = head.request_id;
   reply->error = error;
@@ -233,6 +248,133 @@ void UcxAgent::Answer(const PendingGrant &grant) {
     return;
   }
   sending_.push_back(std::move(s));
+}
+
+uint64_t UcxAgent::NewTicket(const rpc::Grant &grant, ucp_ep_h ep) {
+  // A client holds a bounded number: its oldest goes first.
+  size_t held = 0;
+  auto oldest = tickets_.end();
+  for (auto it = tickets_.begin(); it != tickets_.end(); ++it)
+    if (it->second.ep == ep && held++ == 0) oldest = it;
+  if (held >= kMaxTicketsPerClient) tickets_.erase(oldest);
+  Ticket t{ep, grant.device(), grant.writable(), {}, {}, grant.expires_ms() + kMaxGrantTtlMs};
+  if (grant.writable()) t.writer = {grant.session(), grant.uid()};
+  for (const rpc::Extent &e : grant.extents()) t.extents.emplace_back(e.offset(), e.length());
+  const uint64_t id = next_ticket_++;
+  tickets_.emplace(id, std::move(t));
+  return id;
+}
+
+int UcxAgent::Locate(ucp_ep_h ep, uint64_t ticket, uint64_t offset, uint64_t length, bool write,
+                     uint8_t **at) {
+  auto it = tickets_.find(ticket);
+  // Another client's ticket is as good as none.
+  if (it == tickets_.end() || it->second.ep != ep) return EKEYREJECTED;
+  const Ticket &t = it->second;
+  if (t.until_ms <= RealtimeNs() / 1000000) return EKEYEXPIRED;
+  if (write && !t.writable) return EACCES;
+  if (length == 0) return EINVAL;
+  for (const auto &[first, size] : t.extents)
+    if (offset >= first && offset - first < size && length <= size - (offset - first)) {
+      *at = devices_.at(t.device)->base() + offset;
+      return 0;
+    }
+  return ERANGE;
+}
+
+bool UcxAgent::AdmitData(ucp_ep_h ep) {
+  // Honest clients keep a window of requests in flight; one that piles up
+  // more (or does not read its replies) is dropped, not queued without bound.
+  if (Backlog(ep) < kMaxDataBacklog) return true;
+  LOG_WARN("a client has %zu data requests outstanding; dropping it", kMaxDataBacklog);
+  if (std::find(failed_.begin(), failed_.end(), ep) == failed_.end()) failed_.push_back(ep);
+  return false;
+}
+
+ucs_status_t UcxAgent::OnRead(void *arg, const void *header, size_t header_length, void *, size_t,
+                              const ucp_am_recv_param_t *param) {
+  auto *self = static_cast<UcxAgent *>(arg);
+  // Data sent with a read is not taken (UCX releases it on UCS_OK).
+  if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ||
+      header_length != sizeof(wire::DataRequest) || !self->AdmitData(param->reply_ep))
+    return UCS_OK;
+  wire::DataRequest req;
+  memcpy(&req, header, sizeof(req));
+  uint8_t *at = nullptr;
+  const int error = self->Locate(param->reply_ep, req.ticket, req.offset, req.length, false, &at);
+  self->answers_.push_back({param->reply_ep,
+                            wire::kReadReplyId,
+                            {req.request_id, error, 0},
+                            error ? nullptr : at,
+                            error ? 0 : req.length});
+  return UCS_OK;
+}
+
+namespace {
+struct WriteInFlight {
+  UcxAgent *agent;
+  ucp_ep_h ep;
+  uint64_t request_id;
+};
+}  // namespace
+
+ucs_status_t UcxAgent::OnWrite(void *arg, const void *header, size_t header_length, void *data,
+                               size_t length, const ucp_am_recv_param_t *param) {
+  auto *self = static_cast<UcxAgent *>(arg);
+  if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ||
+      header_length != sizeof(wire::DataRequest) || !self->AdmitData(param->reply_ep))
+    return UCS_OK;
+  wire::DataRequest req;
+  memcpy(&req, header, sizeof(req));
+  uint8_t *at = nullptr;
+  int error = self->Locate(param->reply_ep, req.ticket, req.offset, req.length, true, &at);
+  if (!error && req.length != length) error = EINVAL;
+  const bool rndv = param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV;
+  if (!error && !rndv) memcpy(at, data, length);
+  if (!error && rndv) {
+    // Straight into the extent; answered once the bytes are in.
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.cb.recv_am = OnWriteReceived;
+    p.user_data = new WriteInFlight{self, param->reply_ep, req.request_id};
+    void *r = ucp_am_recv_data_nbx(self->ucx_->worker(), data, at, length, &p);
+    if (r != nullptr && !UCS_PTR_IS_ERR(r)) return UCS_OK;
+    delete static_cast<WriteInFlight *>(p.user_data);
+    if (UCS_PTR_IS_ERR(r)) error = UcsErrno(UCS_PTR_STATUS(r));
+  }
+  // A refused rendezvous is released by UCX on UCS_OK: nothing is copied.
+  self->answers_.push_back(
+      {param->reply_ep, wire::kWriteReplyId, {req.request_id, error, 0}, nullptr, 0});
+  return UCS_OK;
+}
+
+void UcxAgent::OnWriteReceived(void *request, ucs_status_t status, size_t, void *user_data) {
+  auto *w = static_cast<WriteInFlight *>(user_data);
+  w->agent->answers_.push_back(
+      {w->ep, wire::kWriteReplyId, {w->request_id, UcsErrno(status), 0}, nullptr, 0});
+  delete w;
+  ucp_request_free(request);
+}
+
+void UcxAgent::SendDataAnswers() {
+  while (!answers_.empty()) {
+    DataAnswer a = answers_.front();
+    answers_.pop_front();
+    // A client closed meanwhile: its endpoint is gone.
+    if (std::find(endpoints_.begin(), endpoints_.end(), a.ep) == endpoints_.end()) continue;
+    Sending s{a.ep, nullptr, std::vector<uint8_t>(sizeof(a.head)),
+              MonotonicNs() / 1000000 + kReplyTimeoutMs};
+    memcpy(s.buffer.data(), &a.head, sizeof(a.head));
+    // A read's bytes go from the pool mapping itself (rendezvous when large).
+    ucp_request_param_t p{};
+    s.request = ucp_am_send_nbx(a.ep, a.id, s.buffer.data(), s.buffer.size(), a.data, a.length, &p);
+    if (s.request == nullptr) continue;
+    if (UCS_PTR_IS_ERR(s.request)) {
+      LOG_DEBUG("data reply not sent: %s", ucs_status_string(UCS_PTR_STATUS(s.request)));
+      continue;
+    }
+    sending_.push_back(std::move(s));
+  }
 }
 
 void UcxAgent::ReapReplies() {
@@ -264,6 +406,25 @@ void UcxAgent::RevokeEndedWrites() {
     const int rc = client_->Call(&rpc::Meta::Stub::CheckExtents, check, &rep);
     if (rc == -ESTALE || rc == -EACCES) registry_->Drop(where);
   }
+  // The same for writable tickets.
+  std::erase_if(tickets_, [&](const auto &entry) {
+    const Ticket &t = entry.second;
+    if (!t.writable) return false;
+    rpc::CheckExtentsRequest check;
+    check.set_client_session(t.writer.session);
+    check.set_client_uid(t.writer.uid);
+    check.set_device(t.device);
+    for (const auto &[offset, length] : t.extents) {
+      rpc::Extent *e = check.add_extents();
+      e->set_device(t.device);
+      e->set_offset(offset);
+      e->set_length(length);
+    }
+    check.set_writable(true);
+    rpc::ErrorReply rep;
+    const int rc = client_->Call(&rpc::Meta::Stub::CheckExtents, check, &rep);
+    return rc == -ESTALE || rc == -EACCES;
+  });
 }
 
 void UcxAgent::CloseFailedEndpoints() {
@@ -272,6 +433,8 @@ void UcxAgent::CloseFailedEndpoints() {
     if (it == endpoints_.end()) continue;
     endpoints_.erase(it);
     std::erase_if(pending_, [&](const PendingGrant &g) { return g.reply_ep == ep; });
+    std::erase_if(answers_, [&](const DataAnswer &a) { return a.ep == ep; });
+    std::erase_if(tickets_, [&](const auto &t) { return t.second.ep == ep; });
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     p.flags = UCP_EP_CLOSE_FLAG_FORCE;
@@ -298,9 +461,11 @@ void UcxAgent::Run(const std::function<void()> &tick) {
     // A scan of the registrations, at most ten times a second.
     if (const int64_t now_ms = RealtimeNs() / 1000000; now_ms >= next_expiry_ms) {
       registry_->Expire(now_ms);
+      std::erase_if(tickets_, [&](const auto &t) { return t.second.until_ms <= now_ms; });
       RevokeEndedWrites();
       next_expiry_ms = now_ms + 100;
     }
+    SendDataAnswers();
     if (pending_.empty() && failed_.empty()) {
       ucx_->Sleep(sending_.empty() ? 200 : 10);
       continue;

@@ -62,7 +62,7 @@ void TuneTransports(ucp_config_t *config) {
 
 }  // namespace
 
-Result<std::unique_ptr<UcxWorker>> UcxWorker::Create() {
+Result<std::unique_ptr<UcxWorker>> UcxWorker::Create(bool rma) {
   std::unique_ptr<UcxWorker> w(new UcxWorker());
   ucp_config_t *config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
@@ -70,7 +70,7 @@ Result<std::unique_ptr<UcxWorker>> UcxWorker::Create() {
   TuneTransports(config);
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
-  params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+  params.features = (rma ? UCP_FEATURE_RMA : 0) | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
   params.mt_workers_shared = 0;
   st = ucp_init(&params, config, &w->context_);
   ucp_config_release(config);

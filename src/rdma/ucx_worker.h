@@ -17,7 +17,9 @@ int UcsErrno(ucs_status_t status);
 
 class UcxWorker {
  public:
-  static Result<std::unique_ptr<UcxWorker>> Create();
+  // `rma`: whether peers may reach this process's memory one-sided. Without
+  // it UCX installs no handlers for the get/put it emulates over TCP.
+  static Result<std::unique_ptr<UcxWorker>> Create(bool rma = true);
   ~UcxWorker();
   UcxWorker(const UcxWorker &) = delete;
   UcxWorker &operator=(const UcxWorker &) = delete;
