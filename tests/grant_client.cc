@@ -11,7 +11,10 @@
 // extents (prints PATH's extents as DEV:OFF:LEN), stall (sends grant
 // requests for PATH as fast as it can and never reads a reply: prints
 // "stalled", exits once the file GO exists), odd-ids (the same with
-// messages under ids the agent does not handle).
+// messages under ids the agent does not handle), rma (PATH is an address
+// in the agent, in hex: one-sided put then get there, with a remote key
+// this client made up), read-write (a read grant's ticket used to write),
+// outside (a read just past the granted extent).
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -137,6 +140,134 @@ int Stall(const std::string &address, const std::string &grant, const std::strin
   _exit(0);  // no goodbye to the agent either
 }
 
+// An endpoint to the agent at `address` on `ucx`'s worker.
+ucp_ep_h Connect(UcxWorker &ucx, const std::string &address) {
+  Result<Address> a = ParseAddress(address);
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_socktype = SOCK_STREAM;
+  if (!a.ok() || getaddrinfo(a->host.c_str(), std::to_string(a->port).c_str(), &hints, &res) != 0)
+    return nullptr;
+  ucp_ep_params_t ep{};
+  ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                  UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+  ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  ep.sockaddr.addr = res->ai_addr;
+  ep.sockaddr.addrlen = res->ai_addrlen;
+  ucp_ep_h handle = nullptr;
+  if (ucp_ep_create(ucx.worker(), &ep, &handle) != UCS_OK) handle = nullptr;
+  freeaddrinfo(res);
+  return handle;
+}
+
+// Waits for `r` on `ep`; closes the endpoint if it hangs. Returns an errno.
+int Finish(UcxWorker &ucx, ucp_ep_h ep, void *r) {
+  ucs_status_t st = ucx.Wait(r, 3000, [&] {
+    ucp_request_param_t c{};
+    c.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    c.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    ucx.Wait(ucp_ep_close_nbx(ep, &c), 2000);
+  });
+  return UcsErrno(st);
+}
+
+// rma: what a client could do if the agent's UCX served get/put: write
+// then read `address` in the agent under a key of its own making.
+int Rma(const std::string &agent, uint64_t address) {
+  auto ucx = UcxWorker::Create();
+  if (!ucx.ok()) return 2;
+  ucp_ep_h ep = Connect(**ucx, agent);
+  if (!ep) return 2;
+  std::vector<uint8_t> bytes(4096, 0xab);
+  ucp_mem_map_params_t mp{};
+  mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  mp.address = bytes.data();
+  mp.length = bytes.size();
+  ucp_mem_h memh;
+  if (ucp_mem_map((*ucx)->context(), &mp, &memh) != UCS_OK) return 2;
+  void *packed = nullptr;
+  size_t packed_size = 0;
+  ucp_rkey_h rkey = nullptr;
+  if (ucp_rkey_pack((*ucx)->context(), memh, &packed, &packed_size) != UCS_OK) return 2;
+  ucs_status_t st = ucp_ep_rkey_unpack(ep, packed, &rkey);
+  ucp_rkey_buffer_release(packed);
+  if (st != UCS_OK) {
+    printf("no key: %s\n", ucs_status_string(st));
+    return UcsErrno(st);
+  }
+  ucp_request_param_t p{};
+  int put = Finish(**ucx, ep, ucp_put_nbx(ep, bytes.data(), bytes.size(), address, rkey, &p));
+  if (put == 0) put = Finish(**ucx, ep, ucp_ep_flush_nbx(ep, &p));
+  printf("put: %s\n", strerror(put));
+  int result = put;
+  if (put == 0) {  // else the endpoint may be gone
+    result = Finish(**ucx, ep, ucp_get_nbx(ep, bytes.data(), bytes.size(), address, rkey, &p));
+    printf("get: %s\n", strerror(result));
+  }
+  ucp_rkey_destroy(rkey);
+  ucp_mem_unmap((*ucx)->context(), memh);
+  return result;
+}
+
+// read-write, outside: a data request under the ticket an honest grant
+// for `extent` gets. Returns the agent's errno.
+int Raw(const std::string &agent, const std::string &grant, const rpc::Extent &extent, bool write) {
+  auto ucx = UcxWorker::Create();
+  if (!ucx.ok()) return 2;
+  struct Answers {
+    std::vector<uint8_t> grant;
+    int data_error = -1;
+  } answers;
+  auto keep_grant = [](void *arg, const void *, size_t, void *data, size_t length,
+                       const ucp_am_recv_param_t *) {
+    auto *a = static_cast<Answers *>(arg);
+    a->grant.assign(static_cast<uint8_t *>(data), static_cast<uint8_t *>(data) + length);
+    return UCS_OK;
+  };
+  auto keep_data = [](void *arg, const void *header, size_t header_length, void *, size_t,
+                      const ucp_am_recv_param_t *) {
+    wire::DataReply r{};
+    if (header_length == sizeof(r)) memcpy(&r, header, sizeof(r));
+    static_cast<Answers *>(arg)->data_error = header_length == sizeof(r) ? r.error : EPROTO;
+    return UCS_OK;
+  };
+  if (!(*ucx)->SetHandler(wire::kGrantReplyId, keep_grant, &answers).ok() ||
+      !(*ucx)->SetHandler(wire::kReadReplyId, keep_data, &answers).ok() ||
+      !(*ucx)->SetHandler(wire::kWriteReplyId, keep_data, &answers).ok())
+    return 2;
+  ucp_ep_h ep = Connect(**ucx, agent);
+  if (!ep) return 2;
+  std::vector<uint8_t> msg(sizeof(wire::GrantRequest) + grant.size());
+  wire::GrantRequest head{};
+  head.grant_bytes = static_cast<uint32_t>(grant.size());
+  memcpy(msg.data(), &head, sizeof(head));
+  memcpy(msg.data() + sizeof(head), grant.data(), grant.size());
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = UCP_AM_SEND_FLAG_REPLY;
+  if (int e = Finish(
+          **ucx, ep,
+          ucp_am_send_nbx(ep, wire::kGrantRequestId, nullptr, 0, msg.data(), msg.size(), &p)))
+    return e;
+  if (!(*ucx)->ProgressUntil([&] { return !answers.grant.empty(); }, 5000)) return ETIMEDOUT;
+  wire::GrantReply reply{};
+  if (answers.grant.size() < sizeof(reply)) return EPROTO;
+  memcpy(&reply, answers.grant.data(), sizeof(reply));
+  if (reply.error) return reply.error;
+  if (!(reply.flags & wire::kReplyChecked)) return printf("not the checked path\n"), 2;
+  // The extent's own bytes to write; a read one byte longer than it.
+  std::vector<uint8_t> bytes(extent.length(), 0xcd);
+  wire::DataRequest req{7, reply.remote_base, extent.offset(), extent.length() + (write ? 0 : 1)};
+  if (int e = Finish(**ucx, ep,
+                     ucp_am_send_nbx(ep, write ? wire::kWriteRequestId : wire::kReadRequestId, &req,
+                                     sizeof(req), write ? bytes.data() : nullptr,
+                                     write ? bytes.size() : 0, &p)))
+    return e;
+  if (!(*ucx)->ProgressUntil([&] { return answers.data_error >= 0; }, 5000)) return ETIMEDOUT;
+  printf("agent: %s\n", strerror(answers.data_error));
+  return answers.data_error;
+}
+
 int Report(const Status &s) {
   printf("%s\n", s.ok() ? "ok" : s.ToString().c_str());
   return s.errnum();
@@ -165,6 +296,7 @@ int main(int argc, char **argv) {
   });
   if (!pool.ok()) return fprintf(stderr, "%s\n", pool.status().ToString().c_str()), 2;
 
+  if (mode == "rma") return Rma(agents.begin()->second, std::stoull(target, nullptr, 16));
   rpc::ChunkReply chunk;
   if (mode == "other") {
     unsigned device = 0;
@@ -202,6 +334,12 @@ int main(int argc, char **argv) {
     if (!grant.ok()) return Report(grant.status());
     return Stall(agents[chunk.extents(0).device()], *grant, argc > 4 ? argv[4] : "/nonexistent",
                  mode == "odd-ids");
+  }
+  if (mode == "read-write" || mode == "outside") {
+    const rpc::Extent &e = chunk.extents(0);
+    auto grant = grants.Issue(e.device(), {{e.offset(), e.length()}}, false);
+    if (!grant.ok()) return Report(grant.status());
+    return Raw(agents[e.device()], *grant, e, mode == "read-write");
   }
   if (mode == "write-flip" || mode == "write-on-lease") return Report((*pool)->Put(0, transfers));
   if (mode != "released") return Report((*pool)->Get(0, transfers));

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -313,6 +314,78 @@ TEST_F(GrantTest, AnotherSessionsExtentsAreRefused) {
   EXPECT_EQ(Grant("other", extent), ESTALE);        // the same uid, another session
   std::ofstream(go).put('x');
   EXPECT_EQ(maru_test::Wait(holder), 0) << Slurp(log);
+}
+
+// The bytes of the pool file (one device) at "DEV:OFF:LEN".
+std::string PoolBytes(const std::string &pool, const std::string &extent) {
+  unsigned long long offset = 0, length = 0;
+  unsigned device = 0;
+  if (sscanf(extent.c_str(), "%u:%llu:%llu", &device, &offset, &length) != 3) return "";
+  std::ifstream in(pool, std::ios::binary);
+  in.seekg(static_cast<std::streamoff>(offset));
+  std::string bytes(length, '\0');
+  in.read(bytes.data(), static_cast<std::streamsize>(length));
+  return bytes;
+}
+
+// Where the maru-agent this test started maps the whole of `pool`: its
+// largest mapping of the file (it maps it from offset 0), or 0.
+uint64_t AgentMapping(const std::string &pool) {
+  uint64_t best = 0, best_size = 0;
+  for (const auto &entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string dir = entry.path().string();
+    std::string stat = Slurp(dir + "/stat");
+    const size_t paren = stat.rfind(')');
+    if (paren == std::string::npos) continue;
+    int ppid = 0;
+    char state = 0;
+    if (sscanf(stat.c_str() + paren + 1, " %c %d", &state, &ppid) != 2 || ppid != getpid())
+      continue;
+    if (Slurp(dir + "/cmdline").find("maru-agent") == std::string::npos) continue;
+    std::istringstream maps(Slurp(dir + "/maps"));
+    for (std::string line; std::getline(maps, line);) {
+      if (line.find(pool) == std::string::npos) continue;
+      unsigned long long from = 0, to = 0;
+      if (sscanf(line.c_str(), "%llx-%llx", &from, &to) == 2 && to - from > best_size) {
+        best = from;
+        best_size = to - from;
+      }
+    }
+  }
+  return best;
+}
+
+TEST_F(GrantTest, OneSidedPutAndGetReachNothingOverTcp) {
+  ASSERT_EQ(maru_test::RunClient(server_->address(), "store /g/rma 1048576"), 0);
+  ASSERT_EQ(Grant("extents", "/g/rma"), 0);
+  const std::string extent = last_.substr(0, last_.find('\n'));
+  const std::string before = PoolBytes(pool_.path(), extent);
+  ASSERT_FALSE(before.empty());
+  const uint64_t base = AgentMapping(pool_.path());
+  ASSERT_NE(base, 0u);
+  unsigned long long offset = 0;
+  ASSERT_EQ(sscanf(extent.c_str(), "%*u:%llu", &offset), 1);
+  char address[32];
+  snprintf(address, sizeof(address), "%llx", static_cast<unsigned long long>(base + offset));
+  // The agent's UCX serves no get/put on TCP: the put fails (or its
+  // endpoint is closed), the bytes are as they were, the agent serves on.
+  EXPECT_NE(Grant("rma", address), 0);
+  EXPECT_EQ(PoolBytes(pool_.path(), extent), before);
+  EXPECT_EQ(RunRemote("fetch /g/rma 1048576"), 0);
+}
+
+TEST_F(GrantTest, EveryRangeIsCheckedOnTheCheckedPath) {
+  ASSERT_EQ(maru_test::RunClient(server_->address(), "store /g/range 1048576"), 0);
+  ASSERT_EQ(Grant("extents", "/g/range"), 0);
+  const std::string extent = last_.substr(0, last_.find('\n'));
+  const std::string before = PoolBytes(pool_.path(), extent);
+  ASSERT_FALSE(before.empty());
+  // A valid read grant's ticket does not write...
+  EXPECT_EQ(Grant("read-write", "/g/range"), EACCES);
+  EXPECT_EQ(PoolBytes(pool_.path(), extent), before);
+  // ...nor read a byte past its extent.
+  EXPECT_EQ(Grant("outside", "/g/range"), ERANGE);
+  EXPECT_EQ(RunRemote("fetch /g/range 1048576"), 0);
 }
 
 TEST_F(GrantTest, AGrantEndsWithItsLease) {
