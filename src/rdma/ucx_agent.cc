@@ -142,13 +142,15 @@ bool UcxAgent::Authentic(const rpc::Grant &grant) {
   return GrantMacValid(grant_key_, grant);
 }
 
-size_t UcxAgent::Backlog(ucp_ep_h ep) const {
-  return std::count_if(pending_.begin(), pending_.end(),
-                       [&](const PendingGrant &g) { return g.reply_ep == ep; }) +
-         std::count_if(sending_.begin(), sending_.end(),
-                       [&](const Sending &s) { return s.ep == ep; }) +
-         std::count_if(answers_.begin(), answers_.end(),
-                       [&](const DataAnswer &a) { return a.ep == ep; });
+size_t UcxAgent::Backlog(ucp_ep_h ep, bool data) const {
+  const size_t sending = std::count_if(sending_.begin(), sending_.end(), [&](const Sending &s) {
+    return s.ep == ep && s.data == data;
+  });
+  if (data)
+    return sending + std::count_if(answers_.begin(), answers_.end(),
+                                   [&](const DataAnswer &a) { return a.ep == ep; });
+  return sending + std::count_if(pending_.begin(), pending_.end(),
+                                 [&](const PendingGrant &g) { return g.reply_ep == ep; });
 }
 
 int UcxAgent::Verify(const std::vector<uint8_t> &request, rpc::Grant *grant) {
@@ -285,7 +287,7 @@ int UcxAgent::Locate(ucp_ep_h ep, uint64_t ticket, uint64_t offset, uint64_t len
 bool UcxAgent::AdmitData(ucp_ep_h ep) {
   // Honest clients keep a window of requests in flight; one that piles up
   // more (or does not read its replies) is dropped, not queued without bound.
-  if (Backlog(ep) < kMaxDataBacklog) return true;
+  if (Backlog(ep, true) < kMaxDataBacklog) return true;
   LOG_WARN("a client has %zu data requests outstanding; dropping it", kMaxDataBacklog);
   if (std::find(failed_.begin(), failed_.end(), ep) == failed_.end()) failed_.push_back(ep);
   return false;
@@ -363,7 +365,7 @@ void UcxAgent::SendDataAnswers() {
     // A client closed meanwhile: its endpoint is gone.
     if (std::find(endpoints_.begin(), endpoints_.end(), a.ep) == endpoints_.end()) continue;
     Sending s{a.ep, nullptr, std::vector<uint8_t>(sizeof(a.head)),
-              MonotonicNs() / 1000000 + kReplyTimeoutMs};
+              MonotonicNs() / 1000000 + kReplyTimeoutMs, true};
     memcpy(s.buffer.data(), &a.head, sizeof(a.head));
     // A read's bytes go from the pool mapping itself (rendezvous when large).
     ucp_request_param_t p{};

@@ -78,6 +78,7 @@ class UcxAgent {
     void *request;
     std::vector<uint8_t> buffer;
     int64_t deadline_ms;
+    bool data = false;  // a data reply, not a grant reply
   };
 
   static constexpr size_t kMaxBacklog = 16;  // requests + replies per client
@@ -117,7 +118,8 @@ class UcxAgent {
   // for its key again, at most once a second (it may have restarted).
   bool Authentic(const rpc::Grant &grant);
   // Requests and replies queued or in flight for `ep`.
-  size_t Backlog(ucp_ep_h ep) const;
+  // `data`: data requests and replies, else grant ones (each has its bound).
+  size_t Backlog(ucp_ep_h ep, bool data = false) const;
   // Unmaps the writable keys whose reservation was sealed or aborted: the
   // chunk's bytes are final then, even on RDMA.
   void RevokeEndedWrites();
