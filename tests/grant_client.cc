@@ -14,7 +14,9 @@
 // messages under ids the agent does not handle), rma (PATH is an address
 // in the agent, in hex: one-sided put then get there, with a remote key
 // this client made up), read-write (a read grant's ticket used to write),
-// outside (a read just past the granted extent).
+// outside (a read just past the granted extent), many (PATH is PREFIX:N:SIZE:
+// chunks PREFIX0..N-1, stored with the test pattern, read in one batch of N
+// transfers: several grants, more than a window in flight).
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -26,6 +28,7 @@
 
 #include "client/meta_client.h"
 #include "grant_mac.h"
+#include "pattern.h"
 #include "rdma/remote_pool.h"
 #include "rdma/ucx_wire.h"
 #include "util/address.h"
@@ -268,6 +271,36 @@ int Raw(const std::string &agent, const std::string &grant, const rpc::Extent &e
   return answers.data_error;
 }
 
+// many: N chunks read in one Get, each checked against its pattern.
+int Many(MetaClient *meta, RemotePool &pool, const std::string &target) {
+  char prefix[256] = {};
+  unsigned n = 0;
+  unsigned long long size = 0;
+  if (sscanf(target.c_str(), "%255[^:]:%u:%llu", prefix, &n, &size) != 3) return 2;
+  std::vector<std::vector<uint8_t>> buffers(n, std::vector<uint8_t>(size));
+  std::vector<RemotePool::Transfer> transfers;
+  for (unsigned i = 0; i < n; ++i) {
+    rpc::RefRequest open;
+    open.mutable_ref()->set_path(prefix + std::to_string(i));
+    rpc::ChunkReply chunk;
+    if (int rc = meta->Call(&Stub::Open, open, &chunk)) return -rc;
+    uint64_t at = 0;
+    for (const rpc::Extent &e : chunk.extents()) {
+      transfers.push_back({e.device(), e.offset(), std::min<uint64_t>(e.length(), size - at),
+                           buffers[i].data() + at});
+      at += transfers.back().length;
+    }
+  }
+  printf("%zu transfers\n", transfers.size());
+  Status s = pool.Get(0, transfers);
+  if (!s.ok()) return printf("%s\n", s.ToString().c_str()), s.errnum();
+  for (unsigned i = 0; i < n; ++i)
+    if (!maru_test::CheckPattern(buffers[i].data(), size, prefix + std::to_string(i)))
+      return printf("chunk %u differs\n", i), EIO;
+  printf("ok\n");
+  return 0;
+}
+
 int Report(const Status &s) {
   printf("%s\n", s.ok() ? "ok" : s.ToString().c_str());
   return s.errnum();
@@ -297,6 +330,7 @@ int main(int argc, char **argv) {
   if (!pool.ok()) return fprintf(stderr, "%s\n", pool.status().ToString().c_str()), 2;
 
   if (mode == "rma") return Rma(agents.begin()->second, std::stoull(target, nullptr, 16));
+  if (mode == "many") return Many(meta, **pool, target);
   rpc::ChunkReply chunk;
   if (mode == "other") {
     unsigned device = 0;

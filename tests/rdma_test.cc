@@ -388,6 +388,15 @@ TEST_F(GrantTest, EveryRangeIsCheckedOnTheCheckedPath) {
   EXPECT_EQ(RunRemote("fetch /g/range 1048576"), 0);
 }
 
+TEST_F(GrantTest, ManyTransfersInOneBatchCrossTheCheckedPath) {
+  // 300 chunks: two grants (at most 256 extents each), far more reads than
+  // the client keeps in flight at once.
+  std::string store = "store-batch 8192";
+  for (int i = 0; i < 300; ++i) store += " /many/" + std::to_string(i);
+  ASSERT_EQ(maru_test::RunClient(server_->address(), store), 0);
+  EXPECT_EQ(Grant("many", "/many/:300:8192"), 0);
+}
+
 TEST_F(GrantTest, AGrantEndsWithItsLease) {
   ASSERT_EQ(maru_test::RunClient(server_->address(), "store /g/gone 1048576"), 0);
   EXPECT_EQ(Grant("released", "/g/gone"), ESTALE);
