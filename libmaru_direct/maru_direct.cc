@@ -1,6 +1,7 @@
 // libmaru_direct: the C API over MetaClient (control) and, for data, either
 // PoolMap (the pool is mapped here: loads and stores in place) or
-// RemotePool (it is not: one-sided get/put through maru-agent).
+// RemotePool (it is not: through maru-agent, one-sided get/put on RDMA, checked
+// two-sided transfers on TCP).
 #include <google/protobuf/arena.h>
 #include <unistd.h>
 

@@ -3,7 +3,10 @@
 // the caller's buffers and the agent's pool memory. Before each batch of
 // transfers the client gets a grant for their extents from maru-server
 // (read-only under a lease, writable for its own reservation) and presents
-// it to the agent, which answers with remote keys for just those extents.
+// it to the agent, which answers with remote keys for just those extents;
+// or, on the checked data path (TCP), with a ticket: then each transfer is
+// an active message the agent checks against the grant, up to kWindow in
+// flight (see ucx_agent.h).
 //
 // Thread-safe (one lock around the UCX worker). An agent that dies makes the
 // transfers in flight fail with ECONNRESET; the next call reconnects.
