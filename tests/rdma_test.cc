@@ -51,8 +51,11 @@ class RemoteTest : public ::testing::Test {
   }
 
   // direct_client on the remote host: over TCP, data through the agent.
-  std::string Remote(const std::string &script) {
-    return "env UCX_TLS=tcp MARU_DATA=remote MARU_TIMEOUT_MS=3000 " + ns_.Exec() +
+  // `timeout_ms`: short, so that the failure tests end soon; longer where a
+  // restart must first be caught up with on a loaded machine.
+  std::string Remote(const std::string &script, int timeout_ms = 3000) {
+    return "env UCX_TLS=tcp MARU_DATA=remote MARU_TIMEOUT_MS=" + std::to_string(timeout_ms) + " " +
+           ns_.Exec() +
            maru_test::ClientCommand("tcp://" + ns_.host_ip() + ":" + std::to_string(port_), script);
   }
   int RunRemote(const std::string &script, std::string *out = nullptr) {
@@ -409,9 +412,10 @@ TEST_F(GrantTest, GrantsFromARestartedServerAreHonoured) {
   const std::string log = dir.path() + "/reader.log", go = dir.path() + "/go";
   pid_t reader = fork();
   if (reader == 0) {
-    execl("/bin/sh", "sh", "-c",
-          ("exec " + Remote("hold-read /g/kept 1048576 " + go) + " >" + log + " 2>&1").c_str(),
-          static_cast<char *>(nullptr));
+    execl(
+        "/bin/sh", "sh", "-c",
+        ("exec " + Remote("hold-read /g/kept 1048576 " + go, 20000) + " >" + log + " 2>&1").c_str(),
+        static_cast<char *>(nullptr));
     _exit(127);
   }
   ASSERT_TRUE(
