@@ -43,12 +43,15 @@ maru::AsyncWorker *Worker(maru_t *m) {
   return m->worker.get();
 }
 
+// All under the lock: maru_future_free() returns from its wait (which takes
+// the lock) and then closes the eventfd and deletes the future, so a
+// notify or write after unlocking could touch a freed condition variable
+// or a closed descriptor whose number the caller may already have reused
+// (ThreadSanitizer found both).
 void Finish(maru_future_t *f, int result) {
-  {
-    std::lock_guard<std::mutex> lock(f->mu);
-    f->result = result;
-    f->done = true;
-  }
+  std::lock_guard<std::mutex> lock(f->mu);
+  f->result = result;
+  f->done = true;
   f->cv.notify_all();
   const uint64_t one = 1;
   [[maybe_unused]] ssize_t w = write(f->efd, &one, sizeof(one));
