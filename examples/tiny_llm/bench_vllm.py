@@ -211,17 +211,13 @@ def main() -> None:
                                     args.reps)))
             print(f"{n} blocks: " + ", ".join(f"{k} {v * 1e3:.2f} ms"
                                               for k, v in rows[-1][1].items()), file=sys.stderr)
-        import maru
-        layerwise_api = hasattr(maru.Client, "open_partial")
-        api = ("layer-wise API (open_partial, wait_part, read_into_batch)" if layerwise_api
-               else "whole-chunk API (lookup_prefix, Chunk.read_into per block)")
+        api = "layer-wise API (open_partial, wait_part, read_into_batch)"
         saver_rows = []
-        if layerwise_api:
-            for n in (int(x) for x in args.blocks.split(",")):
-                saver_rows.append((n, measure_with_saver(model, node, n, args.reps)))
-                print(f"{n} blocks, writer still saving: " + ", ".join(
-                    f"{k} {v * 1e3:.2f} ms" for k, v in saver_rows[-1][1].items()),
-                    file=sys.stderr)
+        for n in (int(x) for x in args.blocks.split(",")):
+            saver_rows.append((n, measure_with_saver(model, node, n, args.reps)))
+            print(f"{n} blocks, writer still saving: " + ", ".join(
+                f"{k} {v * 1e3:.2f} ms" for k, v in saver_rows[-1][1].items()),
+                file=sys.stderr)
     cfg = model.cfg
     chunk_kib = cfg.n_layers * 2 * BLOCK * cfg.d_model * 4 / 1024
     text = table(rows, chunk_kib, api)

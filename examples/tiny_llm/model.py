@@ -16,6 +16,7 @@ because matrix products of other shapes round differently.
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
@@ -201,3 +202,9 @@ class TinyLM(torch.nn.Module):
             logits.append(step)
             cur = step
         return tokens, torch.stack(logits) if logits else torch.empty(0, self.cfg.vocab)
+
+
+def random_prompt(seed: int, n: int) -> list:
+    """``n`` token ids in [0, 1000), the same for the same ``seed``."""
+    rng = random.Random(seed)
+    return [rng.randrange(1000) for _ in range(n)]

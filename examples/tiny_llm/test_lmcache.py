@@ -9,7 +9,6 @@ must equal (torch.equal) B reusing KV it computed itself, kept in its own
 memory in the same format and views. Partial hits, misses, a pool too small
 (eviction), a saver SIGKILLed with a chunk half written.
 """
-import random
 import uuid
 
 import pytest
@@ -22,18 +21,12 @@ from engines import (lmcache_keys, lmcache_load, lmcache_metadata, lmcache_twin,
                      CacheEngineKey)
 from maru.lmcache import MaruBackend  # noqa: E402
 from maru_node import MaruNode  # noqa: E402
-from model import Config, TinyLM, deterministic  # noqa: E402
+from model import random_prompt as prompt  # noqa: E402
 from proc import InstanceProcess  # noqa: E402
 from test_maru import in_mapping  # noqa: E402
 
 CHUNK = 16
 N_DECODE = 6
-
-
-@pytest.fixture(scope="module")
-def model():
-    deterministic()
-    return TinyLM(Config())
 
 
 @pytest.fixture(scope="module")
@@ -45,11 +38,6 @@ def node():
 @pytest.fixture
 def ns():
     return "lmc-" + uuid.uuid4().hex[:10]
-
-
-def prompt(seed, n):
-    rng = random.Random(seed)
-    return [rng.randrange(1000) for _ in range(n)]
 
 
 def saver(node, ns):

@@ -8,7 +8,6 @@ reusing the same KV from its own memory, be allclose to a full recompute,
 and give the same greedy tokens. Also: partial hits, a pool too small for
 everything (eviction), and a writer SIGKILLed in the middle of storing.
 """
-import random
 import uuid
 
 import pytest
@@ -21,18 +20,12 @@ from engine import Instance  # noqa: E402
 from kvstore import MemoryKVStore  # noqa: E402
 from maru_node import MaruNode, wait_for  # noqa: E402
 from maru_store import MaruKVStore  # noqa: E402
-from model import Config, TinyLM, deterministic  # noqa: E402
+from model import random_prompt as prompt  # noqa: E402
 from proc import InstanceProcess  # noqa: E402
 
 BLOCK = 16
 N_DECODE = 8
 TOL = dict(rtol=1e-4, atol=1e-4)
-
-
-@pytest.fixture(scope="module")
-def model():
-    deterministic()
-    return TinyLM(Config())
 
 
 @pytest.fixture(scope="module")
@@ -51,11 +44,6 @@ def store(node, ns):
     s = MaruKVStore(node.url, ns, instance="test-b")
     yield s
     s.close()
-
-
-def prompt(seed, n):
-    rng = random.Random(seed)
-    return [rng.randrange(1000) for _ in range(n)]
 
 
 def in_mapping(address: int, length: int, pool: str) -> bool:

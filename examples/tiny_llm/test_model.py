@@ -2,7 +2,6 @@
 
 Cross-process tests over a Maru pool are in test_maru.py.
 """
-import random
 
 import pytest
 import torch
@@ -10,21 +9,10 @@ import torch
 from blocks import LAYOUTS, Layout, chain_keys
 from engine import Instance
 from kvstore import MemoryKVStore
-from model import Config, TinyLM, deterministic
+from model import random_prompt as prompt
 
 BLOCK = 16
 N_DECODE = 8
-
-
-@pytest.fixture(scope="module")
-def model():
-    deterministic()
-    return TinyLM(Config())
-
-
-def prompt(seed, n):
-    rng = random.Random(seed)
-    return [rng.randrange(1000) for _ in range(n)]
 
 
 def test_chain_keys_name_prefixes():

@@ -9,7 +9,6 @@ itself through its own host pool, with no store between. Both host layouts;
 partial hits, misses, a pool too small (eviction), a saver SIGKILLed in
 the middle of copying.
 """
-import random
 import uuid
 
 import pytest
@@ -21,18 +20,12 @@ pytest.importorskip("maru.sglang")
 from engines import HostKVPool, hicache_load, hicache_twin, page_keys, sglang_config  # noqa: E402
 from maru.sglang import MaruHiCacheStorage  # noqa: E402
 from maru_node import MaruNode  # noqa: E402
-from model import Config, TinyLM, deterministic  # noqa: E402
+from model import random_prompt as prompt  # noqa: E402
 from proc import InstanceProcess  # noqa: E402
 
 PAGE = 16
 N_DECODE = 6
 TOL = dict(rtol=1e-4, atol=1e-4)
-
-
-@pytest.fixture(scope="module")
-def model():
-    deterministic()
-    return TinyLM(Config())
 
 
 @pytest.fixture(scope="module")
@@ -44,11 +37,6 @@ def node():
 @pytest.fixture
 def ns():
     return "sgl-" + uuid.uuid4().hex[:10]
-
-
-def prompt(seed, n):
-    rng = random.Random(seed)
-    return [rng.randrange(1000) for _ in range(n)]
 
 
 def saver(node, ns, layout="page_first"):

@@ -12,7 +12,6 @@ layers, asynchronous and whole (not layer-wise) loads.
 """
 import json
 import os
-import random
 import tempfile
 import threading
 import uuid
@@ -24,19 +23,12 @@ maru = pytest.importorskip("maru")
 pytest.importorskip("maru.vllm")
 
 from maru_node import MaruNode, wait_for  # noqa: E402
-from model import Config, TinyLM, deterministic  # noqa: E402
+from model import random_prompt as prompt  # noqa: E402
 from paged_engine import PagedEngine  # noqa: E402
 from proc import InstanceProcess  # noqa: E402
 
 BLOCK = 16
 N_DECODE = 6
-LAYERWISE_API = hasattr(maru.Client, "open_partial")
-
-
-@pytest.fixture(scope="module")
-def model():
-    deterministic()
-    return TinyLM(Config())
 
 
 @pytest.fixture(scope="module")
@@ -48,11 +40,6 @@ def node():
 @pytest.fixture
 def ns():
     return "vllm-" + uuid.uuid4().hex[:10]
-
-
-def prompt(seed, n):
-    rng = random.Random(seed)
-    return [rng.randrange(1000) for _ in range(n)]
 
 
 def extra(node, ns, **more):
@@ -215,7 +202,6 @@ def test_saver_killed_between_layers(model):
         assert c.loaded_tokens == 6 * BLOCK and torch.equal(c.decode_logits, ref.decode_logits)
 
 
-@pytest.mark.skipif(not LAYERWISE_API, reason="needs the layer-wise API (open_partial)")
 def test_b_loads_layers_while_a_still_saves(model, node, ns):
     p = prompt(8, 4 * BLOCK + 5)
     with InstanceA(node, ns) as a:
