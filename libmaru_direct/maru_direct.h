@@ -50,8 +50,17 @@
  * then); multiprocessing "spawn" and fork+exec are fine. Any number of
  * processes may connect to the same server.
  *
- * Hosts that cannot map the pool (no CXL) reach it through maru-agent, over
- * UCX one-sided get/put: the same calls work; maru_create() hands out a
+ * Where the server publishes its shared-memory index (the default, next to
+ * the pool file, with its group), maru_open(), maru_lookup_prefix(),
+ * maru_count_prefix() and maru_release() of a sealed chunk send no message:
+ * the lease is a slot in shared memory the server scans before it reuses
+ * extents. They answer as the server would (same errors, same permission
+ * rules) and ask the server whenever the index cannot decide.
+ * MARU_INDEX=0 in the environment turns this off.
+ *
+ * Hosts that cannot map the pool (no CXL) reach it through maru-agent: over
+ * UCX one-sided get/put on RDMA, over requests the agent checks against the
+ * grant on TCP. The same calls work; maru_create() hands out a
  * local staging buffer that maru_seal() writes to the pool, and reads fetch
  * into a local copy or, with maru_read_into(), straight into the caller's
  * buffer. A remote read is reported -ESTALE, never silently stale, if the
