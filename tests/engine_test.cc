@@ -1200,6 +1200,36 @@ TEST_F(OwnershipTest, CheckExtentsIsRootsAndAnswersForTheGrantsUidOnly) {
   EXPECT_EQ(check(bob_, NewSession(bob_), alice_.uid), EPERM);
 }
 
+// A reader of a chunk still being written (OpenPartial) is granted only
+// the parts published so far: never the unwritten bytes, which may still
+// hold a deleted chunk's, through the agent.
+TEST_F(OwnershipTest, APartialReaderHoldsOnlyWhatWasPublished) {
+  SharedDir();
+  uint64_t writer = NewSession(alice_);
+  rpc::ChunkReply w = Create("/shared/w", 4096, alice_, writer);
+  ASSERT_EQ(w.error(), 0);
+  ASSERT_GT(w.extents_size(), 0);
+  uint64_t reader = NewSession(bob_);
+  auto open = With<rpc::RefRequest>(reader);
+  open.mutable_ref()->set_path("/shared/w");
+  rpc::ChunkReply partial;
+  engine_->OpenPartial(bob_, open, &partial);
+  ASSERT_EQ(partial.error(), 0);
+  auto check = [&] {
+    auto req = With<rpc::CheckExtentsRequest>(session_);
+    req.set_client_session(reader);
+    req.set_client_uid(bob_.uid);
+    req.set_device(w.extents(0).device());
+    *req.add_extents() = w.extents(0);
+    rpc::ErrorReply rep;
+    engine_->CheckExtents(root_, req, &rep);
+    return rep.error();
+  };
+  EXPECT_EQ(check(), ESTALE);  // nothing published: nothing to read
+  ASSERT_EQ(Seal(w, alice_, writer).error(), 0);
+  EXPECT_EQ(check(), 0);  // sealed: the whole chunk
+}
+
 TEST_F(OwnershipTest, AResumeCannotPickItsSessionId) {
   rpc::OpenSessionRequest req;
   req.set_resume(0x1234567);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <deque>
 #include <set>
 
 #include "alloc/pool_device.h"
@@ -964,20 +965,39 @@ void MetaEngine::RegisterAgent(const Caller &c, const rpc::RegisterAgentRequest 
   });
 }
 
+// The extents behind the first `published` parts of a version being
+// written: what a layer-wise reader may be granted.
+ExtentList MetaEngine::PublishedExtents(const Version &v) {
+  const uint32_t parts = std::max<uint32_t>(v.parts, 1);
+  uint64_t left = v.published >= parts ? v.size : v.size / parts * v.published;
+  ExtentList out;
+  for (const Extent &e : v.extents) {
+    if (left == 0) break;
+    const uint64_t n = std::min(left, e.length);
+    out.push_back({e.device, e.offset, n});
+    left -= n;
+  }
+  return out;
+}
+
 Status MetaEngine::HoldsExtents(const Session &client, uint32_t device,
                                 const google::protobuf::RepeatedPtrField<rpc::Extent> &extents,
                                 bool writable) {
   // Every extent asked for must lie inside a version the client holds: a
   // lease on it, or its own reservation. Only a reservation is writable.
   std::vector<const ExtentList *> held, reserved;
+  std::deque<ExtentList> published;  // owns the lists of layer-wise readers' leases
   for (uint64_t lease_id : client.leases) {
     const Lease *lease = leases_.Find(lease_id);
     const Inode *inode = lease ? tree_.Find(lease->ino) : nullptr;
-    if (inode && inode->current && inode->current->gen == lease->gen)
+    if (inode && inode->current && inode->current->gen == lease->gen) {
       held.push_back(&inode->current->extents);
-    else if (inode && inode->pending && inode->pending->gen == lease->gen)
-      held.push_back(&inode->pending->extents);  // a layer-wise reader's (OpenPartial)
-    else if (lease && space_.retired().count(lease->gen))
+    } else if (inode && inode->pending && inode->pending->gen == lease->gen) {
+      // A layer-wise reader's (OpenPartial): only the parts published so
+      // far, never the bytes the writer has not written yet.
+      published.push_back(PublishedExtents(*inode->pending));
+      held.push_back(&published.back());
+    } else if (lease && space_.retired().count(lease->gen))
       held.push_back(&space_.retired().at(lease->gen));
   }
   for (uint64_t ino : client.reservations)

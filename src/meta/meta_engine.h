@@ -260,6 +260,8 @@ class MetaEngine {
     uint64_t session = 0;
   };
   std::map<uint32_t, AgentInfo> agents_;  // device index -> the agent serving it
+  // The extents behind a version's parts published so far.
+  static ExtentList PublishedExtents(const Version &v);
   // Whether `session` holds every one of `extents` of `device`: a lease or
   // its own reservation, or (`writable`) its own unsealed reservation only.
   Status HoldsExtents(const Session &session, uint32_t device,
