@@ -104,6 +104,7 @@ void MetaEngine::WaitPart(const Caller &c, const rpc::PartRequest &req, rpc::Par
   Result<Session *> found = LiveSession(c, req.header().session());
   if (!found.ok()) return rep->set_error(found.status().errnum());
   const uint64_t session = (*found)->id;  // the Session may go while this sleeps
+  const uint32_t uid = (*found)->uid;
   if (req.header().release_size()) {
     Txn txn(this);
     ReleaseLeases(txn, *found, req.header().release());
@@ -118,9 +119,9 @@ void MetaEngine::WaitPart(const Caller &c, const rpc::PartRequest &req, rpc::Par
   if (err != EAGAIN) return rep->set_error(err);
   std::shared_ptr<PartTable::Entry> entry = parts_.Find(gen);
   if (!entry) return rep->set_error(ESTALE);
-  if (int cap = parts_.AddWaiter(session)) return rep->set_error(cap);
+  if (int cap = parts_.AddWaiter(session, uid)) return rep->set_error(cap);
   if (req.timeout_ms() == 0) {  // just a look (which also tells whether a wait would fit)
-    parts_.RemoveWaiter(session);
+    parts_.RemoveWaiter(session, uid);
     return rep->set_error(ETIMEDOUT);
   }
   const auto deadline =
@@ -141,7 +142,7 @@ void MetaEngine::WaitPart(const Caller &c, const rpc::PartRequest &req, rpc::Par
       break;
     }
   }
-  parts_.RemoveWaiter(session);
+  parts_.RemoveWaiter(session, uid);
   rep->set_error(err);
 }
 

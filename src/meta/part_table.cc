@@ -43,20 +43,24 @@ void PartTable::Ended(uint64_t gen, State state) {
   it->second->changed.notify_all();
 }
 
-int PartTable::AddWaiter(uint64_t session) {
+int PartTable::AddWaiter(uint64_t session, uint32_t uid) {
   if (waiters_ >= kMaxWaiters) return ENFILE;
   uint32_t &mine = waiting_[session];
   if (mine >= kMaxWaitersPerSession) return EMFILE;
+  if (uid != 0 && waiting_by_uid_[uid] >= kMaxWaitersPerUid) return EMFILE;
   ++mine;
   ++waiters_;
+  if (uid != 0) ++waiting_by_uid_[uid];
   return 0;
 }
 
-void PartTable::RemoveWaiter(uint64_t session) {
+void PartTable::RemoveWaiter(uint64_t session, uint32_t uid) {
   auto it = waiting_.find(session);
   if (it == waiting_.end()) return;
   --waiters_;
   if (--it->second == 0) waiting_.erase(it);
+  if (auto by = waiting_by_uid_.find(uid); by != waiting_by_uid_.end() && --by->second == 0)
+    waiting_by_uid_.erase(by);
 }
 
 }  // namespace maru

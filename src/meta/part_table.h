@@ -30,8 +30,11 @@ class PartTable {
 
   static constexpr uint32_t kMaxParts = 4096;
   static constexpr uint32_t kMaxWaitersPerSession = 64;  // EMFILE past it
-  static constexpr uint32_t kMaxWaiters = 512;           // ENFILE past it, all sessions
-  static constexpr uint32_t kMaxWaitMs = 1000;           // one call; clients call again
+  // EMFILE past it too: sessions cost nothing, so one uid opening many of
+  // them must not take every wait from the others. Root is not counted.
+  static constexpr uint32_t kMaxWaitersPerUid = 128;
+  static constexpr uint32_t kMaxWaiters = 512;  // ENFILE past it, all sessions
+  static constexpr uint32_t kMaxWaitMs = 1000;  // one call; clients call again
 
   // EINVAL unless `parts` (0 or 1: one) divides `size` and is at most kMaxParts.
   static int CheckParts(uint64_t size, uint32_t parts);
@@ -48,15 +51,16 @@ class PartTable {
   // Whether readers lease the reservation `gen` (its extents must stay whole).
   bool HasReaders(uint64_t gen) const { return entries_.count(gen) != 0; }
 
-  // Counts a wait of `session`; a positive errno past the caps.
-  int AddWaiter(uint64_t session);
-  void RemoveWaiter(uint64_t session);
+  // Counts a wait of `session` of `uid`; a positive errno past the caps.
+  int AddWaiter(uint64_t session, uint32_t uid);
+  void RemoveWaiter(uint64_t session, uint32_t uid);
   size_t size() const { return entries_.size(); }
 
  private:
   std::unordered_map<uint64_t, std::shared_ptr<Entry>> entries_;  // gen -> entry
   std::unordered_map<uint64_t, uint64_t> leases_;                 // partial lease -> gen
   std::unordered_map<uint64_t, uint32_t> waiting_;                // session -> waits
+  std::unordered_map<uint32_t, uint32_t> waiting_by_uid_;         // uid -> waits
   uint32_t waiters_ = 0;
 };
 
