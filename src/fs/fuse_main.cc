@@ -7,9 +7,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include "fs/fuse_init.h"
+#include "fs/fuse_ring.h"
 #include "fs/maru_fs.h"
 #include "util/log.h"
 
@@ -30,6 +32,7 @@ struct Options {
   int splice = 0;
   int cached_writes = 0;
   int cached_reads = 0;
+  int uring = 1;
   double attr_timeout = 1.0;
   double entry_timeout = 1.0;
   char *checksum = nullptr;  // strings are allocated by fuse_opt_parse
@@ -51,6 +54,7 @@ const fuse_opt kOptions[] = {MARU_OPT("timeout_ms=%d", timeout_ms),
                              MARU_OPT("splice=%d", splice),
                              MARU_OPT("cached_writes", cached_writes),
                              MARU_OPT("cached_reads", cached_reads),
+                             MARU_OPT("uring=%d", uring),
                              MARU_OPT("attr_timeout=%lf", attr_timeout),
                              MARU_OPT("entry_timeout=%lf", entry_timeout),
                              MARU_OPT("checksum=%s", checksum),
@@ -86,6 +90,8 @@ void Usage() {
       "                         on kernels before 6.6, where mmap of such files is\n"
       "                         refused, reads are cached whatever this says)\n"
       "  -o threads=N           most threads serving requests (default 16)\n"
+      "  -o uring=0|1           serve requests over io_uring, a queue per CPU, where\n"
+      "                         the kernel offers it (fuse.enable_uring=1; default 1)\n"
       "  -o direct_io           all reads and writes bypass the page cache, also on\n"
       "                         kernels before 6.6 (where mmap then fails)\n"
       "  -o log_level=LEVEL     error, warn, info, debug (default warn)\n"
@@ -221,7 +227,8 @@ int Serve(MaruFs *fs, fuse_args *args, const Options &o) {
   }
   // The kernel's INIT, answered here: libfuse 3.14 cannot ask for mmap of
   // direct-I/O files on its own.
-  const int64_t granted = AnswerInit(se, kFuseDirectIoAllowMmap);
+  const uint64_t ring = o.uring && FuseRingBuilt() ? kFuseOverIoUring : 0;
+  const int64_t granted = AnswerInit(se, kFuseDirectIoAllowMmap | ring);
   if (granted < 0) {
     fuse_session_unmount(se);
     fuse_remove_signal_handlers(se);
@@ -235,11 +242,23 @@ int Serve(MaruFs *fs, fuse_args *args, const Options &o) {
     Detach(o.log_file);
   }
   LOG_INFO("reads of sealed files %s the page cache", fs->DirectReads() ? "bypass" : "go through");
+  std::unique_ptr<FuseRing> uring;
+  if (granted & kFuseOverIoUring) {
+    // Two threads a CPU: a request that waits on another of its CPU (a
+    // writeback under an invalidation) still finds one free.
+    Result<std::unique_ptr<FuseRing>> started = FuseRing::Start(se, 2);
+    if (started.ok())
+      uring = std::move(*started);
+    else
+      LOG_WARN("requests go through /dev/fuse: %s", started.status().ToString().c_str());
+  }
+  LOG_INFO("requests are served over %s", uring ? "io_uring" : "/dev/fuse");
   fuse_loop_config *loop = fuse_loop_cfg_create();
   fuse_loop_cfg_set_max_threads(loop, static_cast<unsigned>(o.threads));
   fuse_loop_cfg_set_idle_threads(loop, std::min<unsigned>(4, static_cast<unsigned>(o.threads)));
   int rc = fuse_session_loop_mt(se, loop);
   fuse_loop_cfg_destroy(loop);
+  uring.reset();
   fuse_session_unmount(se);
   fuse_remove_signal_handlers(se);
   fuse_session_destroy(se);
