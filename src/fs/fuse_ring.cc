@@ -214,6 +214,7 @@ void FuseRing::Queue::Run() {
   CPU_ZERO(&cpus);
   CPU_SET(qid, &cpus);
   (void)sched_setaffinity(0, sizeof(cpus), &cpus);
+  pthread_setname_np(pthread_self(), "maru-ring");  // tests and top find them by it
   PrepCmd(kCmdRegister, 0);
   io_uring_sqe *stop = io_uring_get_sqe(&ring);
   io_uring_prep_poll_add(stop, stop_fd, POLLIN);
