@@ -491,22 +491,24 @@ int MaruFs::OpenWriter(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi,
 }
 
 void MaruFs::Read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info *fi) {
+  // The open file's extent map, then one reply from the pool mapping: no
+  // message, and for a sealed file no lock (OpenFile::Read).
   const uint64_t start = static_cast<uint64_t>(off);
-  int rc = Handle(fi)->Read(start, size, [&](const ExtentMap &map, uint64_t len, bool sealed) {
-    if (len == 0) return (void)fuse_reply_buf(req, nullptr, 0);
-    // Sealed bytes never change: the kernel may splice them from the pool
-    // file. A writer's bytes may, so they are copied while it is locked.
-    if (options_.splice && sealed) {
-      PoolBufvec data(*pool_, map, start, len, true);
-      return (void)fuse_reply_data(req, data.get(), FUSE_BUF_SPLICE_MOVE);
-    }
-    PoolIovec data(*pool_, map, start, len);
-    if (data.count() < kMaxReplyPieces) return (void)fuse_reply_iov(req, data.data(), data.count());
-    // More pieces than one writev takes: copied into one buffer by libfuse.
-    PoolBufvec copy(*pool_, map, start, len);
-    fuse_reply_data(req, copy.get(), FUSE_BUF_NO_SPLICE);
-  });
-  if (rc < 0) fuse_reply_err(req, FsErrno(rc));
+  OpenFile::ReadView v;
+  if (int rc = Handle(fi)->Read(start, size, &v); rc < 0)
+    return (void)fuse_reply_err(req, FsErrno(rc));
+  if (v.len == 0) return (void)fuse_reply_buf(req, nullptr, 0);
+  // Sealed bytes never change: the kernel may splice them from the pool
+  // file. A writer's bytes may, so they are copied while it is locked.
+  if (options_.splice && v.sealed) {
+    PoolBufvec data(*pool_, *v.map, start, v.len, true);
+    return (void)fuse_reply_data(req, data.get(), FUSE_BUF_SPLICE_MOVE);
+  }
+  PoolIovec data(*pool_, *v.map, start, v.len);
+  if (data.count() < kMaxReplyPieces) return (void)fuse_reply_iov(req, data.data(), data.count());
+  // More pieces than one writev takes: copied into one buffer by libfuse.
+  PoolBufvec copy(*pool_, *v.map, start, v.len);
+  fuse_reply_data(req, copy.get(), FUSE_BUF_NO_SPLICE);
 }
 
 void MaruFs::WriteBuf(fuse_req_t req, fuse_ino_t, fuse_bufvec *in, off_t off, fuse_file_info *fi) {

@@ -59,17 +59,22 @@ int OpenFile::OpenSealed(const rpc::Caller &caller) {
   size_ = rep.attr().size();
   attr_ = rep.attr();
   lease_ = env_->client->TrackLease(rep.lease(), ino_, gen_);
+  watch_ = env_->client->WatchLease(lease_);  // right after the answer that granted it
   return MapOf(rep);
 }
 
-int OpenFile::Read(uint64_t start, uint64_t size, const ReadReply &reply) {
-  if (follows_) return follows_->Read(start, size, reply);
+int OpenFile::Read(uint64_t start, uint64_t size, ReadView *view) {
+  if (follows_) return follows_->Read(start, size, view);
   // A writer's bytes may change: they are replied while its lock is held.
-  std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
-  if (writer()) lock.lock();
+  if (writer()) view->lock = std::unique_lock<std::mutex>(mu_);
   const uint64_t len = start < size_ ? std::min(size, size_ - start) : 0;
-  if (len && !writer() && !env_->client->LeaseValid(lease_)) return -EIO;
-  reply(map_, len, !writer());
+  // The watch answers from atomics; once it cannot vouch (the server was
+  // silent, or a resume renewed the lease), the lease table decides.
+  if (len && !writer() && !env_->client->LeaseHeld(watch_) && !env_->client->LeaseValid(lease_))
+    return -EIO;
+  view->map = &map_;
+  view->len = len;
+  view->sealed = !writer();
   return 0;
 }
 

@@ -75,13 +75,19 @@ class OpenFile {
   // Reads through `writer` instead: a file this mount is writing.
   void Follow(std::shared_ptr<OpenFile> writer) { follows_ = std::move(writer); }
 
-  // Calls `reply` with the extents and the length of [start, start+size)
-  // that lies in the file (0 past its end); the file stays locked meanwhile
-  // if its bytes may still change (`sealed` false). -EIO, without calling
-  // it, when a sealed version's lease may have lapsed: its extents may hold
-  // another chunk by now.
-  using ReadReply = std::function<void(const ExtentMap &map, uint64_t len, bool sealed)>;
-  int Read(uint64_t start, uint64_t size, const ReadReply &reply);
+  // What a read replies from: the extents, and the length of the range
+  // that lies in the file (0 past its end). A writer's bytes may still
+  // change (`sealed` false): the view holds its lock while it lives.
+  struct ReadView {
+    const ExtentMap *map = nullptr;
+    uint64_t len = 0;
+    bool sealed = true;
+    std::unique_lock<std::mutex> lock;
+  };
+  // The view of [start, start+size). -EIO when a sealed version's lease may
+  // have lapsed: its extents may hold another chunk by now. A sealed file's
+  // read takes no lock and sends no message while the lease surely holds.
+  int Read(uint64_t start, uint64_t size, ReadView *view);
 
   // --- Writers ---
   // Takes over the new, empty file a Create RPC replied with.
@@ -135,16 +141,17 @@ class OpenFile {
   const FileEnv *env_;
   const uint64_t ino_;
   const Role role_;
-  std::mutex mu_;        // writers: serializes writes, growth and sealing
-  uint64_t gen_ = 0;     // the version read, or being written
-  uint64_t size_ = 0;    // readers: sealed size; writers: bytes written so far
-  ExtentMap map_;        // where the bytes are
-  uint64_t lease_ = 0;   // MetaClient lease handle once there is one, else 0
-  bool sealed_ = false;  // writers: published by a Publish
-  bool dirty_ = false;   // writers: written since the last Publish
-  rpc::Caller caller_;   // writers: who started the version, for the seal
-  rpc::Attr attr_;       // as the server last replied; ino 0 until then
-  rpc::Attr noted_;      // NoteAttr's; mode 0 until then
+  std::mutex mu_;                 // writers: serializes writes, growth and sealing
+  uint64_t gen_ = 0;              // the version read, or being written
+  uint64_t size_ = 0;             // readers: sealed size; writers: bytes written so far
+  ExtentMap map_;                 // where the bytes are
+  uint64_t lease_ = 0;            // MetaClient lease handle once there is one, else 0
+  MetaClient::LeaseWatch watch_;  // readers: lease_, checked without a lock
+  bool sealed_ = false;           // writers: published by a Publish
+  bool dirty_ = false;            // writers: written since the last Publish
+  rpc::Caller caller_;            // writers: who started the version, for the seal
+  rpc::Attr attr_;                // as the server last replied; ino 0 until then
+  rpc::Attr noted_;               // NoteAttr's; mode 0 until then
   std::shared_ptr<OpenFile> follows_;
 };
 
