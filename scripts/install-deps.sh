@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   build-essential g++ meson ninja-build pkg-config clang-format git
-  libfuse3-dev fuse3
+  libfuse3-dev fuse3 liburing-dev
   libnuma-dev libdaxctl-dev
   librocksdb-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler

@@ -232,10 +232,19 @@ void FuseRing::Queue::Run() {
     if (data == kStopData) break;
     if (res == -EAGAIN || res == -EINTR) {  // not taken: ask again
       PrepCmd(last, header->ent.commit_id);
+    } else if (res == -ENOTCONN || res == -ECONNABORTED) {  // unmounted
+      break;
+    } else if (res < 0 && last == kCmdCommitAndFetch) {
+      // The kernel took no reply (the request is gone): it holds the entry
+      // no more either. Given again, so that this CPU's queue keeps its
+      // entries and its requests find one.
+      LOG_WARN("fuse ring queue %u: a reply was refused (%s)", qid, strerror(-res));
+      PrepCmd(kCmdRegister, 0);
+      last = kCmdRegister;
     } else if (res < 0) {
-      // ENOTCONN: unmounted. Anything else: the kernel would not have the
-      // entry (it goes on over /dev/fuse).
-      if (res != -ENOTCONN) LOG_WARN("fuse ring queue %u: %s", qid, strerror(-res));
+      // Not registered: the kernel goes on over /dev/fuse until every
+      // queue has an entry.
+      LOG_WARN("fuse ring queue %u: %s", qid, strerror(-res));
       break;
     } else {
       Serve();
