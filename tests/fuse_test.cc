@@ -757,7 +757,9 @@ TEST_F(FuseTest, RequestsAreServedOverIoUringWhereTheKernelOffersIt) {
   RingThreadsRuntime(plain.pid(), &threads);
   EXPECT_EQ(threads, 0) << "-o uring=0 serves /dev/fuse alone";
   RingThreadsRuntime(ring.pid(), &threads);
-  EXPECT_EQ(threads, 2 * get_nprocs_conf()) << "two threads for each CPU's queue";
+  // Two threads for each possible CPU's queue.
+  EXPECT_GE(threads, 2 * get_nprocs_conf());
+  EXPECT_EQ(threads % 2, 0);
 
   // Written in 1 MiB pieces and a ragged tail, read back at random 4 KiB
   // places, whole, mapped, and through the other mount.

@@ -19,6 +19,8 @@
 #include <unistd.h>
 
 #include <cstddef>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -108,6 +110,30 @@ ssize_t RingRead(int fd, void *buf, size_t len, void *) {
 bool FuseRingBuilt() {
   return true;
 }
+
+namespace {
+
+// The kernel's num_possible_cpus(): one past the last CPU of "0-3,8-11".
+unsigned PossibleCpus() {
+  FILE *f = fopen("/sys/devices/system/cpu/possible", "re");
+  char line[256] = "";
+  const bool read = f && fgets(line, sizeof(line), f);
+  if (f) fclose(f);
+  unsigned last = 0;
+  bool any = false;
+  for (const char *p = line; read;) {
+    char *end;
+    const unsigned long n = strtoul(p, &end, 10);
+    if (end == p) break;
+    last = static_cast<unsigned>(n);
+    any = true;
+    if (*end != '-' && *end != ',') break;
+    p = end + 1;
+  }
+  return any ? last + 1 : static_cast<unsigned>(get_nprocs_conf());
+}
+
+}  // namespace
 
 FuseRing::Queue::~Queue() {
   if (ring_ok) io_uring_queue_exit(&ring);
@@ -261,7 +287,7 @@ Result<std::unique_ptr<FuseRing>> FuseRing::Start(fuse_session *se, unsigned per
   std::unique_ptr<FuseRing> r(new FuseRing());
   // The kernel has a queue per possible CPU and uses the ring once each has
   // an entry.
-  const unsigned cpus = static_cast<unsigned>(get_nprocs_conf());
+  const unsigned cpus = PossibleCpus();
   for (unsigned q = 0; q < cpus; ++q) {
     for (unsigned i = 0; i < per_queue; ++i) {
       auto queue = std::make_unique<Queue>();
