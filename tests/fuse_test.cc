@@ -22,6 +22,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "harness.h"
 #include "maru_direct.h"
@@ -717,6 +718,29 @@ TEST_F(FuseTest, FioVerifiesCrc32c) {
                           "--verify_state_save=0",
                       &out);
   EXPECT_EQ(rc, 0) << out;
+}
+
+TEST_F(FuseTest, OverDevFuseReadsAndWritesGoOnWhileOtherRequestsAreServedBeside) {
+  // Without the ring, one thread serves reads and writes from /dev/fuse and
+  // hands the rest to workers (fuse_loop.h): both kinds at once, from
+  // several processes, and every byte checked.
+  FuseMount dev(server_.address(), "uring=0");
+  ASSERT_TRUE(dev.Start());
+  const std::string churn =
+      "M='" + dev.path() +
+      "'; mkdir $M/churn; i=0; while [ $i -lt 200 ]; do "
+      "touch $M/churn/f$i; stat $M/churn/f$i >/dev/null; ls $M/churn >/dev/null; "
+      "getfattr -d $M/churn/f$i >/dev/null 2>&1; i=$((i+1)); done; rm -r $M/churn";
+  std::string churn_out, fio_out;
+  std::thread meta([&] { EXPECT_EQ(maru_test::Run(churn, &churn_out), 0) << churn_out; });
+  const int rc =
+      maru_test::Run("fio --name=mixed --directory=" + dev.path() +
+                         " --rw=randrw --bs=4k --size=8M --numjobs=3 --verify=crc32c --do_verify=1"
+                         " --ioengine=psync --group_reporting --verify_state_save=0",
+                     &fio_out);
+  meta.join();
+  EXPECT_EQ(rc, 0) << fio_out;
+  EXPECT_EQ(fio_out.find("verify: bad"), std::string::npos) << fio_out;
 }
 
 // FUSE over io_uring (kernel 6.14+) is offered once root sets

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "fs/fuse_init.h"
+#include "fs/fuse_loop.h"
 #include "fs/fuse_ring.h"
 #include "fs/maru_fs.h"
 #include "util/log.h"
@@ -89,7 +90,8 @@ void Usage() {
       "                         they bypass it, one copy each, the pool is the cache;\n"
       "                         on kernels before 6.6, where mmap of such files is\n"
       "                         refused, reads are cached whatever this says)\n"
-      "  -o threads=N           most threads serving requests (default 16)\n"
+      "  -o threads=N           threads serving requests other than reads and writes\n"
+      "                         from /dev/fuse (default 16)\n"
       "  -o uring=0|1           serve requests over io_uring, a queue per CPU, where\n"
       "                         the kernel offers it (fuse.enable_uring=1; default 1)\n"
       "  -o direct_io           all reads and writes bypass the page cache, also on\n"
@@ -253,11 +255,9 @@ int Serve(MaruFs *fs, fuse_args *args, const Options &o) {
       LOG_WARN("requests go through /dev/fuse: %s", started.status().ToString().c_str());
   }
   LOG_INFO("requests are served over %s", uring ? "io_uring" : "/dev/fuse");
-  fuse_loop_config *loop = fuse_loop_cfg_create();
-  fuse_loop_cfg_set_max_threads(loop, static_cast<unsigned>(o.threads));
-  fuse_loop_cfg_set_idle_threads(loop, std::min<unsigned>(4, static_cast<unsigned>(o.threads)));
-  int rc = fuse_session_loop_mt(se, loop);
-  fuse_loop_cfg_destroy(loop);
+  // /dev/fuse: everything without the ring, and FORGETs, interrupts and
+  // the replies to notifications with it.
+  int rc = RunFuseLoop(se, static_cast<unsigned>(o.threads));
   uring.reset();
   fuse_session_unmount(se);
   fuse_remove_signal_handlers(se);

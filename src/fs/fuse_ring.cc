@@ -4,6 +4,7 @@
 
 #include <cerrno>
 
+#include "fs/fuse_loop.h"
 #include "util/log.h"
 
 #ifdef MARU_HAVE_LIBURING
@@ -297,6 +298,7 @@ Result<std::unique_ptr<FuseRing>> FuseRing::Start(fuse_session *se, unsigned per
       r->queues_.push_back(std::move(queue));
     }
   }
+  SignalsBlocked blocked;  // they reach the /dev/fuse loop, which ends the session
   for (auto &q : r->queues_) q->thread = std::thread([p = q.get()] { p->Run(); });
   return r;
 }
