@@ -177,11 +177,21 @@ int IndexReader::Take(const Hit &hit) {
 }
 
 void IndexReader::NoteRead(const Hit &hit) {
-  const uint64_t at = region_->reads_head.fetch_add(1, std::memory_order_relaxed);
-  index::ReadNote &n = index::Ring(region_)[at % index::kRingSize];
+  // This thread's block of ring places (in this region: a block taken in
+  // another reader's region is left, which only loses its unused places).
+  thread_local struct {
+    const index::Region *region = nullptr;
+    uint64_t next = 0, end = 0;
+  } block;
+  if (block.region != region_ || block.next == block.end) {
+    block.region = region_;
+    block.next = region_->reads_head.fetch_add(index::kNoteBlock, std::memory_order_relaxed);
+    block.end = block.next + index::kNoteBlock;
+  }
+  index::ReadNote &n = index::Ring(region_)[block.next++ % index::kRingSize];
   n.pos.store(hit.pos, std::memory_order_relaxed);
   n.gen.store(hit.entry.gen, std::memory_order_relaxed);
-  n.stamp_ns.store(static_cast<uint64_t>(MonotonicNs()), std::memory_order_relaxed);
+  n.stamp_ns.store(static_cast<uint64_t>(MonotonicNs()), std::memory_order_release);
 }
 
 void IndexReader::Drop(int slot, uint64_t gen) {

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "util/clock.h"
+
 namespace maru {
 
 LeaseSlots::LeaseSlots(void *base, const index::Header *header) : base_(base), header_(header) {
@@ -32,7 +34,8 @@ LeaseSlots::Assigned LeaseSlots::Assign(uint64_t session, uint32_t limit) {
   by_session_[session] = Assignment{region, limit};
   index::Region *r = index::RegionAt(base_, *header_, region);
   Clear(r);
-  drained_[region] = 0;
+  // Notes a former owner left in the ring are older than this.
+  drained_[region] = Drained{0, static_cast<uint64_t>(MonotonicNs())};
   r->limit.store(limit, std::memory_order_seq_cst);  // before the owner: the client reads it after
   // A random token, not the session id: every member of the pool's group
   // reads the regions, and a session id names a session.
@@ -85,18 +88,27 @@ std::vector<LeaseSlots::Read> LeaseSlots::DrainReads() {
   for (const auto &[session, a] : by_session_) {
     const uint32_t region = a.region;
     index::Region *r = index::RegionAt(base_, *header_, region);
-    index::ReadNote *ring = index::Ring(r);
+    const index::ReadNote *ring = index::Ring(r);
     // The head is the client's word: at most one ring's worth is read.
     const uint64_t head = r->reads_head.load(std::memory_order_acquire);
-    uint64_t &from = drained_[region];
-    if (head < from || head - from > index::kRingSize)
-      from = head - std::min<uint64_t>(head, index::kRingSize);
-    for (; from < head; ++from) {
-      const index::ReadNote &n = ring[from % index::kRingSize];
-      reads.push_back({n.stamp_ns.load(std::memory_order_relaxed),
-                       n.pos.load(std::memory_order_relaxed),
-                       n.gen.load(std::memory_order_relaxed)});
+    Drained &d = drained_[region];
+    if (head < d.from) d.from = head;
+    // Places taken before the last drain may have been written since (a
+    // thread's block fills over time): read some again; the stamps tell
+    // which notes are new.
+    uint64_t at = d.from - std::min<uint64_t>(d.from, kReread);
+    if (head - at > index::kRingSize) at = head - index::kRingSize;
+    uint64_t newest = d.stamp_ns;
+    for (; at < head; ++at) {
+      const index::ReadNote &n = ring[at % index::kRingSize];
+      const uint64_t stamp = n.stamp_ns.load(std::memory_order_acquire);
+      if (stamp <= d.stamp_ns) continue;  // taken already, or not written yet
+      reads.push_back(
+          {stamp, n.pos.load(std::memory_order_relaxed), n.gen.load(std::memory_order_relaxed)});
+      newest = std::max(newest, stamp);
     }
+    d.from = head;
+    d.stamp_ns = newest;
   }
   std::sort(reads.begin(), reads.end(),
             [](const Read &a, const Read &b) { return a.stamp_ns < b.stamp_ns; });

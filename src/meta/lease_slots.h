@@ -47,6 +47,9 @@ class LeaseSlots {
     uint32_t region;  // 0-based
     uint32_t limit;   // the slots honoured: the client's `limit` word is only its copy
   };
+  // Ring places read again at each drain: the blocks of a few threads
+  // that were taken before the last drain and written after it.
+  static constexpr uint64_t kReread = 8 * index::kNoteBlock;
   void Clear(index::Region *r);
   // The slots of `a` that the server reads: a client's `used` word, capped.
   uint64_t Scanned(const Assignment &a, const index::Region *r) const;
@@ -54,7 +57,11 @@ class LeaseSlots {
   void *base_;
   const index::Header *header_;
   std::unordered_map<uint64_t, Assignment> by_session_;
-  std::unordered_map<uint32_t, uint64_t> drained_;  // region -> reads taken from its ring
+  struct Drained {
+    uint64_t from = 0;      // the ring places read up to
+    uint64_t stamp_ns = 0;  // the newest note taken (older ones are not new)
+  };
+  std::unordered_map<uint32_t, Drained> drained_;  // region -> what was taken from its ring
   std::vector<uint32_t> free_;
 };
 

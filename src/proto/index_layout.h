@@ -95,10 +95,16 @@ constexpr uint32_t kSlotsPerRegion = (kRingOffset - sizeof(Region)) / sizeof(uin
 // A read through the index, noted by the client for the server's eviction
 // order (what an open by message does: hits, atime, recency). A ring per
 // region; a note overwritten before the server drained it is lost, which
-// only blurs the order.
+// only blurs the order. A thread of the client takes ring places a block at
+// a time (kNoteBlock, one move of `reads_head`), so that threads on other
+// cores neither move one counter per read nor write one line of notes; the
+// stamp, written last, tells the server which notes are new (a place taken
+// but not yet written holds an older stamp).
+constexpr uint32_t kNoteBlock = 8;
 struct ReadNote {
   std::atomic<uint64_t> pos, gen, stamp_ns, reserved;
 };
+static_assert(kRingSize % kNoteBlock == 0);
 static_assert(kRingOffset + kRingSize * sizeof(ReadNote) <= kRegionBytes);
 inline ReadNote *Ring(Region *r) {
   return reinterpret_cast<ReadNote *>(reinterpret_cast<char *>(r) + kRingOffset);
