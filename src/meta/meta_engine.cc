@@ -846,8 +846,7 @@ Status MetaEngine::OpenForRead(const Caller &c, Session *s, Inode *inode, rpc::C
   if (!inode->is_file()) return Status::Error(EINVAL);
   if (!inode->current) return Status::Error(EBUSY, "being written");
   if (!MayAccess(*inode, c, kMayRead)) return Status::Error(EACCES);
-  if (int err = CheckLeaseCount(*s))
-    return Status::Error(err, "too many leases in this session");
+  if (int err = CheckLeaseCount(*s)) return Status::Error(err, "too many leases in this session");
   const uint64_t gen = inode->current->gen;
   uint64_t lease = leases_.Grant(s->id, inode->ino, gen);
   s->leases.insert(lease);
