@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "harness.h"
@@ -223,6 +224,49 @@ TEST_F(IndexTest, ClientsFallBackAcrossAServerRestartThenUseTheNewIndex) {
   // The renewed lease went back by message: nothing stays held.
   ASSERT_EQ(maru_unlink(m_, "/r/a"), 0);
   EXPECT_TRUE(maru_test::WaitFor([&] { return DeferredBytes(server_) == 0; }, 15000));
+}
+
+// Threads of one process take slots from free lists of their own: more
+// opens than there are slots (the rest go by message), all released, and
+// then every slot is still there for one thread, wherever it was freed
+// (with the server stopped, only the index can answer).
+TEST_F(IndexTest, ThreadsTakeAndGiveBackEverySlot) {
+  constexpr int kChunks = 48, kThreads = 8, kRounds = 3;
+  for (int i = 0; i < kChunks; ++i) ASSERT_EQ(Store(m_, "/th/" + std::to_string(i), 4096), 0);
+  std::vector<std::vector<maru_chunk_t *>> held(kThreads);
+  std::vector<int> bad(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < kRounds; ++r)
+        for (int i = 0; i < kChunks; ++i) {
+          const std::string path = "/th/" + std::to_string(i);
+          maru_chunk_t *c = nullptr;
+          if (maru_open(m_, path.c_str(), &c) != 0 ||
+              !maru_test::CheckPattern(maru_chunk_data(c), 4096, path)) {
+            ++bad[t];
+            continue;
+          }
+          held[t].push_back(c);
+        }
+    });
+  for (auto &t : threads) t.join();
+  for (int t = 0; t < kThreads; ++t) {
+    EXPECT_EQ(bad[t], 0) << "thread " << t;
+    for (maru_chunk_t *c : held[t]) maru_release(c);
+  }
+  // 1008 slots: 20 opens of each chunk (960) need nearly all of them.
+  Frozen frozen(server_);
+  ASSERT_TRUE(frozen.ok());
+  std::vector<maru_chunk_t *> again;
+  for (int r = 0; r < 20; ++r)
+    for (int i = 0; i < kChunks; ++i) {
+      maru_chunk_t *c = nullptr;
+      ASSERT_EQ(maru_open(m_, ("/th/" + std::to_string(i)).c_str(), &c), 0)
+          << "open " << again.size() << " through the index";
+      again.push_back(c);
+    }
+  for (maru_chunk_t *c : again) maru_release(c);
 }
 
 // Another uid that may map the pool (it is in the pool's group) reads the
