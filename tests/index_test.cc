@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "harness.h"
@@ -225,6 +226,49 @@ TEST_F(IndexTest, ClientsFallBackAcrossAServerRestartThenUseTheNewIndex) {
   EXPECT_TRUE(maru_test::WaitFor([&] { return DeferredBytes(server_) == 0; }, 15000));
 }
 
+// Threads of one process take slots from free lists of their own: more
+// opens than there are slots (the rest go by message), all released, and
+// then every slot is still there for one thread, wherever it was freed
+// (with the server stopped, only the index can answer).
+TEST_F(IndexTest, ThreadsTakeAndGiveBackEverySlot) {
+  constexpr int kChunks = 48, kThreads = 8, kRounds = 3;
+  for (int i = 0; i < kChunks; ++i) ASSERT_EQ(Store(m_, "/th/" + std::to_string(i), 4096), 0);
+  std::vector<std::vector<maru_chunk_t *>> held(kThreads);
+  std::vector<int> bad(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < kRounds; ++r)
+        for (int i = 0; i < kChunks; ++i) {
+          const std::string path = "/th/" + std::to_string(i);
+          maru_chunk_t *c = nullptr;
+          if (maru_open(m_, path.c_str(), &c) != 0 ||
+              !maru_test::CheckPattern(maru_chunk_data(c), 4096, path)) {
+            ++bad[t];
+            continue;
+          }
+          held[t].push_back(c);
+        }
+    });
+  for (auto &t : threads) t.join();
+  for (int t = 0; t < kThreads; ++t) {
+    EXPECT_EQ(bad[t], 0) << "thread " << t;
+    for (maru_chunk_t *c : held[t]) maru_release(c);
+  }
+  // 1008 slots: 20 opens of each chunk (960) need nearly all of them.
+  Frozen frozen(server_);
+  ASSERT_TRUE(frozen.ok());
+  std::vector<maru_chunk_t *> again;
+  for (int r = 0; r < 20; ++r)
+    for (int i = 0; i < kChunks; ++i) {
+      maru_chunk_t *c = nullptr;
+      ASSERT_EQ(maru_open(m_, ("/th/" + std::to_string(i)).c_str(), &c), 0)
+          << "open " << again.size() << " through the index";
+      again.push_back(c);
+    }
+  for (maru_chunk_t *c : again) maru_release(c);
+}
+
 // Another uid that may map the pool (it is in the pool's group) reads the
 // index, but gets from it only what the server would give it.
 TEST_F(IndexTest, AChunkYouMayNotOpenYouCannotLookUp) {
@@ -276,3 +320,65 @@ TEST_F(IndexTest, AChunkYouMayNotOpenYouCannotLookUp) {
 }
 
 }  // namespace
+
+// Regions of lease slots go only to sessions whose peer can open the index
+// (root, the pool's owner, its group). A uid outside them opening many
+// sessions gets none, and leaves every region for the clients that can use
+// them: here it tries to take all 8.
+TEST(IndexRegions, AUidThatCannotOpenTheIndexCannotTakeTheRegions) {
+  TestPool pool{32ull << 20};
+  Server server{pool.path(), {"--index-sessions", "8", "--session-timeout-ms", "60000"}};
+  ASSERT_TRUE(server.Start());
+  struct stat st;
+  ASSERT_EQ(stat(pool.path().c_str(), &st), 0);
+  ASSERT_NE(st.st_gid, 1001u);
+  std::string out;
+  ASSERT_EQ(maru_test::Run("setpriv --reuid=1001 --regid=1001 --clear-groups " +
+                               maru_test::BinDir("tests/probe_client") + " " + server.address() +
+                               " sessions 20",
+                           &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("regions 0"), std::string::npos) << out;
+  // An honest client still gets one: it opens with the server stopped.
+  maru_t *m = nullptr;
+  ASSERT_EQ(maru_connect(server.address().c_str(), &m), 0);
+  ASSERT_EQ(Store(m, "/honest/a"), 0);
+  {
+    Frozen frozen(server);
+    ASSERT_TRUE(frozen.ok());
+    maru_chunk_t *c = nullptr;
+    ASSERT_EQ(maru_open(m, "/honest/a", &c), 0);
+    EXPECT_TRUE(maru_test::CheckPattern(maru_chunk_data(c), kSize, "/honest/a"));
+    maru_release(c);
+  }
+  maru_disconnect(m);
+}
+
+// Leases taken in slots count against --max-leases like granted ones: a
+// session of a uid in the pool's group holds 3, through the index or not.
+TEST(IndexRegions, SlotLeasesCountAgainstMaxLeases) {
+  TestPool pool{32ull << 20};
+  Server server{pool.path(), {"--max-leases", "3"}};
+  ASSERT_TRUE(server.Start());
+  maru_t *m = nullptr;
+  ASSERT_EQ(maru_connect(server.address().c_str(), &m), 0);
+  std::string paths;
+  for (const char *name : {"a", "b", "c", "d", "e"}) {
+    ASSERT_EQ(Store(m, std::string("/max/") + name, kSize, 0644), 0);
+    paths += std::string(" /max/") + name;
+  }
+  maru_disconnect(m);
+  struct stat st;
+  ASSERT_EQ(stat(pool.path().c_str(), &st), 0);
+  const std::string as_user =
+      "setpriv --reuid=1000 --regid=1000 --groups=" + std::to_string(st.st_gid) + " ";
+  for (const std::string env : {"", "MARU_INDEX=0 "}) {
+    std::string out;
+    EXPECT_EQ(
+        maru_test::Run(
+            env + as_user + maru_test::ClientCommand(server.address(), "lookup 3" + paths), &out),
+        0)
+        << env << out;
+  }
+}

@@ -232,9 +232,13 @@ fi
 rm -f "$odd_pool"
 
 # --- maru-bench --json lines parse ---------------------------------------------------
-out=$("$bin_bench" lookup --server $addr --keys 4 --threads 1,2 --seconds 1 --dir /ops-bench --json) ||
+out=$("$bin_bench" lookup --server $addr --keys 4 --threads 1,2 --processes 1,2 --seconds 1 --dir /ops-bench --json) ||
   fail "maru-bench lookup"
 tail -1 <<<"$out" | valid_json || fail "maru-bench lookup --json: not JSON: $out"
+grep -q '"processes":2' <<<"$(tail -1 <<<"$out")" || fail "maru-bench lookup --json: no 2-process row: $out"
+out=$("$bin_bench" ops --server $addr --threads 1,2 --processes 1,2 --seconds 1 --json) || fail "maru-bench ops"
+tail -1 <<<"$out" | valid_json || fail "maru-bench ops --json: not JSON: $out"
+grep -q '"index_per_s"' <<<"$(tail -1 <<<"$out")" || fail "maru-bench ops --json: no index rate: $out"
 out=$("$bin_bench" files --dir $work --size 1M --count 1 --json) || fail "maru-bench files"
 tail -1 <<<"$out" | json_has dir "$work" || fail "maru-bench files --json: $out"
 

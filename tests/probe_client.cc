@@ -163,6 +163,21 @@ int SessionStrings(Stub *stub, size_t client, size_t host, size_t instance, uint
   return Expect("open session", Send(stub, &Stub::OpenSession, req, &rep), want);
 }
 
+// Opens `n` sessions (left to time out) and prints how many were given a
+// region of lease slots in the shared-memory index.
+int Sessions(Stub *stub, uint64_t n) {
+  uint64_t regions = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    rpc::OpenSessionRequest req;
+    req.set_client("probe_client");
+    rpc::OpenSessionReply rep;
+    if (int err = Send(stub, &Stub::OpenSession, req, &rep)) return Expect("open session", err, 0);
+    regions += rep.index_region() != 0;
+  }
+  printf("regions %lu\n", static_cast<unsigned long>(regions));
+  return 0;
+}
+
 int CheckExtents(Stub *stub, const std::vector<uint64_t> &n) {
   auto req = With<rpc::CheckExtentsRequest>(OpenSession(stub));
   req.set_client_session(n[0]);
@@ -263,6 +278,7 @@ int Run(const std::string &address, const std::vector<std::string> &cmd) {
   if (op == "raw-victim") return Victim(stub.get(), arg(1), arg(2), arg(3));
   if (op == "session-strings") return SessionStrings(stub.get(), n[0], n[1], n[2], n[3]);
   if (op == "check-extents") return CheckExtents(stub.get(), n);
+  if (op == "sessions") return Sessions(stub.get(), n[0]);
   if (op.rfind("raw-", 0) == 0) return RawProbe(stub.get(), op, n);
   const uint64_t session = OpenSession(stub.get());
   if (!session) return 71;

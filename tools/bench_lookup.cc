@@ -1,86 +1,121 @@
-// maru-bench lookup: latency of one batched prefix lookup of many keys.
+// maru-bench lookup: one batched prefix lookup of many keys, through the
+// shared-memory index and by message, side by side, in threads of one
+// process and in separate processes (each a copy of maru-bench in worker mode).
 #include "bench_common.h"
 #include "bench_paths.h"
 #include "json_output.h"
 #include "util/flags.h"
 
 namespace maru::bench {
+namespace {
+
+std::vector<std::string> KeyNames(const std::string &dir, int64_t keys) {
+  std::vector<std::string> names;
+  for (int64_t i = 0; i < keys; ++i) names.push_back(dir + "/block" + std::to_string(i));
+  return names;
+}
+
+// One lookup of all of `paths` on `m`, timed; the releases are not timed.
+std::function<double()> LookupAll(maru_t *m, const std::vector<const char *> &paths) {
+  return [m, &paths] {
+    thread_local std::vector<maru_chunk_t *> out;
+    out.resize(paths.size());
+    size_t hits = 0;
+    const int64_t t0 = MonotonicNs();
+    int rc = maru_lookup_prefix(m, paths.data(), paths.size(), out.data(), &hits);
+    const double us = UsSince(t0);
+    for (size_t i = 0; i < hits; ++i) maru_release(out[i]);
+    return rc == 0 && hits == paths.size() ? us : -1.0;
+  };
+}
+
+// Worker mode: one process's run of one thread, printed for the parent.
+int RunWorker(const std::string &server, const std::vector<const char *> &paths, bool index,
+              int64_t seconds, int64_t start_ns) {
+  int err = 0;
+  maru_t *m = ConnectPath(server, index, &err);
+  if (!m) return Fail("connect: " + std::string(maru_strerror(err)));
+  WaitForStart(start_ns);
+  PathRun r = TimeThreads(1, seconds, LookupAll(m, paths));
+  maru_disconnect(m);
+  if (r.failed) return Fail("a lookup did not find every key");
+  PrintWorkerRun(r, seconds);
+  return 0;
+}
+
+}  // namespace
 
 int RunLookup(int argc, char **argv) {
   std::string server = "unix:///run/maru/maru.sock", dir = "/maru-bench/lookup",
-              thread_list = "1,4";
-  int64_t keys = 128, seconds = 3;
+              thread_list = "1,2,4", process_list = "1,2,4", worker;
+  int64_t keys = 128, seconds = 3, start_ns = 0;
   bool json = false;
-  Flags flags("maru-bench lookup [--server ADDRESS] [--keys N] [--threads 1,4] [--json]",
-              "p50/p99 latency of a batched prefix lookup (all hits) of N keys, then release:\n"
-              "through the shared-memory index and by message, side by side.");
+  Flags flags(
+      "maru-bench lookup [--server ADDRESS] [--keys N] [--threads 1,2,4] [--processes 1,2,4] "
+      "[--json]",
+      "p50/p99 latency and rate of a batched prefix lookup (all hits) of N keys, then\n"
+      "release: through the shared-memory index and by message, side by side. Rates are\n"
+      "summed over the threads or processes; x1st is the rate over the first row's; cores\n"
+      "is the CPU time the clients got per second (below the thread count: the host was\n"
+      "busy).");
   flags.String("server", &server, "maru-server address");
   flags.Int("keys", &keys, "keys per lookup");
-  flags.String("threads", &thread_list, "comma-separated thread counts to run");
+  flags.String("threads", &thread_list, "comma-separated thread counts (one process)");
+  flags.String("processes", &process_list,
+               "comma-separated process counts (one thread each; 0: none)");
   flags.Int("seconds", &seconds, "duration of each run");
   flags.String("dir", &dir, "directory for the benchmark's chunks");
+  flags.String("worker", &worker, "(internal) run one worker process: index or message");
+  flags.Int("start-ns", &start_ns, "(internal) when a worker starts, on the monotonic clock");
   flags.Bool("json", &json, "end with one JSON line of the figures");
   if (int rc = ParseFlags(flags, argc, argv); rc >= 0) return rc;
   if (keys <= 0 || seconds <= 0) return Fail("--keys and --seconds must be positive");
+  const std::vector<std::string> names = KeyNames(dir, keys);
+  std::vector<const char *> paths;
+  for (auto &n : names) paths.push_back(n.c_str());
+  if (!worker.empty()) return RunWorker(server, paths, worker == "index", seconds, start_ns);
 
   maru_t *m;
   if (int rc = maru_connect(server.c_str(), &m))
     return Fail("connect: " + std::string(maru_strerror(rc)));
-  std::vector<std::string> names;
-  for (int64_t i = 0; i < keys; ++i) {
-    names.push_back(dir + "/block" + std::to_string(i));
+  for (const std::string &name : names) {
     maru_chunk_t *c;
-    int rc = maru_create(m, names.back().c_str(), 4096, &c);
+    int rc = maru_create(m, name.c_str(), 4096, &c);
     if (rc == -EEXIST) continue;
     if (rc) return Fail("create: " + std::string(maru_strerror(rc)));
     memset(maru_chunk_data(c), 1, 4096);
     maru_seal(c);
     maru_release(c);
   }
-  std::vector<const char *> paths;
-  for (auto &n : names) paths.push_back(n.c_str());
-
-  // The same lookups through the shared-memory index and by message.
   int err = 0;
   maru_t *by_message = ConnectPath(server, false, &err);
   if (!by_message) return Fail("connect: " + std::string(maru_strerror(err)));
-  auto lookup = [&](maru_t *h) {
-    return [&, h] {
-      thread_local std::vector<maru_chunk_t *> out;
-      out.resize(paths.size());
-      size_t hits = 0;
-      const int64_t t0 = MonotonicNs();
-      int rc = maru_lookup_prefix(h, paths.data(), paths.size(), out.data(), &hits);
-      const double us = UsSince(t0);  // the lookup; the releases are not timed
-      for (size_t i = 0; i < hits; ++i) maru_release(out[i]);
-      return rc == 0 && hits == paths.size() ? us : -1.0;
-    };
-  };
-  const std::vector<int> counts = CountList(thread_list);
-  if (counts.empty()) return Fail("bad --threads");
-  Json runs = Json::array(), by_message_runs = Json::array();
+  const std::vector<int> threads = CountList(thread_list);
+  const std::vector<int> procs = process_list == "0" ? std::vector<int>{} : CountList(process_list);
+  if (threads.empty() || (procs.empty() && process_list != "0"))
+    return Fail("bad --threads or --processes");
+  Json runs = Json::array();
+  SideBySide table("look/s");
   printf("batched prefix lookup of %ld keys, released untimed (latency in microseconds)\n",
          static_cast<long>(keys));
-  printf("  threads | index p50    p99  lookups/s | message p50    p99  lookups/s | p50 ratio\n");
-  for (int threads : counts) {
-    PathRun ix = TimeThreads(threads, seconds, lookup(m));
-    PathRun msg = TimeThreads(threads, seconds, lookup(by_message));
+  table.Header();
+  for (int n : threads) {
+    PathRun ix = TimeThreads(n, seconds, LookupAll(m, paths));
+    PathRun msg = TimeThreads(n, seconds, LookupAll(by_message, paths));
     if (ix.failed || msg.failed) return Fail("a lookup did not find every key");
-    printf("  %7d | %9.1f %6.1f %10.0f | %11.1f %6.1f %10.0f | %5.1fx\n", threads, ix.p50_us,
-           ix.p99_us, ix.per_s, msg.p50_us, msg.p99_us, msg.per_s, msg.p50_us / ix.p50_us);
-    runs.push_back({{"threads", threads},
-                    {"p50_us", Rounded(ix.p50_us, 1)},
-                    {"p99_us", Rounded(ix.p99_us, 1)},
-                    {"lookups_per_s", Rounded(ix.per_s, 0)}});
-    by_message_runs.push_back({{"threads", threads},
-                               {"p50_us", Rounded(msg.p50_us, 1)},
-                               {"p99_us", Rounded(msg.p99_us, 1)},
-                               {"lookups_per_s", Rounded(msg.per_s, 0)}});
+    runs.push_back(table.Row("threads", n, ix, msg));
   }
   maru_disconnect(by_message);
   maru_disconnect(m);
-  // "runs": the default path (the index where the server has one).
-  if (json) PrintJson({{"keys", keys}, {"runs", runs}, {"runs_by_message", by_message_runs}});
+  const std::string args =
+      "lookup --server " + server + " --dir " + dir + " --keys " + std::to_string(keys);
+  for (int n : procs) {
+    PathRun ix = RunWorkerProcesses(n, args, true, seconds);
+    PathRun msg = RunWorkerProcesses(n, args, false, seconds);
+    if (ix.failed || msg.failed) return Fail("a worker process failed");
+    runs.push_back(table.Row("processes", n, ix, msg));
+  }
+  if (json) PrintJson({{"keys", keys}, {"runs", runs}});
   return 0;
 }
 

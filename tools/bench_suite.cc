@@ -35,7 +35,9 @@ const std::vector<std::string> kUcxLoopback = {"UCX_TLS=tcp", "UCX_NET_DEVICES=l
 struct Settings {
   uint64_t pool = 2ull << 30, size = 32ull << 20;
   int rounds = 8, files = 6, lookup_seconds = 2, ops_seconds = 1, trace_limit = 0, clients = 4;
+  int remote_pairs = 3;  // UCX's own get/put, then the remote path: this many times
   std::vector<int> consumers{1, 2, 4, 8};
+  std::string ops_counts = "1,2,4";  // threads, and processes, for lookups and opens
 };
 
 class Suite {
@@ -51,8 +53,12 @@ class Suite {
   std::string Bench(const std::string &what, std::vector<std::string> args,
                     const std::vector<std::string> &env = {});
   void Measure();
+  void MeasureRemote();
   double Get(const std::string &what, const std::string &field) const;
+  // The median over the remote pairs of `f(pair's name suffix)`.
+  double RemoteMedian(const std::function<double(const std::string &)> &f) const;
   std::string TransferTable() const;
+  std::string RemoteTable() const;
   std::string FilesTable() const;
   std::string MetadataTable() const;
   std::string ReplayTable() const;
@@ -67,6 +73,7 @@ class Suite {
   Processes procs_;
   std::unique_ptr<Node> node_;
   std::map<std::string, std::string> results_;  // what -> JSON
+  std::string agent_mode_ = "?";                // the agent's data path, from its log
   std::vector<std::string> notes_;
 };
 
@@ -89,7 +96,15 @@ bool Suite::StartNode() {
             std::ifstream f(agent_log);
             std::stringstream ss;
             ss << f.rdbuf();
-            return ss.str().find("serving") != std::string::npos;
+            const std::string log = ss.str();
+            const size_t at = log.find("serving");
+            if (at == std::string::npos) return false;
+            // "serving N device(s) at ADDRESS (MODE data path)"
+            const size_t open = log.find('(', log.find(" at ", at)),
+                         end = log.find(" data path", at);
+            if (open != std::string::npos && end != std::string::npos && open < end)
+              agent_mode_ = log.substr(open + 1, end - open - 1);
+            return true;
           },
           60))
     notes_.push_back("maru-agent did not start: no UCX rows");
@@ -157,20 +172,17 @@ void Suite::Measure() {
             {"share", "--redis", std::to_string(redis_port_), "--size", size, "--rounds", rounds,
              "--consumers", std::to_string(n)});
   }
-  Bench("ucx share 1",
-        {"share", "--server", server, "--size", size, "--rounds", rounds, "--consumers", "1"},
-        {"MARU_DATA=remote", kUcxLoopback[0], kUcxLoopback[1]});
-  // UCX's own get/put on the same transport, right after: the ceiling.
-  Bench("ucx ceiling", {"ucx", "--size", size, "--rounds", rounds}, kUcxLoopback);
+  MeasureRemote();
   if (node_->mounted())
     Bench("files maru-fuse", {"files", "--dir", node_->mountpoint() + "/files", "--size", size,
                               "--count", std::to_string(s_.files)});
   Bench("files tmpfs",
         {"files", "--dir", tmpfs_, "--size", size, "--count", std::to_string(s_.files)});
-  Bench("lookup 128", {"lookup", "--server", server, "--keys", "128", "--threads", "1", "--seconds",
-                       std::to_string(s_.lookup_seconds)});
-  Bench("ops", {"lookup", "--server", server, "--keys", "1", "--threads", "1,2,4,8", "--seconds",
-                std::to_string(s_.ops_seconds), "--dir", "/maru-bench/ops"});
+  Bench("lookup 128",
+        {"lookup", "--server", server, "--keys", "128", "--threads", s_.ops_counts, "--processes",
+         s_.ops_counts, "--seconds", std::to_string(s_.lookup_seconds)});
+  Bench("ops", {"ops", "--server", server, "--threads", s_.ops_counts, "--processes", s_.ops_counts,
+                "--seconds", std::to_string(s_.ops_seconds)});
   if (access(trace_.c_str(), R_OK) != 0) {
     notes_.push_back("no trace at " + trace_ + ": no replay rows (--trace FILE)");
     return;
@@ -199,6 +211,29 @@ void Suite::Measure() {
   }
 }
 
+// The remote path against its transport's ceiling: UCX's own get/put
+// (`maru-bench ucx`), then libmaru_direct's remote store and load through
+// the agent in its default mode, in alternating pairs, so that a change in
+// the host's load moves both sides of a pair alike.
+void Suite::MeasureRemote() {
+  const std::string size = std::to_string(s_.size), rounds = std::to_string(s_.rounds);
+  for (int i = 1; i <= s_.remote_pairs; ++i) {
+    const std::string k = std::to_string(i);
+    Bench("ucx ceiling " + k, {"ucx", "--size", size, "--rounds", rounds}, kUcxLoopback);
+    Bench("ucx share " + k,
+          {"share", "--server", node_->address(), "--size", size, "--rounds", rounds, "--consumers",
+           "1"},
+          {"MARU_DATA=remote", kUcxLoopback[0], kUcxLoopback[1]});
+  }
+}
+
+double Suite::RemoteMedian(const std::function<double(const std::string &)> &f) const {
+  std::vector<double> v;
+  for (int i = 1; i <= s_.remote_pairs; ++i)
+    if (double x = f(std::to_string(i)); !std::isnan(x)) v.push_back(x);
+  return v.empty() ? std::nan("") : Quantile(v, 0.5);
+}
+
 double Suite::Get(const std::string &what, const std::string &field) const {
   auto it = results_.find(what);
   return it == results_.end() ? std::nan("") : Field(it->second, "/" + field);
@@ -221,19 +256,49 @@ std::string Suite::TransferTable() const {
     row("load, " + k + " consumer" + (n > 1 ? "s (all together)" : ""),
         Get("maru share " + k, "load_gbps"), Get("redis share " + k, "load_gbps"));
   }
-  const double us = Get("ucx share 1", "store_gbps"), ul = Get("ucx share 1", "load_gbps");
+  auto remote = [&](const char *field) {
+    return RemoteMedian([&](const std::string &k) { return Get("ucx share " + k, field); });
+  };
+  const double us = remote("store_gbps"), ul = remote("load_gbps");
   md << "| UCX remote store / load, 1 consumer (TCP) | " << Fmt("%.2f", us) << " / "
      << Fmt("%.2f GB/s", ul) << " | " << Fmt("%.2f", us / mc) << " / " << Fmt("%.2f", ul / mc)
      << " | | | |\n\n";
-  const double cp = Get("ucx ceiling", "put_gbps"), cg = Get("ucx ceiling", "get_gbps");
-  md << "| remote path (UCX over TCP, loopback) | put / store | get / load |\n|---|---|---|\n"
-     << "| UCX's own `ucp_put` / `ucp_get` (`maru-bench ucx`), median | " << Fmt("%.2f GB/s", cp)
-     << " | " << Fmt("%.2f GB/s", cg) << " |\n"
-     << "| the same, best round | " << Fmt("%.2f GB/s", Get("ucx ceiling", "put_best_gbps"))
-     << " | " << Fmt("%.2f GB/s", Get("ucx ceiling", "get_best_gbps")) << " |\n"
-     << "| libmaru_direct remote store / load, through maru-agent | " << Fmt("%.2f GB/s", us)
-     << " | " << Fmt("%.2f GB/s", ul) << " |\n"
-     << "| ÷ UCX median | " << Fmt("%.2f", us / cp) << " | " << Fmt("%.2f", ul / cg) << " |\n\n";
+  return md.str();
+}
+
+std::string Suite::RemoteTable() const {
+  std::ostringstream md;
+  md << "| remote path (UCX over TCP, loopback), agent's data path: " << agent_mode_
+     << " | UCX's own `ucp_put` | remote store | store ÷ put | UCX's own `ucp_get` | remote load "
+        "| load ÷ get |\n|---|---|---|---|---|---|---|\n";
+  auto ratio = [&](const std::string &k, const char *mine, const char *ucx) {
+    return Get("ucx share " + k, mine) / Get("ucx ceiling " + k, ucx);
+  };
+  for (int i = 1; i <= s_.remote_pairs; ++i) {
+    const std::string k = std::to_string(i);
+    md << "| pair " << k << " (GB/s, medians of " << s_.rounds << " transfers) | "
+       << Fmt("%.2f", Get("ucx ceiling " + k, "put_gbps")) << " | "
+       << Fmt("%.2f", Get("ucx share " + k, "store_gbps")) << " | "
+       << Fmt("%.2f", ratio(k, "store_gbps", "put_gbps")) << " | "
+       << Fmt("%.2f", Get("ucx ceiling " + k, "get_gbps")) << " | "
+       << Fmt("%.2f", Get("ucx share " + k, "load_gbps")) << " | "
+       << Fmt("%.2f", ratio(k, "load_gbps", "get_gbps")) << " |\n";
+  }
+  const double store =
+      RemoteMedian([&](const std::string &k) { return ratio(k, "store_gbps", "put_gbps"); });
+  const double load =
+      RemoteMedian([&](const std::string &k) { return ratio(k, "load_gbps", "get_gbps"); });
+  md << "| ÷ UCX, median of the pairs | | | " << Fmt("%.2f", store) << " | | | "
+     << Fmt("%.2f", load) << " |\n\n"
+     << "Remote store ≥ 0.8× UCX's own put: **"
+     << (std::isnan(store) ? "not measured"
+         : store >= 0.8    ? "met"
+                           : "not met")
+     << "** (" << Fmt("%.2f", store) << "); remote load ≥ 0.8× UCX's own get: **"
+     << (std::isnan(load) ? "not measured"
+         : load >= 0.8    ? "met"
+                          : "not met")
+     << "** (" << Fmt("%.2f", load) << ").\n\n";
   return md.str();
 }
 
@@ -251,20 +316,51 @@ std::string Suite::FilesTable() const {
 
 std::string Suite::MetadataTable() const {
   std::ostringstream md;
-  md << "| metadata | |\n|---|---|\n"
-     << "| batched prefix lookup, 128 keys, p50 / p99 | "
-     << Fmt("%.0f", Get("lookup 128", "runs/0/p50_us")) << " / "
-     << Fmt("%.0f µs", Get("lookup 128", "runs/0/p99_us")) << " |\n";
-  if (auto it = results_.find("ops"); it != results_.end())
-    for (int i = 0;; ++i) {  // one run per thread count
+  md << "| metadata: through the shared-memory index / by message (fast lane) | index | message "
+        "| index ÷ message | cores the clients got (index / message) |\n|---|---|---|---|---|\n";
+  auto rows = [&](const std::string &what, const std::string &op, const char *unit) {
+    auto it = results_.find(what);
+    if (it == results_.end()) return;
+    for (int i = 0;; ++i) {  // one run per thread or process count
       const std::string run = "/runs/" + std::to_string(i);
-      const double threads = Field(it->second, run + "/threads");
-      if (std::isnan(threads)) break;
-      const int t = static_cast<int>(threads);
-      md << "| lookup + release of 1 key, " << t << " thread" << (t > 1 ? "s" : "") << " | "
-         << Fmt("%.0f ops/s", Field(it->second, run + "/lookups_per_s")) << " |\n";
+      const double ix = Field(it->second, run + "/index_per_s"),
+                   msg = Field(it->second, run + "/message_per_s");
+      if (std::isnan(ix)) break;
+      for (const char *kind : {"threads", "processes"}) {
+        const double n = Field(it->second, run + "/" + kind);
+        if (std::isnan(n)) continue;
+        const int k = static_cast<int>(n);
+        const std::string noun = k > 1 ? kind : kind[0] == 't' ? "thread" : "process";
+        md << "| " << op << ", " << k << " " << noun << " (summed) | "
+           << Fmt(("%.0f " + std::string(unit)).c_str(), ix) << " | "
+           << Fmt(("%.0f " + std::string(unit)).c_str(), msg) << " | " << Fmt("%.1f×", ix / msg)
+           << " | " << Fmt("%.2f", Field(it->second, run + "/index_cores")) << " / "
+           << Fmt("%.2f", Field(it->second, run + "/message_cores")) << " |\n";
+      }
     }
-  md << "\n";
+  };
+  md << "| batched prefix lookup, 128 keys, 1 thread, p50 / p99 | "
+     << Fmt("%.1f", Get("lookup 128", "runs/0/index_p50_us")) << " / "
+     << Fmt("%.0f µs", Get("lookup 128", "runs/0/index_p99_us")) << " | "
+     << Fmt("%.1f", Get("lookup 128", "runs/0/message_p50_us")) << " / "
+     << Fmt("%.0f µs", Get("lookup 128", "runs/0/message_p99_us")) << " | "
+     << Fmt("%.1f× (p50)",
+            Get("lookup 128", "runs/0/message_p50_us") / Get("lookup 128", "runs/0/index_p50_us"))
+     << " | |\n";
+  rows("lookup 128", "128-key lookups", "/s");
+  md << "| open + release of 1 chunk, 1 thread, p50 / p99 | "
+     << Fmt("%.2f", Get("ops", "runs/0/index_p50_us")) << " / "
+     << Fmt("%.1f µs", Get("ops", "runs/0/index_p99_us")) << " | "
+     << Fmt("%.1f", Get("ops", "runs/0/message_p50_us")) << " / "
+     << Fmt("%.0f µs", Get("ops", "runs/0/message_p99_us")) << " | "
+     << Fmt("%.0f× (p50)", Get("ops", "runs/0/message_p50_us") / Get("ops", "runs/0/index_p50_us"))
+     << " | |\n";
+  rows("ops", "open + release", "ops/s");
+  md << "\nRates are summed over the threads or processes. Cores: the CPU time the client "
+        "threads got per second; this host has "
+     << std::thread::hardware_concurrency()
+     << ", so rows past that count, and rows whose cores fall short of their thread count (a "
+        "busy host), measure the queue for the CPU.\n\n";
   return md.str();
 }
 
@@ -326,7 +422,7 @@ void Suite::Write() {
      << " chunks. Loads copy into the consumer's own buffer, as a Redis GET does. GB/s are "
         "medians; ratios are to memcpy of the same size and to Redis, both measured in this "
         "run.\n\n"
-     << TransferTable() << FilesTable() << MetadataTable() << ReplayTable();
+     << TransferTable() << RemoteTable() << FilesTable() << MetadataTable() << ReplayTable();
   for (const std::string &n : notes_) md << "- " << n << "\n";
   md << "\n![load throughput by consumers](benchmarks-suite.png)\n" << SectionEnd("suite") << "\n";
   printf("%s", md.str().c_str());
@@ -371,9 +467,11 @@ int RunSuite(int argc, char **argv) {
               "Starts a Maru node on a pool in /dev/shm (server, mount, agent) and a\n"
               "redis-server on loopback, then measures side by side: memcpy; libmaru_direct\n"
               "store/load with 1 producer and 1, 2, 4, 8 consumer processes; the same over\n"
-              "Redis and over UCX; files on the mount and on tmpfs; batched lookups and\n"
-              "operations/s at 1-8 threads; the trace replayed by 4 instances on Maru and on\n"
-              "Redis. Writes a Markdown section into DIR/benchmarks.md and a plot,\n"
+              "Redis; remote store and load through maru-agent beside UCX's own put and get;\n"
+              "files on the mount and on tmpfs; batched lookups and opens/s at 1, 2, 4\n"
+              "threads and processes, through the index and by message; the trace replayed\n"
+              "by 4 instances on Maru and on Redis. Writes a Markdown section into "
+              "DIR/benchmarks.md and a plot,\n"
               "DIR/benchmarks-suite.png. Stops everything it started.");
   flags.Bool("quick", &quick, "small sizes: done within 3 minutes on 2 cores");
   flags.Bool("tiny", &tiny, "the smallest run that exercises everything (for tests)");
@@ -386,6 +484,7 @@ int RunSuite(int argc, char **argv) {
     s.rounds = 4;
     s.files = 3;
     s.lookup_seconds = 1;
+    s.remote_pairs = 2;
     s.trace_limit = 1500;
   }
   if (tiny) {
@@ -397,6 +496,8 @@ int RunSuite(int argc, char **argv) {
     s.trace_limit = 100;
     s.clients = 2;
     s.consumers = {1, 2};
+    s.remote_pairs = 1;
+    s.ops_counts = "1,2";
   }
   return Suite(s, trace, out).Run();
 }

@@ -44,7 +44,7 @@ std::unique_ptr<IndexReader> IndexReader::Attach(const rpc::OpenSessionReply &se
   r->instance_ = h->instance;
   r->token_ = session.index_token();
   r->region_number_ = session.index_region();
-  r->slots_ = h->slots_per_region;
+  r->slots_ = h->slots_per_region;  // and at most the region's limit, below
   // The identity the server sees on this process's socket (SO_PEERCRED).
   r->uid_ = geteuid();
   r->gid_ = getegid();
@@ -55,6 +55,8 @@ std::unique_ptr<IndexReader> IndexReader::Attach(const rpc::OpenSessionReply &se
     for (int i = 0; i < n; ++i) r->groups_.push_back(g[static_cast<size_t>(i)]);
   }
   if (!r->Live()) return nullptr;
+  // Written before the owner: what the server honours (--max-leases).
+  r->slots_ = static_cast<uint32_t>(std::min<uint64_t>(r->slots_, r->region_->limit.load()));
   return r;
 }
 
@@ -105,21 +107,57 @@ IndexReader::Found IndexReader::Lookup(std::string_view path, Hit *hit) const {
   return complete ? Found::kMiss : Found::kAsk;
 }
 
-int IndexReader::Take(const Hit &hit) {
-  uint32_t slot;
+namespace {
+// This thread's shard: threads are spread over the shards as they come.
+uint32_t ThreadShard(uint32_t shards) {
+  static std::atomic<uint32_t> threads{0};
+  thread_local const uint32_t me = threads.fetch_add(1, std::memory_order_relaxed);
+  return me % shards;
+}
+}  // namespace
+
+int IndexReader::FreeSlot() {
+  const uint32_t mine = ThreadShard(kShards);
+  Shard &shard = shards_[mine];
   {
-    std::lock_guard<std::mutex> lock(slot_mu_);
-    if (!free_slots_.empty()) {
-      slot = free_slots_.back();
-      free_slots_.pop_back();
-    } else if (next_slot_ < slots_) {
-      slot = next_slot_++;
-      // Published before the slot is used: the server scans this far.
-      region_->used.store(next_slot_, std::memory_order_seq_cst);
-    } else {
-      return -1;
+    std::lock_guard<std::mutex> lock(shard.mu);
+    if (!shard.free.empty()) {
+      const uint32_t slot = shard.free.back();
+      shard.free.pop_back();
+      return static_cast<int>(slot);
     }
   }
+  {
+    std::lock_guard<std::mutex> lock(grow_mu_);
+    if (next_slot_ < slots_) {
+      // A line of slots for this shard alone.
+      const uint32_t from = next_slot_,
+                     to = std::min(slots_, (from / kSlotsPerLine + 1) * kSlotsPerLine);
+      next_slot_ = to;
+      // Published before the slots are used: the server scans this far.
+      region_->used.store(next_slot_, std::memory_order_seq_cst);
+      std::lock_guard<std::mutex> lock2(shard.mu);
+      for (uint32_t s = to - 1; s > from; --s) shard.free.push_back(s);
+      return static_cast<int>(from);
+    }
+  }
+  // Every slot was handed out: take one another shard holds free.
+  for (uint32_t i = 1; i < kShards; ++i) {
+    Shard &other = shards_[(mine + i) % kShards];
+    std::lock_guard<std::mutex> lock(other.mu);
+    if (!other.free.empty()) {
+      const uint32_t slot = other.free.back();
+      other.free.pop_back();
+      return static_cast<int>(slot);
+    }
+  }
+  return -1;
+}
+
+int IndexReader::Take(const Hit &hit) {
+  const int found = FreeSlot();
+  if (found < 0) return -1;
+  const uint32_t slot = static_cast<uint32_t>(found);
   const uint64_t gen = hit.entry.gen;
   uint64_t expected = 0;
   // A compare-exchange, not a store: if the region was handed to another
@@ -139,18 +177,29 @@ int IndexReader::Take(const Hit &hit) {
 }
 
 void IndexReader::NoteRead(const Hit &hit) {
-  const uint64_t at = region_->reads_head.fetch_add(1, std::memory_order_relaxed);
-  index::ReadNote &n = index::Ring(region_)[at % index::kRingSize];
+  // This thread's block of ring places (in this region: a block taken in
+  // another reader's region is left, which only loses its unused places).
+  thread_local struct {
+    const index::Region *region = nullptr;
+    uint64_t next = 0, end = 0;
+  } block;
+  if (block.region != region_ || block.next == block.end) {
+    block.region = region_;
+    block.next = region_->reads_head.fetch_add(index::kNoteBlock, std::memory_order_relaxed);
+    block.end = block.next + index::kNoteBlock;
+  }
+  index::ReadNote &n = index::Ring(region_)[block.next++ % index::kRingSize];
   n.pos.store(hit.pos, std::memory_order_relaxed);
   n.gen.store(hit.entry.gen, std::memory_order_relaxed);
-  n.stamp_ns.store(static_cast<uint64_t>(MonotonicNs()), std::memory_order_relaxed);
+  n.stamp_ns.store(static_cast<uint64_t>(MonotonicNs()), std::memory_order_release);
 }
 
 void IndexReader::Drop(int slot, uint64_t gen) {
   uint64_t expected = gen;
   region_->slots[slot].compare_exchange_strong(expected, 0, std::memory_order_release);
-  std::lock_guard<std::mutex> lock(slot_mu_);
-  free_slots_.push_back(static_cast<uint32_t>(slot));
+  Shard &shard = shards_[ThreadShard(kShards)];
+  std::lock_guard<std::mutex> lock(shard.mu);
+  shard.free.push_back(static_cast<uint32_t>(slot));
 }
 
 }  // namespace maru

@@ -6,7 +6,9 @@
 // version found by writing its generation into a slot of this session's
 // region, then checks that the index still names it; Drop clears the slot.
 // No lock is shared with the server; threads of one process share the
-// reader (slots are handed out under a small mutex).
+// reader. Slots are handed out from free lists sharded by thread, a cache
+// line of slots at a time, so that threads on different cores neither wait
+// for one lock nor write the same line of slots.
 #pragma once
 
 #include <atomic>
@@ -60,6 +62,15 @@ class IndexReader {
  private:
   IndexReader() = default;
   bool MayRead(const index::EntryData &e) const;
+  // A free slot for this thread, or -1 (every slot is in use).
+  int FreeSlot();
+
+  static constexpr uint32_t kShards = 8;
+  static constexpr uint32_t kSlotsPerLine = 64 / sizeof(uint64_t);
+  struct alignas(64) Shard {
+    std::mutex mu;
+    std::vector<uint32_t> free;
+  };
 
   void *base_ = nullptr;
   size_t bytes_ = 0;
@@ -70,9 +81,9 @@ class IndexReader {
   uint32_t region_number_ = 0, slots_ = 0;
   uint32_t uid_ = 0, gid_ = 0;
   std::vector<uint32_t> groups_;
-  std::mutex slot_mu_;
-  std::vector<uint32_t> free_slots_;
-  uint32_t next_slot_ = 0;
+  Shard shards_[kShards];
+  std::mutex grow_mu_;
+  uint32_t next_slot_ = 0;  // slots below it were handed to a shard (grow_mu_)
 };
 
 }  // namespace maru

@@ -146,17 +146,20 @@ int MetaClient::OpenSession(bool resume) {
   req.set_pid(static_cast<uint32_t>(getpid()));
   if (resume) {
     req.set_resume(session_.load());
+    std::vector<std::unique_lock<std::mutex>> shards;
+    for (LeaseShard &shard : lease_shards_) shards.emplace_back(shard.mu);
     std::lock_guard<std::mutex> lock(lease_mu_);
     // What is not held is dropped by the resume; queued releases would name
     // leases that no longer exist.
     to_release_.clear();
-    for (const auto &[handle, t] : tracked_) {
-      if (t.lease == 0) continue;  // lost at an earlier resume: stays lost
-      rpc::HeldLease *h = req.add_held();
-      h->set_lease(t.lease);
-      h->set_ino(t.ino);
-      h->set_gen(t.gen);
-    }
+    for (const LeaseShard &shard : lease_shards_)
+      for (const auto &[handle, t] : shard.tracked) {
+        if (t.lease == 0) continue;  // lost at an earlier resume: stays lost
+        rpc::HeldLease *h = req.add_held();
+        h->set_lease(t.lease);
+        h->set_ino(t.ino);
+        h->set_gen(t.gen);
+      }
   }
   rpc::OpenSessionReply rep;
   // From the moment the server may drop a lease until the lease is marked
@@ -175,11 +178,13 @@ int MetaClient::OpenSession(bool resume) {
       RenewedLease lease = RenewedFromWire(r);
       renewed[lease.old_lease] = lease.new_lease;
     }
-    std::lock_guard<std::mutex> lock(lease_mu_);
-    for (auto &[handle, t] : tracked_) {
-      if (t.lease == 0) continue;
-      auto it = renewed.find(t.lease);
-      t.lease.store(it == renewed.end() ? 0 : it->second);
+    for (LeaseShard &shard : lease_shards_) {
+      std::lock_guard<std::mutex> lock(shard.mu);
+      for (auto &[handle, t] : shard.tracked) {
+        if (t.lease == 0) continue;
+        auto it = renewed.find(t.lease);
+        t.lease.store(it == renewed.end() ? 0 : it->second);
+      }
     }
     resuming_.fetch_add(1);
   }
@@ -212,25 +217,36 @@ int MetaClient::Resume(uint64_t seen_epoch) {
   return 0;
 }
 
+uint64_t MetaClient::NewHandle(std::unique_lock<std::mutex> *lock, Tracked **tracked) {
+  static std::atomic<uint64_t> threads{0};
+  thread_local const uint64_t mine = threads.fetch_add(1, std::memory_order_relaxed) % kLeaseShards;
+  LeaseShard &shard = lease_shards_[mine];
+  *lock = std::unique_lock<std::mutex>(shard.mu);
+  const uint64_t handle = shard.next++ * kLeaseShards + mine;
+  *tracked = &shard.tracked[handle];
+  return handle;
+}
+
 uint64_t MetaClient::TrackLease(uint64_t lease, uint64_t ino, uint64_t gen) {
-  std::lock_guard<std::mutex> lock(lease_mu_);
-  uint64_t handle = next_handle_++;
-  Tracked &t = tracked_[handle];
-  t.lease.store(lease);
-  t.ino = ino;
-  t.gen = gen;
+  std::unique_lock<std::mutex> lock;
+  Tracked *t;
+  const uint64_t handle = NewHandle(&lock, &t);
+  t->lease.store(lease);
+  t->ino = ino;
+  t->gen = gen;
   return handle;
 }
 
 uint64_t MetaClient::TrackSlotLease(uint64_t ino, uint64_t gen, LeaseWatch *watch) {
   watch->lapses = lapses_.load();
-  std::lock_guard<std::mutex> lock(lease_mu_);
-  uint64_t handle = next_handle_++;
-  Tracked &t = tracked_[handle];
-  t.lease.store((uint64_t{1} << 63) | next_slot_lease_++);
-  t.ino = ino;
-  t.gen = gen;
-  watch->lease = &t.lease;
+  std::unique_lock<std::mutex> lock;
+  Tracked *t;
+  const uint64_t handle = NewHandle(&lock, &t);
+  // Handles are unique in this client: with the high bit, never a server's id.
+  t->lease.store((uint64_t{1} << 63) | handle);
+  t->ino = ino;
+  t->gen = gen;
+  watch->lease = &t->lease;
   return handle;
 }
 
@@ -240,10 +256,11 @@ MetaClient::LeaseWatch MetaClient::WatchLease(uint64_t handle) {
   watch.lapses = answered ? answered_lapses_ : lapses_.load();
   // A resume since the answer may not have renewed a lease not tracked yet.
   if (answered && resuming_.load() != answered_resuming_) return watch;
-  std::lock_guard<std::mutex> lock(lease_mu_);
+  LeaseShard &shard = ShardOf(handle);
+  std::lock_guard<std::mutex> lock(shard.mu);
   // Nodes of an unordered_map stay put until erased (by ReleaseLease).
-  auto it = tracked_.find(handle);
-  if (it != tracked_.end()) watch.lease = &it->second.lease;
+  auto it = shard.tracked.find(handle);
+  if (it != shard.tracked.end()) watch.lease = &it->second.lease;
   return watch;
 }
 
@@ -273,12 +290,15 @@ void MetaClient::NoteAnswer() {
 void MetaClient::ReleaseLease(uint64_t handle) {
   bool flush_now;
   {
-    std::lock_guard<std::mutex> lock(lease_mu_);
-    auto it = tracked_.find(handle);
-    if (it == tracked_.end()) return;
+    LeaseShard &shard = ShardOf(handle);
+    std::lock_guard<std::mutex> lock(shard.mu);
+    auto it = shard.tracked.find(handle);
+    if (it == shard.tracked.end()) return;
     const uint64_t lease = it->second.lease;
-    tracked_.erase(it);
+    shard.tracked.erase(it);
     if (IsSlotLease(lease)) return;  // its slot was cleared: no message
+    // Queued before the shard lets go: a resume sees it tracked or queued.
+    std::lock_guard<std::mutex> queue(lease_mu_);
     if (lease) to_release_.push_back(lease);
     flush_now = to_release_.size() >= kReleaseBatch || !options_.heartbeat;
   }
@@ -302,9 +322,10 @@ void MetaClient::RequeueReleases(const google::protobuf::RepeatedField<uint64_t>
 
 bool MetaClient::LeaseValid(uint64_t handle) {
   {
-    std::lock_guard<std::mutex> lock(lease_mu_);
-    auto it = tracked_.find(handle);
-    if (it == tracked_.end() || it->second.lease == 0) return false;
+    LeaseShard &shard = ShardOf(handle);
+    std::lock_guard<std::mutex> lock(shard.mu);
+    auto it = shard.tracked.find(handle);
+    if (it == shard.tracked.end() || it->second.lease == 0) return false;
   }
   return MonotonicMs() - last_answer_ms_.load() < lease_trust_ms_.load();
 }

@@ -111,7 +111,7 @@ class MetaClient {
 
  private:
   struct Tracked {
-    std::atomic<uint64_t> lease{0};  // read without lease_mu_ by LeaseHeld()
+    std::atomic<uint64_t> lease{0};  // read without a lock by LeaseHeld()
     uint64_t ino = 0, gen = 0;
   };
 
@@ -156,10 +156,21 @@ class MetaClient {
   rpc::OpenSessionReply info_;
   std::function<void()> on_resume_;
 
-  std::mutex lease_mu_;
-  uint64_t next_handle_ = 1;
-  uint64_t next_slot_lease_ = 1;  // ids of slot leases: high bit set, never a server's
-  std::unordered_map<uint64_t, Tracked> tracked_;
+  // Tracked leases, sharded by the thread that took them (a handle names its
+  // shard), so that threads opening and releasing through the index at once
+  // do not queue on one lock. Lock order: shards (in index order), then
+  // lease_mu_.
+  static constexpr uint64_t kLeaseShards = 8;
+  struct alignas(64) LeaseShard {
+    std::mutex mu;
+    uint64_t next = 1;  // handles made here: next * kLeaseShards + this shard's index
+    std::unordered_map<uint64_t, Tracked> tracked;
+  };
+  LeaseShard &ShardOf(uint64_t handle) { return lease_shards_[handle % kLeaseShards]; }
+  // A new handle in this thread's shard, tracked (the shard's lock held).
+  uint64_t NewHandle(std::unique_lock<std::mutex> *lock, Tracked **tracked);
+  LeaseShard lease_shards_[kLeaseShards];
+  std::mutex lease_mu_;  // guards to_release_
   std::vector<uint64_t> to_release_;
   std::atomic<bool> release_pending_{false};
 

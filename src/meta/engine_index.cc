@@ -1,6 +1,10 @@
 // The engine's side of the shared-memory index (meta/shm_index.h): making
 // it at start and handing each session its lease slots.
 #include "meta/engine_op.h"
+
+#include <cerrno>
+
+#include "meta/client_limits.h"
 #include "util/clock.h"
 
 namespace maru {
@@ -24,13 +28,28 @@ void MetaEngine::StartIndex() {
            index_->entries_used());
 }
 
-void MetaEngine::AssignIndexRegion(Session *s, rpc::OpenSessionReply *rep) {
+void MetaEngine::AssignIndexRegion(const Caller &c, Session *s, rpc::OpenSessionReply *rep) {
   if (!index_) return;
-  LeaseSlots::Assigned a = index_->AssignRegion(s->id);
+  // Only for a caller that can open the index (root, the pool's owner, its
+  // group): regions are few, and one uid outside them opening many
+  // sessions would leave none for the clients that can use them.
+  if (!index_->MayOpen(c)) return index_->DropRegion(s->id);
+  // Slot leases count against --max-leases: the server honours no more
+  // slots than that, and an open by message counts the filled ones.
+  const uint32_t max = options_.limits.leases_per_session;
+  const uint32_t limit = s->uid == 0 || max == 0 ? index_->slots_per_region() : max;
+  LeaseSlots::Assigned a = index_->AssignRegion(s->id, limit);
   rep->set_index_path(index_->path());
   rep->set_index_instance(index_->instance());
   rep->set_index_region(a.region);
   rep->set_index_token(a.token);
+}
+
+int MetaEngine::CheckLeaseCount(const Session &s) const {
+  if (int err = CheckLease(options_.limits, s)) return err;
+  const uint32_t max = options_.limits.leases_per_session;
+  if (!index_ || s.uid == 0 || max == 0) return 0;
+  return s.leases.size() + index_->SlotLeases(s.id) >= max ? EMFILE : 0;
 }
 
 void MetaEngine::NoteIndexReads() {

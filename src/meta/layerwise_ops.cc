@@ -42,8 +42,7 @@ void MetaEngine::OpenPartial(const Caller &c, const rpc::RefRequest &req, rpc::C
 Status MetaEngine::OpenPartialPending(const Caller &c, Session *s, Inode *inode,
                                       rpc::ChunkReply *rep) {
   if (!MayAccess(*inode, c, kMayRead)) return Status::Error(EACCES);
-  if (int err = CheckLease(options_.limits, *s))
-    return Status::Error(err, "too many leases in this session");
+  if (int err = CheckLeaseCount(*s)) return Status::Error(err, "too many leases in this session");
   const Version &v = *inode->pending;
   const uint64_t lease = leases_.Grant(s->id, inode->ino, v.gen);
   s->leases.insert(lease);

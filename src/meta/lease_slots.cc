@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "util/clock.h"
+
 namespace maru {
 
 LeaseSlots::LeaseSlots(void *base, const index::Header *header) : base_(base), header_(header) {
@@ -12,25 +14,29 @@ LeaseSlots::LeaseSlots(void *base, const index::Header *header) : base_(base), h
 
 void LeaseSlots::Clear(index::Region *r) {
   r->owner.store(0, std::memory_order_seq_cst);
+  r->limit.store(0, std::memory_order_relaxed);
   const uint64_t used = std::min<uint64_t>(r->used.load(), header_->slots_per_region);
   for (uint64_t i = 0; i < used; ++i) r->slots[i].store(0, std::memory_order_relaxed);
   r->used.store(0, std::memory_order_seq_cst);
   r->reads_head.store(0);
 }
 
-LeaseSlots::Assigned LeaseSlots::Assign(uint64_t session) {
+LeaseSlots::Assigned LeaseSlots::Assign(uint64_t session, uint32_t limit) {
   uint32_t region;
   if (auto it = by_session_.find(session); it != by_session_.end()) {
-    region = it->second;
+    region = it->second.region;
   } else {
     if (free_.empty()) return {};
     region = free_.back();
     free_.pop_back();
-    by_session_[session] = region;
   }
+  limit = std::min(limit, header_->slots_per_region);
+  by_session_[session] = Assignment{region, limit};
   index::Region *r = index::RegionAt(base_, *header_, region);
   Clear(r);
-  drained_[region] = 0;
+  // Notes a former owner left in the ring are older than this.
+  drained_[region] = Drained{0, static_cast<uint64_t>(MonotonicNs())};
+  r->limit.store(limit, std::memory_order_seq_cst);  // before the owner: the client reads it after
   // A random token, not the session id: every member of the pool's group
   // reads the regions, and a session id names a session.
   uint64_t token = 0;
@@ -43,40 +49,66 @@ LeaseSlots::Assigned LeaseSlots::Assign(uint64_t session) {
 void LeaseSlots::Drop(uint64_t session) {
   auto it = by_session_.find(session);
   if (it == by_session_.end()) return;
-  Clear(index::RegionAt(base_, *header_, it->second));
-  drained_.erase(it->second);
-  free_.push_back(it->second);
+  const uint32_t region = it->second.region;
+  Clear(index::RegionAt(base_, *header_, region));
+  drained_.erase(region);
+  free_.push_back(region);
   by_session_.erase(it);
+}
+
+uint64_t LeaseSlots::Scanned(const Assignment &a, const index::Region *r) const {
+  // `used` is the client's word; a smaller one only hides its own reads, a
+  // larger one is capped by the limit the server set.
+  return std::min<uint64_t>(r->used.load(), a.limit);
 }
 
 bool LeaseSlots::Holds(uint64_t gen) const {
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  for (const auto &[session, region] : by_session_) {
-    const index::Region *r = index::RegionAt(base_, *header_, region);
-    // `used` is the client's word; a smaller one only hides its own reads.
-    const uint64_t used = std::min<uint64_t>(r->used.load(), header_->slots_per_region);
-    for (uint64_t i = 0; i < used; ++i)
+  for (const auto &[session, a] : by_session_) {
+    const index::Region *r = index::RegionAt(base_, *header_, a.region);
+    const uint64_t scanned = Scanned(a, r);
+    for (uint64_t i = 0; i < scanned; ++i)
       if (r->slots[i].load(std::memory_order_relaxed) == gen) return true;
   }
   return false;
 }
 
+size_t LeaseSlots::Held(uint64_t session) const {
+  auto it = by_session_.find(session);
+  if (it == by_session_.end()) return 0;
+  const index::Region *r = index::RegionAt(base_, *header_, it->second.region);
+  const uint64_t scanned = Scanned(it->second, r);
+  size_t held = 0;
+  for (uint64_t i = 0; i < scanned; ++i) held += r->slots[i].load(std::memory_order_relaxed) != 0;
+  return held;
+}
+
 std::vector<LeaseSlots::Read> LeaseSlots::DrainReads() {
   std::vector<Read> reads;
-  for (const auto &[session, region] : by_session_) {
+  for (const auto &[session, a] : by_session_) {
+    const uint32_t region = a.region;
     index::Region *r = index::RegionAt(base_, *header_, region);
-    index::ReadNote *ring = index::Ring(r);
+    const index::ReadNote *ring = index::Ring(r);
     // The head is the client's word: at most one ring's worth is read.
     const uint64_t head = r->reads_head.load(std::memory_order_acquire);
-    uint64_t &from = drained_[region];
-    if (head < from || head - from > index::kRingSize)
-      from = head - std::min<uint64_t>(head, index::kRingSize);
-    for (; from < head; ++from) {
-      const index::ReadNote &n = ring[from % index::kRingSize];
-      reads.push_back({n.stamp_ns.load(std::memory_order_relaxed),
-                       n.pos.load(std::memory_order_relaxed),
-                       n.gen.load(std::memory_order_relaxed)});
+    Drained &d = drained_[region];
+    if (head < d.from) d.from = head;
+    // Places taken before the last drain may have been written since (a
+    // thread's block fills over time): read some again; the stamps tell
+    // which notes are new.
+    uint64_t at = d.from - std::min<uint64_t>(d.from, kReread);
+    if (head - at > index::kRingSize) at = head - index::kRingSize;
+    uint64_t newest = d.stamp_ns;
+    for (; at < head; ++at) {
+      const index::ReadNote &n = ring[at % index::kRingSize];
+      const uint64_t stamp = n.stamp_ns.load(std::memory_order_acquire);
+      if (stamp <= d.stamp_ns) continue;  // taken already, or not written yet
+      reads.push_back(
+          {stamp, n.pos.load(std::memory_order_relaxed), n.gen.load(std::memory_order_relaxed)});
+      newest = std::max(newest, stamp);
     }
+    d.from = head;
+    d.stamp_ns = newest;
   }
   std::sort(reads.begin(), reads.end(),
             [](const Read &a, const Read &b) { return a.stamp_ns < b.stamp_ns; });

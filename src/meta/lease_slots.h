@@ -25,12 +25,15 @@ class LeaseSlots {
     uint32_t region = 0;  // 1-based; 0: none free (the client leases by message)
     uint64_t token = 0;   // written as the region's owner while the session lives
   };
-  // A region for `session` (the same one again if it has one), emptied.
-  Assigned Assign(uint64_t session);
+  // A region for `session` (the same one again if it has one), emptied, of
+  // which the first `limit` slots hold leases (at most slots_per_region).
+  Assigned Assign(uint64_t session, uint32_t limit);
   // Empties the session's region and frees it: its leases end with it.
   void Drop(uint64_t session);
-  // True if any assigned region holds `gen` in a slot.
+  // True if any assigned region holds `gen` in a slot within its limit.
   bool Holds(uint64_t gen) const;
+  // The leases `session` holds in its slots now (0 without a region).
+  size_t Held(uint64_t session) const;
   size_t assigned() const { return by_session_.size(); }
   // The reads noted in every region since the last call, oldest first (by
   // the clients' stamps): entry position and generation.
@@ -40,12 +43,25 @@ class LeaseSlots {
   std::vector<Read> DrainReads();
 
  private:
+  struct Assignment {
+    uint32_t region;  // 0-based
+    uint32_t limit;   // the slots honoured: the client's `limit` word is only its copy
+  };
+  // Ring places read again at each drain: the blocks of a few threads
+  // that were taken before the last drain and written after it.
+  static constexpr uint64_t kReread = 8 * index::kNoteBlock;
   void Clear(index::Region *r);
+  // The slots of `a` that the server reads: a client's `used` word, capped.
+  uint64_t Scanned(const Assignment &a, const index::Region *r) const;
 
   void *base_;
   const index::Header *header_;
-  std::unordered_map<uint64_t, uint32_t> by_session_;  // session -> region index (0-based)
-  std::unordered_map<uint32_t, uint64_t> drained_;     // region -> reads taken from its ring
+  std::unordered_map<uint64_t, Assignment> by_session_;
+  struct Drained {
+    uint64_t from = 0;      // the ring places read up to
+    uint64_t stamp_ns = 0;  // the newest note taken (older ones are not new)
+  };
+  std::unordered_map<uint32_t, Drained> drained_;  // region -> what was taken from its ring
   std::vector<uint32_t> free_;
 };
 

@@ -354,7 +354,7 @@ void MetaEngine::OpenSession(const Caller &c, const rpc::OpenSessionRequest &req
   rep->set_timeout_ms(static_cast<uint32_t>(options_.session_timeout_ms));
   rep->set_pool_uuid(pool_uuid_);
   rep->set_fast_lane(options_.fast_lane);
-  AssignIndexRegion(s, rep);
+  AssignIndexRegion(c, s, rep);
   for (const SpaceManager::Device &d : space_.devices()) FillDevice(d, rep->add_devices());
 }
 
@@ -363,7 +363,7 @@ void MetaEngine::RenewHeldLeases(const Caller &c, const rpc::OpenSessionRequest 
                                  rpc::OpenSessionReply *rep) {
   for (const rpc::HeldLease &held : req.held()) {
     if (!MayRenew(c, held, rep->resumed())) continue;
-    if (CheckLease(options_.limits, *s)) break;
+    if (CheckLeaseCount(*s)) break;
     uint64_t lease = leases_.Grant(s->id, held.ino(), held.gen());
     s->leases.insert(lease);
     space_.Ref(held.gen());
@@ -785,7 +785,7 @@ MetaEngine::TxnOp MetaEngine::SealOp(const rpc::SealRequest &req, rpc::ChunkRepl
     }
     if (inode->pending->writer_session != session->id) return Status::Error(EPERM);
     if (req.keep_lease())
-      if (int err = CheckLease(options_.limits, *session))
+      if (int err = CheckLeaseCount(*session))
         return Status::Error(err, "too many leases in this session");
     Version v = std::move(*inode->pending);
     if (req.size() > TotalLength(v.extents)) {
@@ -846,8 +846,7 @@ Status MetaEngine::OpenForRead(const Caller &c, Session *s, Inode *inode, rpc::C
   if (!inode->is_file()) return Status::Error(EINVAL);
   if (!inode->current) return Status::Error(EBUSY, "being written");
   if (!MayAccess(*inode, c, kMayRead)) return Status::Error(EACCES);
-  if (int err = CheckLease(options_.limits, *s))
-    return Status::Error(err, "too many leases in this session");
+  if (int err = CheckLeaseCount(*s)) return Status::Error(err, "too many leases in this session");
   const uint64_t gen = inode->current->gen;
   uint64_t lease = leases_.Grant(s->id, inode->ino, gen);
   s->leases.insert(lease);
@@ -1232,7 +1231,7 @@ void MetaEngine::Publish(const Caller &c, const rpc::PublishRequest &req, rpc::C
       return Status::Error(ESTALE, "no such allocation of this session");
     if (req.size() > TotalLength(held->second))
       return Status::Error(EINVAL, "size exceeds the allocation");
-    if (int err = CheckLease(options_.limits, *session))  // before any change: it keeps one
+    if (int err = CheckLeaseCount(*session))  // before any change: it keeps one
       return Status::Error(err, "too many leases in this session");
     // The allocation's charge moves to where it is named: checked there
     // without it, and put back if the name is refused (the caller keeps it).

@@ -170,7 +170,9 @@ class MetaEngine {
   // Makes the index, enters every sealed file, and has space_ consult its
   // lease slots. A failure only leaves clients on messages.
   void StartIndex();
-  void AssignIndexRegion(Session *s, rpc::OpenSessionReply *rep);
+  void AssignIndexRegion(const Caller &c, Session *s, rpc::OpenSessionReply *rep);
+  // CheckLease, counting the leases the session holds in its index slots too.
+  int CheckLeaseCount(const Session &s) const;
   // Reads through the index count as opens do (hits, atime, eviction
   // order); done before any eviction decision.
   void NoteIndexReads();

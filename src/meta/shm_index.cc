@@ -84,16 +84,20 @@ Result<std::unique_ptr<ShmIndex>> ShmIndex::Create(const IndexOptions &options,
   unlink(tmp.c_str());
   int fd = open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return Errno("create " + tmp);
-  // The pool's group and at most the pool's bits: whoever may map the pool
-  // may read the index, and write lease slots if it may write the pool.
+  // The pool's owner (when this server may give it), its group and at most
+  // its bits: whoever may map the pool may read the index, and write lease
+  // slots if it may write the pool.
   mode_t mode = pool.st_mode & 0660;
-  if (fchown(fd, static_cast<uid_t>(-1), pool.st_gid) != 0) {
+  if (fchown(fd, pool.st_uid, pool.st_gid) != 0 &&
+      fchown(fd, static_cast<uid_t>(-1), pool.st_gid) != 0) {
     struct stat self;
     if (fstat(fd, &self) != 0 || self.st_gid != pool.st_gid) mode &= 0600;
   }
   Status s = Status::Ok();
   void *base = MAP_FAILED;
-  if (fchmod(fd, mode) != 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0)
+  struct stat made {};
+  if (fchmod(fd, mode) != 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0 ||
+      fstat(fd, &made) != 0)
     s = Errno("size " + tmp);
   else if ((base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED)
     s = Errno("map " + tmp);
@@ -120,7 +124,22 @@ Result<std::unique_ptr<ShmIndex>> ShmIndex::Create(const IndexOptions &options,
     unlink(tmp.c_str());
     return err;
   }
-  return std::unique_ptr<ShmIndex>(new ShmIndex(options.path, base, bytes, tree));
+  auto index = std::unique_ptr<ShmIndex>(new ShmIndex(options.path, base, bytes, tree));
+  index->file_uid_ = made.st_uid;
+  index->file_gid_ = made.st_gid;
+  index->file_mode_ = made.st_mode & 07777;
+  return index;
+}
+
+bool ShmIndex::MayOpen(const Caller &c) const {
+  // What open(O_RDWR) of the file would say (the client maps it so).
+  if (c.is_root()) return true;
+  uint32_t bits = file_mode_;
+  if (c.uid == file_uid_)
+    bits >>= 6;
+  else if (c.InGroup(file_gid_))
+    bits >>= 3;
+  return (bits & 06) == 06;
 }
 
 ShmIndex::ShmIndex(std::string path, void *base, size_t bytes, const NamespaceTree &tree)

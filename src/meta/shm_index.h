@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "index_layout.h"
+#include "meta/identity.h"
 #include "meta/lease_slots.h"
 #include "meta/namespace_tree.h"
 #include "util/status.h"
@@ -72,8 +73,17 @@ class ShmIndex {
     }
   }
 
-  LeaseSlots::Assigned AssignRegion(uint64_t session) { return slots_.Assign(session); }
+  // Whether `c` may open the index file to read and write it (as a client
+  // does): only such a caller's session is given a region. Regions are few;
+  // a uid that cannot use one must not be able to take them all.
+  bool MayOpen(const Caller &c) const;
+  LeaseSlots::Assigned AssignRegion(uint64_t session, uint32_t limit) {
+    return slots_.Assign(session, limit);
+  }
   void DropRegion(uint64_t session) { slots_.Drop(session); }
+  // The leases `session` holds in its lease slots.
+  size_t SlotLeases(uint64_t session) const { return slots_.Held(session); }
+  uint32_t slots_per_region() const { return header_->slots_per_region; }
 
   const std::string &path() const { return path_; }
   uint64_t instance() const { return header_->instance; }
@@ -89,6 +99,7 @@ class ShmIndex {
   index::Entry &entry(uint64_t pos) { return entries_[pos]; }
 
   std::string path_;
+  uint32_t file_uid_ = 0, file_gid_ = 0, file_mode_ = 0;  // the index file's, as made
   void *base_;
   size_t bytes_;
   index::Header *header_;

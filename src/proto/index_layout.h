@@ -21,7 +21,7 @@
 namespace maru::index {
 
 constexpr uint64_t kMagic = 0x3158444955524d41ull;  // "AMRUIDX1"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;                    // 2: a region's `limit`
 constexpr uint32_t kInlineExtents = 2;
 constexpr uint32_t kMaxProbe = 32;  // a key is within this many entries of its home
 constexpr uint64_t kPage = 4096;
@@ -75,22 +75,36 @@ struct EntryData {
 };
 static_assert(sizeof(EntryData) == 15 * 8);
 
+// A session's region. Its first cache line is read on every lookup (owner)
+// and written rarely; the ring's head, which every noted read moves, has a
+// line of its own, so that one does not slow the other across cores.
 struct Region {
-  std::atomic<uint64_t> owner;       // a token of the session it belongs to; 0: none
-  std::atomic<uint64_t> used;        // a client's bound on the slots it ever used
-  std::atomic<uint64_t> reads_head;  // reads noted so far (the ring's next place)
-  uint64_t reserved[5];
+  std::atomic<uint64_t> owner;  // a token of the session it belongs to; 0: none
+  std::atomic<uint64_t> used;   // a client's bound on the slots it ever used
+  // The slots the server honours for this session (written before `owner`):
+  // at most --max-leases. A slot past it holds nothing.
+  std::atomic<uint64_t> limit;
+  uint64_t reserved0[5];
+  std::atomic<uint64_t> reads_head;  // ring places taken so far (the ring's next place)
+  uint64_t reserved1[7];
   std::atomic<uint64_t> slots[];  // generations held; 0: free
 };
+static_assert(sizeof(Region) == 128);
 constexpr uint32_t kSlotsPerRegion = (kRingOffset - sizeof(Region)) / sizeof(uint64_t);
 
 // A read through the index, noted by the client for the server's eviction
 // order (what an open by message does: hits, atime, recency). A ring per
 // region; a note overwritten before the server drained it is lost, which
-// only blurs the order.
+// only blurs the order. A thread of the client takes ring places a block at
+// a time (kNoteBlock, one move of `reads_head`), so that threads on other
+// cores neither move one counter per read nor write one line of notes; the
+// stamp, written last, tells the server which notes are new (a place taken
+// but not yet written holds an older stamp).
+constexpr uint32_t kNoteBlock = 8;
 struct ReadNote {
   std::atomic<uint64_t> pos, gen, stamp_ns, reserved;
 };
+static_assert(kRingSize % kNoteBlock == 0);
 static_assert(kRingOffset + kRingSize * sizeof(ReadNote) <= kRegionBytes);
 inline ReadNote *Ring(Region *r) {
   return reinterpret_cast<ReadNote *>(reinterpret_cast<char *>(r) + kRingOffset);
