@@ -13,6 +13,7 @@
 
 #include "alloc/extent.h"
 #include "maru.pb.h"
+#include "meta/inode_slab.h"
 
 namespace maru {
 
@@ -140,7 +141,7 @@ class SaturatingCount {
 };
 
 // (Fields ordered so that none pads: this is most of a chunk's memory.
-// 232 bytes: a 240-byte block from glibc's malloc; 8 more would take 256.)
+// 232 bytes, in a slot of that size.)
 struct Inode {
   uint64_t ino = 0;
   uint64_t parent = 0;
@@ -159,7 +160,28 @@ struct Inode {
 
   bool is_dir() const { return S_ISDIR(mode); }
   bool is_file() const { return S_ISREG(mode); }
+
+  // From a slot (inode_slab.h), not malloc: 8 bytes an inode less.
+  static void *operator new(size_t size);
+  static void operator delete(void *p, size_t size);
 };
-static_assert(sizeof(Inode) <= 232, "an inode grew into a larger heap block");
+static_assert(sizeof(Inode) <= 232, "an inode grew: most of a chunk's memory");
+
+inline SlotArena<sizeof(Inode), alignof(Inode)> &InodeArena() {
+  // Never destroyed: inodes may outlive static destructors at exit.
+  static auto *arena = new SlotArena<sizeof(Inode), alignof(Inode)>();
+  return *arena;
+}
+
+inline void *Inode::operator new(size_t size) {
+  if (!kInodeSlab || size != sizeof(Inode)) return ::operator new(size);
+  return InodeArena().Allocate();
+}
+
+inline void Inode::operator delete(void *p, size_t size) {
+  if (!p) return;
+  if (!kInodeSlab || size != sizeof(Inode)) return ::operator delete(p);
+  InodeArena().Release(p);
+}
 
 }  // namespace maru
