@@ -2,10 +2,12 @@
 // it at start and handing each session its lease slots.
 #include "meta/engine_op.h"
 #include "util/clock.h"
+#include "util/phase_clock.h"
 
 namespace maru {
 
-void MetaEngine::StartIndex() {
+void MetaEngine::StartIndex(const std::vector<Inode *> &restored) {
+  PhaseClock clock;
   IndexOptions o = options_.index_options;
   if (o.path.empty()) o.path = DefaultIndexPath(options_.pool_paths.front(), pool_uuid_);
   const uint64_t units = space_.unit() ? space_.capacity() / space_.unit() : 0;
@@ -17,11 +19,11 @@ void MetaEngine::StartIndex() {
     return;
   }
   index_ = std::move(*made);
-  index_->PublishAll();
+  index_->PublishAll(restored);
   space_.set_outside_readers({[this](uint64_t gen) { index_->Retiring(gen); },
                               [this](uint64_t gen) { return index_->Held(gen); }});
-  LOG_INFO("shared-memory index at %s (%zu chunks entered)", index_->path().c_str(),
-           index_->entries_used());
+  LOG_INFO("shared-memory index at %s (%zu chunks entered in %.0f ms, cpu %.0f)",
+           index_->path().c_str(), index_->entries_used(), clock.total_ms(), clock.total_cpu_ms());
 }
 
 void MetaEngine::AssignIndexRegion(Session *s, rpc::OpenSessionReply *rep) {

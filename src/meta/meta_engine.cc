@@ -77,8 +77,9 @@ Result<std::unique_ptr<MetaEngine>> MetaEngine::Open(const EngineOptions &option
                     &engine->tree_, &engine->space_);
   if (!evictor.ok()) return evictor.status();
   engine->evictor_ = std::move(*evictor);
-  MARU_RETURN_IF_ERROR(engine->Load());
-  if (options.index) engine->StartIndex();
+  std::vector<Inode *> restored;
+  MARU_RETURN_IF_ERROR(engine->Load(&restored));
+  if (options.index) engine->StartIndex(restored);
   return engine;
 }
 

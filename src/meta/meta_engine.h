@@ -47,6 +47,8 @@
 
 namespace maru {
 
+class PhaseClock;
+
 struct EngineOptions {
   std::vector<std::string> pool_paths;
   std::string db_dir;
@@ -156,12 +158,16 @@ class MetaEngine {
   explicit MetaEngine(const EngineOptions &options);
 
   // --- Start (recovery.cc) ---
-  Status Load();
-  Status RestoreInodes(MetaDb::Contents &contents, MetaDb::Batch *batch);
+  // `restored`: the inodes loaded, in number order (the order they were
+  // made), for StartIndex to visit in.
+  Status Load(std::vector<Inode *> *restored);
+  Status RestoreInodes(MetaDb::Contents &contents, MetaDb::Batch *batch, PhaseClock *clock,
+                       std::vector<Inode *> *adopted);
   // Fills `adopted` in record (inode number) order.
   Status AdoptRecords(const MetaDb::Contents &contents, MetaDb::Batch *batch, int64_t now,
                       std::vector<Inode *> *adopted);
-  void MoveOrphansToLostFound(MetaDb::Batch *batch, int64_t now);
+  void MoveOrphansToLostFound(const std::vector<Inode *> &adopted, MetaDb::Batch *batch,
+                              int64_t now);
   Status RestoreChunk(Inode &inode);
   Status RestoreRetired(const MetaDb::Contents &contents);
   Session *OrphanedSession(uint64_t id, uint32_t uid);
@@ -169,7 +175,7 @@ class MetaEngine {
   // --- The shared-memory index (engine_index.cc) ---
   // Makes the index, enters every sealed file, and has space_ consult its
   // lease slots. A failure only leaves clients on messages.
-  void StartIndex();
+  void StartIndex(const std::vector<Inode *> &restored);
   void AssignIndexRegion(Session *s, rpc::OpenSessionReply *rep);
   // Reads through the index count as opens do (hits, atime, eviction
   // order); done before any eviction decision.

@@ -16,24 +16,29 @@
 #include "meta/pool_identity.h"
 #include "util/clock.h"
 #include "util/log.h"
+#include "util/phase_clock.h"
 #include "util/units.h"
 
 namespace maru {
 
-Status MetaEngine::Load() {
+Status MetaEngine::Load(std::vector<Inode *> *restored) {
+  PhaseClock clock;
   Result<std::unique_ptr<MetaDb>> db = MetaDb::Open(options_.db_dir, options_.sync_writes);
   if (!db.ok()) return db.status();
   db_ = std::move(*db);
   Result<MetaDb::Contents> contents = db_->Load();
   if (!contents.ok()) return contents.status();
+  clock.Lap("read");
   started_ns_ = MonotonicNs();
   Txn txn(this);
   Result<std::string> pool =
       ReconcilePoolIdentity(options_.pool_paths, &*contents, &txn.batch, &space_);
   if (!pool.ok()) return pool.status();
   pool_uuid_ = *pool;
-  MARU_RETURN_IF_ERROR(RestoreInodes(*contents, &txn.batch));
+  clock.Lap("identity");
+  MARU_RETURN_IF_ERROR(RestoreInodes(*contents, &txn.batch, &clock, restored));
   quotas_.Load(contents->quotas, space_.unit());  // usage from the inodes just restored
+  clock.Lap("quotas");
   int64_t grace_ms = options_.grace_ms >= 0 ? options_.grace_ms : options_.session_timeout_ms;
   if (!contents->inodes.empty() || !contents->retired.empty())
     space_.SetGraceUntil(started_ns_ + grace_ms * 1000000);
@@ -42,9 +47,12 @@ Status MetaEngine::Load() {
   NextIno(txn);
   NextGen(txn);
   MARU_RETURN_IF_ERROR(txn.Commit());
+  clock.Lap("commit");
   // The records were decoded into memory the server keeps no longer; give
   // it back rather than hold it for the server's life.
   malloc_trim(0);
+  clock.Lap("trim");
+  LOG_INFO("start: %s", clock.laps().c_str());
   LOG_INFO("metadata loaded: %zu inodes, %s of %s free, %zu unfinished writes, %zu retired",
            tree_.size(), FormatSize(space_.free_bytes()).c_str(),
            FormatSize(space_.capacity()).c_str(), static_cast<size_t>(sessions_.size()),
@@ -52,17 +60,22 @@ Status MetaEngine::Load() {
   return Status::Ok();
 }
 
-Status MetaEngine::RestoreInodes(MetaDb::Contents &contents, MetaDb::Batch *batch) {
+Status MetaEngine::RestoreInodes(MetaDb::Contents &contents, MetaDb::Batch *batch,
+                                 PhaseClock *clock, std::vector<Inode *> *adopted) {
   const int64_t now = RealtimeNs();
-  std::vector<Inode *> adopted;
-  MARU_RETURN_IF_ERROR(AdoptRecords(contents, batch, now, &adopted));
-  MoveOrphansToLostFound(batch, now);
+  MARU_RETURN_IF_ERROR(AdoptRecords(contents, batch, now, adopted));
+  clock->Lap("adopt");
+  MoveOrphansToLostFound(*adopted, batch, now);
+  clock->Lap("link");
   // In number order, which is the order they were made in: their extents
   // come off the free space in order (no scattering of free runs), and the
   // eviction order starts as the order they were made in. (The directories
   // made here hold no chunk.)
-  for (Inode *inode : adopted) MARU_RETURN_IF_ERROR(RestoreChunk(*inode));
-  return RestoreRetired(contents);
+  for (Inode *inode : *adopted) MARU_RETURN_IF_ERROR(RestoreChunk(*inode));
+  clock->Lap("space and eviction");
+  MARU_RETURN_IF_ERROR(RestoreRetired(contents));
+  clock->Lap("retired");
+  return Status::Ok();
 }
 
 namespace {
@@ -111,8 +124,9 @@ Status MetaEngine::AdoptRecords(const MetaDb::Contents &contents, MetaDb::Batch 
   return Status::Ok();
 }
 
-void MetaEngine::MoveOrphansToLostFound(MetaDb::Batch *batch, int64_t now) {
-  std::vector<Inode *> orphans = tree_.LinkAll();
+void MetaEngine::MoveOrphansToLostFound(const std::vector<Inode *> &adopted, MetaDb::Batch *batch,
+                                        int64_t now) {
+  std::vector<Inode *> orphans = tree_.LinkAll(adopted);
   if (orphans.empty()) return;
   Inode *root = tree_.root();
   Inode *lost = tree_.Child(*root, "lost+found");

@@ -147,17 +147,39 @@ ShmIndex::~ShmIndex() {
   munmap(base_, bytes_);
 }
 
-void ShmIndex::PublishAll() {
-  tree_.ForEach([&](const Inode &inode) {
-    if (inode.is_dir())
-      dirs_[inode.ino] = DirState{inode.parent, inode.mode, inode.name};
-    else
-      Publish(inode);
-  });
+void ShmIndex::PublishAll(const std::vector<Inode *> &order) {
+  by_gen_.reserve(order.size());
+  const Inode *dir = nullptr;  // the last file's: siblings mostly come together
+  std::string dir_path, path;
+  bool dir_open = false;
+  for (const Inode *inode : order) {
+    if (inode->is_dir()) {
+      dirs_[inode->ino] = DirState{inode->parent, inode->mode, inode->name};
+      continue;
+    }
+    if (!inode->is_file() || !inode->current) continue;
+    if (!dir || dir->ino != inode->parent) {
+      dir = tree_.Find(inode->parent);
+      if (!dir) continue;  // not in the tree: nothing to enter
+      dir_path = tree_.PathOf(*dir);
+      if (dir_path != "/") dir_path += '/';
+      dir_open = (dir->mode & S_IXOTH) && PathOpen(tree_, *dir);
+    }
+    path.assign(dir_path).append(inode->name);
+    Enter(*inode, path, dir_open);
+  }
+  if (order.size() != tree_.size())  // what `order` left out
+    tree_.ForEach([&](const Inode &inode) {
+      if (inode.is_dir())
+        dirs_.try_emplace(inode.ino, DirState{inode.parent, inode.mode, inode.name});
+      else if (inode.is_file() && inode.current && !by_gen_.count(inode.current->gen))
+        Publish(inode);
+    });
   header_->state.store(index::kLive, std::memory_order_seq_cst);
 }
 
-index::EntryData ShmIndex::Describe(const Inode &file, const uint64_t key[2]) const {
+index::EntryData ShmIndex::Describe(const Inode &file, const uint64_t key[2],
+                                    bool path_open) const {
   const Version &v = *file.current;
   index::EntryData d{};
   d.key[0] = key[0];
@@ -168,8 +190,8 @@ index::EntryData ShmIndex::Describe(const Inode &file, const uint64_t key[2]) co
   d.uid = file.uid;
   d.gid = file.gid;
   d.mode = file.mode;
-  d.flags = index::kUsed | (PathOpen(tree_, file) ? index::kPathOpen : 0) |
-            (v.parts > 1 ? index::kManyParts : 0);
+  d.flags =
+      index::kUsed | (path_open ? index::kPathOpen : 0) | (v.parts > 1 ? index::kManyParts : 0);
   d.checksum_type = static_cast<uint32_t>(v.checksum_type);
   d.checksum = v.checksum;
   d.extent_count = static_cast<uint32_t>(v.extents.size());
@@ -211,10 +233,13 @@ void ShmIndex::Remove(uint64_t pos) {
 
 void ShmIndex::Publish(const Inode &file) {
   if (!file.is_file() || !file.current) return;
-  const std::string path = tree_.PathOf(file);
+  Enter(file, tree_.PathOf(file), PathOpen(tree_, file));
+}
+
+void ShmIndex::Enter(const Inode &file, const std::string &path, bool path_open) {
   uint64_t key[2];
   index::PathKey(header_->key, path, key);
-  const index::EntryData d = Describe(file, key);
+  const index::EntryData d = Describe(file, key, path_open);
   if (auto it = by_gen_.find(d.gen); it != by_gen_.end()) {
     index::EntryData old{};
     uint64_t seq;
