@@ -87,9 +87,9 @@ class ShmIndex {
  private:
   ShmIndex(std::string path, void *base, size_t bytes, const NamespaceTree &tree);
   void Publish(const Inode &file);
-  // Publish, given the file's path and whether every directory above it
-  // lets others search it.
-  void Enter(const Inode &file, const std::string &path, bool path_open);
+  // Publish, given the key of the file's path and whether every directory
+  // above it lets others search it.
+  void Enter(const Inode &file, const uint64_t key[2], bool path_open);
   void RefreshTree(const Inode &dir);
   void Remove(uint64_t pos);
   index::EntryData Describe(const Inode &file, const uint64_t key[2], bool path_open) const;
