@@ -77,9 +77,7 @@ Result<std::unique_ptr<MetaEngine>> MetaEngine::Open(const EngineOptions &option
                     &engine->tree_, &engine->space_);
   if (!evictor.ok()) return evictor.status();
   engine->evictor_ = std::move(*evictor);
-  std::vector<Inode *> restored;
-  MARU_RETURN_IF_ERROR(engine->Load(&restored));
-  if (options.index) engine->StartIndex(restored);
+  MARU_RETURN_IF_ERROR(engine->Load());
   return engine;
 }
 

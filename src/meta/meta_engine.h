@@ -23,6 +23,7 @@
 
 #include <atomic>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -158,11 +159,12 @@ class MetaEngine {
   explicit MetaEngine(const EngineOptions &options);
 
   // --- Start (recovery.cc) ---
-  // `restored`: the inodes loaded, in number order (the order they were
-  // made), for StartIndex to visit in.
-  Status Load(std::vector<Inode *> *restored);
+  Status Load();
+  // Fills `adopted` (in number order), and starts making the index in
+  // `index` once the tree is complete.
   Status RestoreInodes(MetaDb::Contents &contents, MetaDb::Batch *batch, PhaseClock *clock,
-                       std::vector<Inode *> *adopted);
+                       std::vector<Inode *> *adopted,
+                       std::future<Result<std::unique_ptr<ShmIndex>>> *index);
   // Fills `adopted` in record (inode number) order.
   Status AdoptRecords(const MetaDb::Contents &contents, MetaDb::Batch *batch, int64_t now,
                       std::vector<Inode *> *adopted);
@@ -175,7 +177,11 @@ class MetaEngine {
   // --- The shared-memory index (engine_index.cc) ---
   // Makes the index, enters every sealed file, and has space_ consult its
   // lease slots. A failure only leaves clients on messages.
-  void StartIndex(const std::vector<Inode *> &restored);
+  // MakeIndex reads only the tree (and options), so that it runs beside
+  // the rest of a start; InstallIndex puts it to use.
+  Result<std::unique_ptr<ShmIndex>> MakeIndex(const std::vector<Inode *> &order,
+                                              uint64_t pool_units) const;
+  void InstallIndex(Result<std::unique_ptr<ShmIndex>> made);
   void AssignIndexRegion(Session *s, rpc::OpenSessionReply *rep);
   // Reads through the index count as opens do (hits, atime, eviction
   // order); done before any eviction decision.
