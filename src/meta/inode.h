@@ -103,9 +103,14 @@ class DirEntries {
     node.mapped() = ino;
     map_->insert(std::move(node));
   }
-  // Set, unless `name` is taken; false then.
+  // Set, unless `name` is taken; false then. Names that come in order (a
+  // load in the order they were made) go in at the end, without a search.
   bool Add(std::string_view name, uint64_t ino) {
     if (!map_) map_ = std::make_unique<Map>();
+    if (!map_->empty() && map_->rbegin()->first < name) {
+      map_->emplace_hint(map_->end(), name, ino);
+      return true;
+    }
     return map_->try_emplace(name, ino).second;
   }
   void erase(const_iterator it) {
