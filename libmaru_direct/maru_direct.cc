@@ -297,6 +297,16 @@ int ReleaseAll(maru_chunk_t **out, size_t n, int rc) {
   return rc;
 }
 
+// The option if given, else $MARU_POPULATE, else the bounded default.
+maru::Populate PopulateMode(const maru_connect_opts_t *opts) {
+  const int mode = opts ? opts->populate : MARU_POPULATE_AUTO;
+  if (mode == MARU_POPULATE_NEVER) return maru::Populate::kNever;
+  if (mode == MARU_POPULATE_ALWAYS) return maru::Populate::kAlways;
+  const int64_t env = EnvInt("MARU_POPULATE", -1);
+  if (env < 0) return maru::Populate::kAuto;
+  return env ? maru::Populate::kAlways : maru::Populate::kNever;
+}
+
 }  // namespace
 
 extern "C" {
@@ -309,6 +319,8 @@ int maru_connect_ex(const char *target, const maru_connect_opts_t *opts, maru_t 
   if (!out) return -EINVAL;
   *out = nullptr;
   if (opts && opts->instance && strlen(opts->instance) > kMaxInstanceName) return -ENAMETOOLONG;
+  if (opts && (opts->populate < MARU_POPULATE_AUTO || opts->populate > MARU_POPULATE_ALWAYS))
+    return -EINVAL;
   if (!target) target = getenv("MARU_SERVER");
   if (!target || !*target) target = maru::kDefaultServerAddress;
   maru::ClientOptions options;
@@ -327,7 +339,7 @@ int maru_connect_ex(const char *target, const maru_connect_opts_t *opts, maru_t 
   const char *data_path = getenv("MARU_DATA");
   const bool force_remote = data_path && strcmp(data_path, "remote") == 0;
   maru::Result<std::unique_ptr<maru::PoolMap>> pool = maru::Status::Error(ENODEV, "remote");
-  if (!force_remote) pool = maru::PoolMap::Open(info, EnvInt("MARU_POPULATE", 1) != 0);
+  if (!force_remote) pool = maru::PoolMap::Open(info, PopulateMode(opts));
   if (pool.ok()) {
     m->pool = std::move(*pool);
   } else {

@@ -69,7 +69,8 @@
  *
  * Environment: MARU_SERVER (the default target when maru_connect gets NULL),
  * MARU_DATA=remote (use the agents even where the pool is visible),
- * MARU_POPULATE=0 (do not prefault the pool mapping at connect),
+ * MARU_POPULATE=0|1 (prefault the pool mapping at connect: never, always; see
+ * maru_connect_opts),
  * MARU_TIMEOUT_MS (one call's deadline, default 10000), MARU_RETRY_MS.
  */
 #ifndef MARU_DIRECT_H
@@ -98,7 +99,20 @@ typedef struct maru_connect_opts {
                          * sessions, marutop and /metrics; NULL for none;
                          * at most 64 bytes (-ENAMETOOLONG), printable
                          * (control characters: -EINVAL) */
+  int populate;         /* enum maru_populate: whether the pool mapping is
+                         * prefaulted at connect, so loads and stores never
+                         * take a page fault */
 } maru_connect_opts_t;
+
+enum maru_populate {
+  /* $MARU_POPULATE if set (0: never, 1: always), else prefault a device of
+   * at most 16 GiB whose memory is allocated (devdax, a pool file formatted
+   * without --sparse): prefaulting a sparse pool file allocates its memory,
+   * and a large device costs every client time and page tables. */
+  MARU_POPULATE_AUTO = 0,
+  MARU_POPULATE_NEVER = 1,  /* pages are faulted in as they are touched */
+  MARU_POPULATE_ALWAYS = 2, /* the whole pool, whatever its size */
+};
 
 /* maru_connect() with options; `opts` may be NULL. */
 int maru_connect_ex(const char *target, const maru_connect_opts_t *opts, maru_t **out);

@@ -38,7 +38,7 @@ class BatchTest : public ::testing::Test {
   }
 
   maru_t *Connect(const char *instance = nullptr) {
-    maru_connect_opts_t opts{instance};
+    maru_connect_opts_t opts{instance, MARU_POPULATE_AUTO};
     maru_t *m = nullptr;
     int rc = maru_connect_ex(server_.address().c_str(), &opts, &m);
     EXPECT_EQ(rc, 0) << maru_strerror(rc);
@@ -300,7 +300,7 @@ TEST_F(BatchTest, InstanceNameIsShownBySessions) {
   EXPECT_NE(out.find("\"instance\":\"vllm-test-0\""), std::string::npos) << out;
   maru_disconnect(named);
   const std::string too_long(65, 'x');
-  maru_connect_opts_t opts{too_long.c_str()};
+  maru_connect_opts_t opts{too_long.c_str(), MARU_POPULATE_AUTO};
   maru_t *m = nullptr;
   EXPECT_EQ(maru_connect_ex(server_.address().c_str(), &opts, &m), -ENAMETOOLONG);
   EXPECT_EQ(m, nullptr);
@@ -378,7 +378,7 @@ TEST_F(BatchTest, AllocThenPublishFirstWriterWinsAndTheLoserFreesItsSpace) {
 
 TEST_F(BatchTest, CppWrapperAllocatesPublishesAndCounts) {
   maru_direct::Client client;
-  maru_connect_opts_t opts{"cpp-client"};
+  maru_connect_opts_t opts{"cpp-client", MARU_POPULATE_AUTO};
   ASSERT_EQ(client.Connect(server_.address().c_str(), &opts), 0);
   maru_direct::Chunk c;
   ASSERT_EQ(client.Alloc(kChunk, &c), 0);

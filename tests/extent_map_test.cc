@@ -3,6 +3,7 @@
 // byte-by-byte model.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -141,6 +142,64 @@ TEST(ExtentMap, MatchesAByteModelOnRandomRanges) {
       ASSERT_EQ(expect_off, want_end) << "off " << off << " len " << len;
     }
   }
+}
+
+// ExtentList keeps one extent in place and moves to the heap past it: the
+// same contents as a std::vector through every kind of change.
+TEST(ExtentList, BehavesAsAVector) {
+  std::mt19937_64 rng(5);
+  ExtentList list;
+  std::vector<Extent> want;
+  auto same = [&] {
+    return list.size() == want.size() && std::equal(list.begin(), list.end(), want.begin());
+  };
+  for (int step = 0; step < 5000; ++step) {
+    const Extent e{static_cast<uint32_t>(rng() % 3), rng() % 1000, 1 + rng() % 100};
+    switch (rng() % 7) {
+      case 0:
+      case 1:
+        list.push_back(e);
+        want.push_back(e);
+        break;
+      case 2:
+        if (!want.empty()) {
+          const size_t at = rng() % want.size();
+          list.erase(list.begin() + at);
+          want.erase(want.begin() + static_cast<long>(at));
+        }
+        break;
+      case 3: {
+        const std::vector<Extent> more(rng() % 3, e);
+        const size_t at = want.empty() ? 0 : rng() % want.size();
+        list.insert(list.begin() + at, more.begin(), more.end());
+        want.insert(want.begin() + static_cast<long>(at), more.begin(), more.end());
+        break;
+      }
+      case 4: {
+        ExtentList copy = list;  // copy, then move back
+        ASSERT_TRUE(copy == list);
+        list = std::move(copy);
+        ASSERT_TRUE(copy.empty());
+        break;
+      }
+      case 5:
+        if (rng() % 8 == 0) {
+          list.clear();
+          want.clear();
+        }
+        break;
+      default: {
+        ExtentList moved(std::move(list));
+        list = ExtentList(moved.begin(), moved.end());
+        break;
+      }
+    }
+    ASSERT_TRUE(same()) << "step " << step;
+  }
+  const ExtentList one{{1, 4096, 8192}};
+  EXPECT_EQ(one.size(), 1u);
+  EXPECT_EQ(one.capacity(), 1u);  // in place
+  EXPECT_EQ(TotalLength(one), 8192u);
 }
 
 }  // namespace

@@ -150,6 +150,27 @@ TEST_F(NamespaceTreeTest, LinkAllRebuildsEntriesAndReturnsOrphans) {
   EXPECT_NE(InoOf(Path("/d/clash")), inos[2]);
 }
 
+// A load links in number order: names come mostly in order (appended at
+// the end of a directory), but not always; both must end up findable, in
+// name order, with the lower-numbered of two clashing names kept.
+TEST_F(NamespaceTreeTest, LinkAllInOrderTakesNamesInAnyOrder) {
+  std::vector<Inode *> order{Add(2, kRootIno, "d", S_IFDIR | 0755)};
+  const std::vector<std::string> names = {"c03", "c05", "c01", "c05", "c09", "c02", "c00"};
+  for (size_t i = 0; i < names.size(); ++i)
+    order.push_back(Add(10 + i, 2, names[i], S_IFREG | 0644));
+  std::vector<Inode *> orphans = tree_.LinkAll(order);
+  ASSERT_EQ(orphans.size(), 1u);
+  EXPECT_EQ(orphans[0]->ino, 13u);  // the second "c05"
+  EXPECT_EQ(InoOf(Path("/d/c05")), 11u);
+  std::vector<std::string> listed;
+  for (const auto &[name, ino] : tree_.Find(2)->children) {
+    listed.emplace_back(name);
+    EXPECT_EQ(InoOf(Path("/d/" + std::string(name))), ino);
+  }
+  EXPECT_EQ(listed, (std::vector<std::string>{"c00", "c01", "c02", "c03", "c05", "c09"}));
+  EXPECT_EQ(tree_.root()->subdirs, 1u);
+}
+
 TEST_F(NamespaceTreeTest, ResolvesPathsNamesAndInodes) {
   Inode *a = Dir(2, tree_.root(), "a");
   Inode *b = Dir(3, a, "b");

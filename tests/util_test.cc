@@ -3,11 +3,13 @@
 
 #include <random>
 #include <set>
+#include <unordered_map>
 
 #include "util/address.h"
 #include "util/checksum.h"
 #include "util/clock.h"
 #include "util/flags.h"
+#include "util/flat_map.h"
 #include "util/path.h"
 #include "util/sorted_runs.h"
 #include "util/units.h"
@@ -115,6 +117,36 @@ TEST(Flags, ParsesValuesRepeatsAndConfig) {
 // Random inserts and erases, mostly at the end as eviction orders see them,
 // checked against std::set after every step; small runs to split and merge
 // often.
+// Keys that collide in their home slot (multiples of a power of two) and
+// removals in the middle of probe runs, against std::unordered_map.
+TEST(FlatMap, MatchesStdUnorderedMap) {
+  std::mt19937_64 rng(11);
+  FlatMap<uint64_t> map;
+  std::unordered_map<uint64_t, uint64_t> want;
+  for (int step = 0; step < 50000; ++step) {
+    const uint64_t key = 1 + (rng() % 3000) * (step % 2 ? 1 : 4096);
+    const int op = static_cast<int>(rng() % 3);
+    if (op == 0) {
+      auto [v, made] = map.try_emplace(key, step);
+      auto [it, want_made] = want.try_emplace(key, step);
+      ASSERT_EQ(made, want_made);
+      ASSERT_EQ(*v, it->second);
+    } else if (op == 1) {
+      ASSERT_EQ(map.erase(key), want.erase(key));
+    } else {
+      const uint64_t *v = map.find(key);
+      auto it = want.find(key);
+      ASSERT_EQ(v != nullptr, it != want.end());
+      if (v) {
+        ASSERT_EQ(*v, it->second);
+      }
+    }
+    ASSERT_EQ(map.size(), want.size());
+  }
+  for (const auto &[k, v] : want) ASSERT_TRUE(map.find(k) && *map.find(k) == v);
+  EXPECT_EQ(map.find(0), nullptr);
+}
+
 TEST(SortedRuns, MatchesStdSet) {
   std::mt19937_64 rng(7);
   SortedRuns<std::pair<uint64_t, uint64_t>, 8> runs;

@@ -212,14 +212,15 @@ bool Node::StartServer(const std::vector<std::string> &flags, std::string *error
   server_ = procs_->Start(args, work_ + "/server.log");
   std::string out;
   bool exited = false;
-  // A big namespace takes a while to load; a server that exits is not waited for.
+  // A big namespace takes a while to load (ten million chunks on a loaded
+  // host: minutes); a server that exits is not waited for.
   const bool up = WaitUntil(
       [&] {
         exited = procs_->Exited(server_);
         return exited || Processes::Run({Sibling("maructl", "tools"), "df", "--server", address()},
                                         &out) == 0;
       },
-      600);
+      1800);
   if (up && !exited) {
     RegisterCleanup();
     return true;

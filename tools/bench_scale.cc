@@ -185,7 +185,7 @@ struct Figures {
 
 std::string Report(const Figures &f) {
   std::ostringstream md;
-  md << SectionBegin("scale") << "\n## Scale: metadata at a million chunks\n\n"
+  md << SectionBegin("scale") << "\n## Scale: metadata at " << f.chunks << " chunks\n\n"
      << "Made by `maru-bench scale --chunks " << f.chunks << " --wide " << f.wide
      << "`: a node on a 4 KiB-unit pool, filled by " << f.procs
      << " client processes (create + seal" << (f.fill_batch > 1 ? ", batched" : "")
@@ -203,7 +203,10 @@ std::string Report(const Figures &f) {
   }
   const double per_chunk =
       (f.points[2].rss_mib - f.points[0].rss_mib) * 1048576.0 / static_cast<double>(f.chunks);
-  md << "\n- Memory per chunk: " << Fmt("%.0f", per_chunk) << " bytes of server RSS.\n"
+  const double per_chunk_restarted = (f.points[3].rss_mib - f.points[0].rss_mib) * 1048576.0 /
+                                     static_cast<double>(f.points[3].chunks);
+  md << "\n- Memory per chunk: " << Fmt("%.0f", per_chunk) << " bytes of server RSS ("
+     << Fmt("%.0f", per_chunk_restarted) << " after the restart).\n"
      << "- Restart with " << f.points[3].chunks << " chunks: " << Fmt("%.1f s", f.restart)
      << " until the server answers (RocksDB read, extent maps rebuilt).\n"
      << "- `ls -f` of the " << Fmt("%.0f", f.listed)
@@ -346,6 +349,9 @@ int RunScale(int argc, char **argv) {
     fprintf(stderr, "  timing %" PRId64 " evicting creates at %" PRId64 " chunks...\n",
             evict_creates, n);
     if (ok) ok = TimeEvictingCreates(address, evict_creates, p, &error);
+    if (ok)
+      fprintf(stderr, "  evicting creates at %" PRId64 " chunks: p50 %.0f us, p99 %.0f us\n", n,
+              p->p50_us, p->p99_us);
     for (maru_t *m : pins) maru_disconnect(m);
     if (!ok) fprintf(stderr, "maru-bench scale: evicting creates: %s\n", error.c_str());
     return ok;
@@ -391,6 +397,10 @@ int RunScale(int argc, char **argv) {
     Point p{n, static_cast<double>(RssKiB(node.server_pid())) / 1024.0, du(node.db()) / 1048576.0,
             ""};
     lookup(&p.lookup);
+    // As measured too: a run that fails later still leaves its figures.
+    fprintf(stderr,
+            "  at %" PRId64 " chunks: server RSS %.0f MiB, RocksDB %.0f MiB, lookup p50 %.0f us\n",
+            n, p.rss_mib, p.db_mib, Field(p.lookup, "/runs/0/p50_us"));
     f.points.push_back(p);
   };
 
@@ -411,6 +421,8 @@ int RunScale(int argc, char **argv) {
   Processes::Run({"sh", "-c", "ls -f '" + wide_dir + "' | wc -l"}, &o);
   f.ls_f = Seconds(t0);
   f.listed = strtod(o.c_str(), nullptr) - 2;  // "." and ".."
+  fprintf(stderr, "  ls -f of %.0f entries: %.2f s, the first after %.3f s\n", f.listed, f.ls_f,
+          f.first_entry);
   f.ls_l = std::nan("");
   if (ls_l) {
     t0 = MonotonicNs();
@@ -427,6 +439,7 @@ int RunScale(int argc, char **argv) {
   t0 = MonotonicNs();
   if (!node.StartServer(server_flags, &error)) return cleanup(Fail(error));
   f.restart = Seconds(t0);
+  fprintf(stderr, "  restart: %.1f s\n", f.restart);
   measure(chunks + f.evict_all.filled);
 
   const std::string md = Report(f);

@@ -112,7 +112,7 @@ int ForEachChunk(Command &cmd, const std::string &path,
 
 Result<std::unique_ptr<PoolMap>> MapPool(Command &cmd) {
   rpc::OpenSessionReply info = cmd.client->session_info();
-  return PoolMap::Open(info, false);
+  return PoolMap::Open(info, Populate::kNever);
 }
 
 }  // namespace

@@ -194,6 +194,20 @@ Result<Superblock> ReadSuperblock(const std::string &path) {
   return ReadFromFd(fd, path, geo->size);
 }
 
+namespace {
+
+// Populate::kAuto's rule: small enough, and no page of it left unallocated
+// (prefaulting a hole of a pool file allocates it).
+bool ShouldPopulate(Populate mode, int fd, const DeviceGeometry &geo, uint64_t size) {
+  if (mode != Populate::kAuto) return mode == Populate::kAlways;
+  if (size > kPopulateAutoMax) return false;
+  if (geo.devdax) return true;
+  struct stat st;
+  return fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_blocks) * 512 >= size;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<PoolDevice>> PoolDevice::Open(const std::string &path,
                                                      const OpenOptions &options) {
   int fd = open(path.c_str(), (options.writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
@@ -204,8 +218,9 @@ Result<std::unique_ptr<PoolDevice>> PoolDevice::Open(const std::string &path,
   Result<Superblock> sb = ReadFromFd(fd, path, geo->size);
   if (!sb.ok()) return sb.status();
 
+  const bool populate = ShouldPopulate(options.populate, fd, *geo, sb->size);
   int prot = PROT_READ | (options.writable ? PROT_WRITE : 0);
-  int flags = MAP_SHARED | (options.populate ? MAP_POPULATE : 0);
+  int flags = MAP_SHARED | (populate ? MAP_POPULATE : 0);
   void *base = mmap(nullptr, sb->size, prot, flags, fd, 0);
   if (base == MAP_FAILED) return Status::Error(errno, "cannot map pool " + path);
 
@@ -216,6 +231,7 @@ Result<std::unique_ptr<PoolDevice>> PoolDevice::Open(const std::string &path,
   dev->base_ = static_cast<uint8_t *>(base);
   dev->mapped_ = sb->size;
   dev->devdax_ = geo->devdax;
+  dev->populated_ = populate;
   return dev;
 }
 

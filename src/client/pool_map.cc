@@ -9,7 +9,7 @@ ChunkView::~ChunkView() {
 }
 
 Result<std::unique_ptr<PoolMap>> PoolMap::Open(const rpc::OpenSessionReply &session,
-                                               bool populate) {
+                                               Populate populate) {
   auto map = std::make_unique<PoolMap>();
   for (const rpc::Device &d : session.devices()) {
     Result<std::unique_ptr<PoolDevice>> dev = PoolDevice::Open(d.path(), {true, populate});

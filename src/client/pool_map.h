@@ -34,8 +34,9 @@ class PoolMap {
  public:
   // Maps every device of the session. Each device is found at the path the
   // server reports and must carry the same device uuid and epoch.
-  // `populate` prefaults the mappings so the data path never faults.
-  static Result<std::unique_ptr<PoolMap>> Open(const rpc::OpenSessionReply &session, bool populate);
+  // `populate` says which mappings are prefaulted (see Populate).
+  static Result<std::unique_ptr<PoolMap>> Open(const rpc::OpenSessionReply &session,
+                                               Populate populate);
 
   // The address of a chunk with these extents. For a fragmented chunk a view
   // is made and returned through `view`, which must outlive the address.

@@ -27,7 +27,7 @@ struct Options {
   int debug = 0;
   int show_help = 0;
   int timeout_ms = 10000;
-  int populate = 1;
+  int populate = -1;  // -1: Populate::kAuto
   int threads = 16;
   int direct_io = 0;
   int splice = 0;
@@ -82,7 +82,8 @@ void Usage() {
       "                         and directories (default 1)\n"
       "  -o entry_timeout=S     seconds the kernel may cache names (default 1; misses are\n"
       "                         never cached)\n"
-      "  -o populate=0|1        prefault the pool mapping at mount (default 1)\n"
+      "  -o populate=0|1        prefault the pool mapping at mount (default: a device\n"
+      "                         of at most 16 GiB whose memory is allocated)\n"
       "  -o splice=0|1          splice read replies from a pool file (default 0)\n"
       "  -o cached_writes       writes go through the page cache (default: they bypass\n"
       "                         it, one copy each, faster; readers then fetch anew)\n"
@@ -211,7 +212,9 @@ Result<std::unique_ptr<MaruFs>> Connect(const Options &o, const FsOptions &fs) {
   client_options.retry_window_ms = o.timeout_ms;
   Result<std::unique_ptr<MetaClient>> client = MetaClient::Connect(o.server, client_options);
   if (!client.ok()) return client.status();
-  Result<std::unique_ptr<PoolMap>> pool = PoolMap::Open((*client)->session_info(), o.populate != 0);
+  Result<std::unique_ptr<PoolMap>> pool = PoolMap::Open(
+      (*client)->session_info(),
+      o.populate < 0 ? Populate::kAuto : (o.populate ? Populate::kAlways : Populate::kNever));
   if (!pool.ok()) return pool.status();
   return std::make_unique<MaruFs>(std::move(*client), std::move(*pool), fs);
 }

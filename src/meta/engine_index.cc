@@ -6,26 +6,34 @@
 
 #include "meta/client_limits.h"
 #include "util/clock.h"
+#include "util/phase_clock.h"
 
 namespace maru {
 
-void MetaEngine::StartIndex() {
+Result<std::unique_ptr<ShmIndex>> MetaEngine::MakeIndex(const std::vector<Inode *> &order,
+                                                        uint64_t pool_units) const {
+  PhaseClock clock;
   IndexOptions o = options_.index_options;
   if (o.path.empty()) o.path = DefaultIndexPath(options_.pool_paths.front(), pool_uuid_);
-  const uint64_t units = space_.unit() ? space_.capacity() / space_.unit() : 0;
   Result<std::unique_ptr<ShmIndex>> made =
-      ShmIndex::Create(o, options_.pool_paths.front(), units, tree_);
+      ShmIndex::Create(o, options_.pool_paths.front(), pool_units, tree_);
+  if (!made.ok()) return made;
+  (*made)->PublishAll(order);
+  LOG_INFO("shared-memory index at %s (%zu chunks entered in %.0f ms, cpu %.0f)",
+           (*made)->path().c_str(), (*made)->entries_used(), clock.total_ms(),
+           clock.total_cpu_ms());
+  return made;
+}
+
+void MetaEngine::InstallIndex(Result<std::unique_ptr<ShmIndex>> made) {
   if (!made.ok()) {
     LOG_WARN("no shared-memory index (clients will use messages): %s",
              made.status().ToString().c_str());
     return;
   }
   index_ = std::move(*made);
-  index_->PublishAll();
   space_.set_outside_readers({[this](uint64_t gen) { index_->Retiring(gen); },
                               [this](uint64_t gen) { return index_->Held(gen); }});
-  LOG_INFO("shared-memory index at %s (%zu chunks entered)", index_->path().c_str(),
-           index_->entries_used());
 }
 
 void MetaEngine::AssignIndexRegion(const Caller &c, Session *s, rpc::OpenSessionReply *rep) {

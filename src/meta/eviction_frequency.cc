@@ -19,55 +19,50 @@ void FrequencyEviction::Use(uint64_t ino, State *s) {
 }
 
 void FrequencyEviction::OnInsert(uint64_t ino) {
-  if (state_.count(ino)) return OnAccess(ino);  // a new version: a use
+  if (state_.contains(ino)) return OnAccess(ino);  // a new version: a use
   uint32_t depth = 0;
-  if (auto parent = state_.find(chains_.Parent(ino)); parent != state_.end())
-    depth = std::min<uint32_t>(parent->second.depth + 1, kMaxDepth);
+  if (const State *parent = state_.find(chains_.Parent(ino)))
+    depth = std::min<uint32_t>(parent->depth + 1, kMaxDepth);
   State s{Key(++clock_, 0, depth, state_.size() + 1, kWeight), 0, depth};
-  state_.emplace(ino, s);
+  state_.try_emplace(ino, s);
   order_.insert({s.key, ino});
 }
 
 void FrequencyEviction::OnAccess(uint64_t ino) {
-  auto it = state_.find(ino);
-  if (it == state_.end()) return;
-  State &s = it->second;
-  if (s.reads < UINT32_MAX) ++s.reads;
-  Use(ino, &s);
+  State *s = state_.find(ino);
+  if (!s) return;
+  if (s->reads < UINT32_MAX) ++s->reads;
+  Use(ino, s);
 }
 
 void FrequencyEviction::OnRemove(uint64_t ino) {
-  auto it = state_.find(ino);
-  if (it == state_.end()) return;
-  const State &s = it->second;
-  order_.erase({s.key, ino});
-  state_.erase(it);
+  const State *s = state_.find(ino);
+  if (!s) return;
+  order_.erase({s->key, ino});
+  state_.erase(ino);
   parked_.erase(ino);
 }
 
 bool FrequencyEviction::InOrder(const std::function<bool(uint64_t)> &visit) const {
-  for (const auto &[key, ino] : order_)
-    if (!visit(ino)) return false;
-  return true;
+  return order_.ForEach([&](const std::pair<int64_t, uint64_t> &e) { return visit(e.second); });
 }
 
 void FrequencyEviction::Park(uint64_t ino) {
-  auto it = state_.find(ino);
-  if (it != state_.end() && order_.erase({it->second.key, ino})) parked_[ino] = it->second.key;
+  const State *s = state_.find(ino);
+  if (s && order_.erase({s->key, ino})) parked_[ino] = s->key;
 }
 
 void FrequencyEviction::UnparkAll() {
   // Only what is still known, and unused since: anything else moved on.
   for (const auto &[ino, key] : parked_)
-    if (auto it = state_.find(ino); it != state_.end() && it->second.key == key)
-      order_.insert({key, ino});
+    if (const State *s = state_.find(ino); s && s->key == key) order_.insert({key, ino});
   parked_.clear();
 }
 
 void FrequencyEviction::Unpark(uint64_t ino) {
   auto parked = parked_.find(ino);
   if (parked == parked_.end()) return;
-  if (auto it = state_.find(ino); it != state_.end() && it->second.key == parked->second)
+  if (const State *s = state_.find(ino); s && s->key == parked->second)
     order_.insert({parked->second, ino});
   parked_.erase(parked);
 }

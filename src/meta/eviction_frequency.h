@@ -17,18 +17,20 @@
 // is read front to back, a tick apart), so a prefix is not evicted from
 // under the chains extending it; it does not reach across passes.
 //
-// Per chunk it keeps its key, reads and depth (16 bytes); each use and each
-// eviction is O(log n) in an ordered set. See docs/benchmarks.md,
+// Per chunk it keeps its key, reads and depth (16 bytes, in a flat table)
+// and its place in the order (sorted runs); each use and each eviction is
+// O(log n). See docs/benchmarks.md,
 // "Eviction policies", for the policies tried and the figures.
 #pragma once
 
 #include <cstdint>
-#include <set>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "meta/eviction_policy.h"
+#include "util/flat_map.h"
+#include "util/sorted_runs.h"
 
 namespace maru {
 
@@ -60,17 +62,17 @@ class FrequencyEviction : public EvictionPolicy {
 
  private:
   struct State {
-    int64_t key;
-    uint32_t reads;
-    uint32_t depth;
+    int64_t key = 0;
+    uint32_t reads = 0;
+    uint32_t depth = 0;
   };
   void Use(uint64_t ino, State *s);
 
   const ChunkChains &chains_;
   uint64_t clock_ = 0;
-  std::unordered_map<uint64_t, State> state_;
-  std::set<std::pair<int64_t, uint64_t>> order_;  // (key, ino), least first
-  std::unordered_map<uint64_t, int64_t> parked_;  // ino -> key, taken out of order_
+  FlatMap<State> state_;
+  SortedRuns<std::pair<int64_t, uint64_t>> order_;  // (key, ino), least first
+  std::unordered_map<uint64_t, int64_t> parked_;    // ino -> key, taken out of order_
 };
 
 }  // namespace maru

@@ -3,24 +3,24 @@
 namespace maru {
 
 void LruEviction::OnInsert(uint64_t ino) {
-  if (last_use_.count(ino)) return OnAccess(ino);
-  last_use_[ino] = ++clock_;
+  if (last_use_.contains(ino)) return OnAccess(ino);
+  last_use_.try_emplace(ino, ++clock_);
   order_.insert({clock_, ino});
 }
 
 void LruEviction::OnAccess(uint64_t ino) {
-  auto it = last_use_.find(ino);
-  if (it == last_use_.end()) return;
-  order_.erase({it->second, ino});
-  it->second = ++clock_;
+  uint64_t *use = last_use_.find(ino);
+  if (!use) return;
+  order_.erase({*use, ino});
+  *use = ++clock_;
   order_.insert({clock_, ino});
 }
 
 void LruEviction::OnRemove(uint64_t ino) {
-  auto it = last_use_.find(ino);
-  if (it == last_use_.end()) return;
-  order_.erase({it->second, ino});
-  last_use_.erase(it);
+  const uint64_t *use = last_use_.find(ino);
+  if (!use) return;
+  order_.erase({*use, ino});
+  last_use_.erase(ino);
   parked_.erase(ino);
 }
 
@@ -29,22 +29,21 @@ bool LruEviction::InOrder(const std::function<bool(uint64_t)> &visit) const {
 }
 
 void LruEviction::Park(uint64_t ino) {
-  auto it = last_use_.find(ino);
-  if (it != last_use_.end() && order_.erase({it->second, ino})) parked_[ino] = it->second;
+  const uint64_t *use = last_use_.find(ino);
+  if (use && order_.erase({*use, ino})) parked_[ino] = *use;
 }
 
 void LruEviction::UnparkAll() {
   // Only what is still known, and unused since: anything else moved on.
   for (const auto &[ino, use] : parked_)
-    if (auto it = last_use_.find(ino); it != last_use_.end() && it->second == use)
-      order_.insert({use, ino});
+    if (const uint64_t *now = last_use_.find(ino); now && *now == use) order_.insert({use, ino});
   parked_.clear();
 }
 
 void LruEviction::Unpark(uint64_t ino) {
   auto parked = parked_.find(ino);
   if (parked == parked_.end()) return;
-  if (auto it = last_use_.find(ino); it != last_use_.end() && it->second == parked->second)
+  if (const uint64_t *now = last_use_.find(ino); now && *now == parked->second)
     order_.insert({parked->second, ino});
   parked_.erase(parked);
 }

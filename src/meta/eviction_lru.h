@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "meta/eviction_policy.h"
+#include "util/flat_map.h"
 #include "util/sorted_runs.h"
 
 namespace maru {
@@ -28,7 +29,7 @@ class LruEviction : public EvictionPolicy {
  private:
   uint64_t clock_ = 0;
   SortedRuns<std::pair<uint64_t, uint64_t>> order_;  // (last use, ino), least recent first
-  std::unordered_map<uint64_t, uint64_t> last_use_;
+  FlatMap<uint64_t> last_use_;                     // ino -> last use (a flat table: one per chunk)
   std::unordered_map<uint64_t, uint64_t> parked_;  // taken out of order_: ino -> last use
 };
 

@@ -13,6 +13,7 @@
 
 #include "alloc/extent.h"
 #include "maru.pb.h"
+#include "meta/inode_slab.h"
 
 namespace maru {
 
@@ -102,9 +103,14 @@ class DirEntries {
     node.mapped() = ino;
     map_->insert(std::move(node));
   }
-  // Set, unless `name` is taken; false then.
+  // Set, unless `name` is taken; false then. Names that come in order (a
+  // load in the order they were made) go in at the end, without a search.
   bool Add(std::string_view name, uint64_t ino) {
     if (!map_) map_ = std::make_unique<Map>();
+    if (!map_->empty() && map_->rbegin()->first < name) {
+      map_->emplace_hint(map_->end(), name, ino);
+      return true;
+    }
     return map_->try_emplace(name, ino).second;
   }
   void erase(const_iterator it) {
@@ -120,7 +126,27 @@ class DirEntries {
   std::unique_ptr<Map> map_;
 };
 
-// (Fields ordered so that none pads: this is most of a chunk's memory.)
+// A count in 32 bits that stops at its largest value instead of wrapping
+// (4 bytes an inode less than a uint64_t, which with the fields around it
+// keeps the inode in a smaller heap block). Reads as a uint64_t.
+class SaturatingCount {
+ public:
+  SaturatingCount &operator++() {
+    if (n_ != UINT32_MAX) ++n_;
+    return *this;
+  }
+  SaturatingCount &operator=(uint64_t v) {
+    n_ = v > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(v);
+    return *this;
+  }
+  operator uint64_t() const { return n_; }
+
+ private:
+  uint32_t n_ = 0;
+};
+
+// (Fields ordered so that none pads: this is most of a chunk's memory.
+// 232 bytes, in a slot of that size.)
 struct Inode {
   uint64_t ino = 0;
   uint64_t parent = 0;
@@ -133,12 +159,34 @@ struct Inode {
   Boxed<Version> pending;          // reservation being written
   uint64_t parent_chunk = 0;
   int64_t pin_expiry_ns = 0;
-  uint64_t hits = 0;
-  DirEntries children;  // directories only
+  DirEntries children;   // directories only
+  SaturatingCount hits;  // opens for reading
   bool pinned = false;
 
   bool is_dir() const { return S_ISDIR(mode); }
   bool is_file() const { return S_ISREG(mode); }
+
+  // From a slot (inode_slab.h), not malloc: 8 bytes an inode less.
+  static void *operator new(size_t size);
+  static void operator delete(void *p, size_t size);
 };
+static_assert(sizeof(Inode) <= 232, "an inode grew: most of a chunk's memory");
+
+inline SlotArena<sizeof(Inode), alignof(Inode)> &InodeArena() {
+  // Never destroyed: inodes may outlive static destructors at exit.
+  static auto *arena = new SlotArena<sizeof(Inode), alignof(Inode)>();
+  return *arena;
+}
+
+inline void *Inode::operator new(size_t size) {
+  if (!kInodeSlab || size != sizeof(Inode)) return ::operator new(size);
+  return InodeArena().Allocate();
+}
+
+inline void Inode::operator delete(void *p, size_t size) {
+  if (!p) return;
+  if (!kInodeSlab || size != sizeof(Inode)) return ::operator delete(p);
+  InodeArena().Release(p);
+}
 
 }  // namespace maru

@@ -78,7 +78,6 @@ Result<std::unique_ptr<MetaEngine>> MetaEngine::Open(const EngineOptions &option
   if (!evictor.ok()) return evictor.status();
   engine->evictor_ = std::move(*evictor);
   MARU_RETURN_IF_ERROR(engine->Load());
-  if (options.index) engine->StartIndex();
   return engine;
 }
 

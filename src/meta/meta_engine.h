@@ -23,6 +23,7 @@
 
 #include <atomic>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -46,6 +47,8 @@
 #include "proto/conversions.h"
 
 namespace maru {
+
+class PhaseClock;
 
 struct EngineOptions {
   std::vector<std::string> pool_paths;
@@ -157,11 +160,16 @@ class MetaEngine {
 
   // --- Start (recovery.cc) ---
   Status Load();
-  Status RestoreInodes(MetaDb::Contents &contents, MetaDb::Batch *batch);
+  // Fills `adopted` (in number order), and starts making the index in
+  // `index` once the tree is complete.
+  Status RestoreInodes(MetaDb::Contents &contents, MetaDb::Batch *batch, PhaseClock *clock,
+                       std::vector<Inode *> *adopted,
+                       std::future<Result<std::unique_ptr<ShmIndex>>> *index);
   // Fills `adopted` in record (inode number) order.
   Status AdoptRecords(const MetaDb::Contents &contents, MetaDb::Batch *batch, int64_t now,
                       std::vector<Inode *> *adopted);
-  void MoveOrphansToLostFound(MetaDb::Batch *batch, int64_t now);
+  void MoveOrphansToLostFound(const std::vector<Inode *> &adopted, MetaDb::Batch *batch,
+                              int64_t now);
   Status RestoreChunk(Inode &inode);
   Status RestoreRetired(const MetaDb::Contents &contents);
   Session *OrphanedSession(uint64_t id, uint32_t uid);
@@ -169,7 +177,11 @@ class MetaEngine {
   // --- The shared-memory index (engine_index.cc) ---
   // Makes the index, enters every sealed file, and has space_ consult its
   // lease slots. A failure only leaves clients on messages.
-  void StartIndex();
+  // MakeIndex reads only the tree (and options), so that it runs beside
+  // the rest of a start; InstallIndex puts it to use.
+  Result<std::unique_ptr<ShmIndex>> MakeIndex(const std::vector<Inode *> &order,
+                                              uint64_t pool_units) const;
+  void InstallIndex(Result<std::unique_ptr<ShmIndex>> made);
   void AssignIndexRegion(const Caller &c, Session *s, rpc::OpenSessionReply *rep);
   // CheckLease, counting the leases the session holds in its index slots too.
   int CheckLeaseCount(const Session &s) const;

@@ -41,16 +41,24 @@ void NamespaceTree::Unlink(Inode *child) {
 }
 
 std::vector<Inode *> NamespaceTree::LinkAll() {
+  std::vector<Inode *> all;
+  all.reserve(inodes_.size());
+  inodes_.ForEach([&](Inode &inode) { all.push_back(&inode); });
+  return LinkAll(all);
+}
+
+std::vector<Inode *> NamespaceTree::LinkAll(const std::vector<Inode *> &inodes) {
   std::vector<Inode *> orphans;
-  inodes_.ForEach([&](Inode &inode) {
-    if (inode.ino == kRootIno) return;
-    Inode *dir = Find(inode.parent);
-    if (!dir || !dir->is_dir() || !dir->children.Add(inode.name, inode.ino)) {
-      orphans.push_back(&inode);
-      return;
+  Inode *dir = nullptr;  // the last one: siblings mostly come together
+  for (Inode *inode : inodes) {
+    if (inode->ino == kRootIno) continue;
+    if (!dir || dir->ino != inode->parent) dir = Find(inode->parent);
+    if (!dir || !dir->is_dir() || !dir->children.Add(inode->name, inode->ino)) {
+      orphans.push_back(inode);
+      continue;
     }
-    if (inode.is_dir()) ++dir->subdirs;
-  });
+    if (inode->is_dir()) ++dir->subdirs;
+  }
   return orphans;
 }
 

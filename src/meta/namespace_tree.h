@@ -51,6 +51,10 @@ class NamespaceTree {
   // Rebuilds every directory's entries from the inodes' parent and name,
   // after a load. Inodes whose parent is missing are returned.
   std::vector<Inode *> LinkAll();
+  // The same, taking the inodes in the order given (every inode of the tree
+  // but the root, each once): the order they were made in visits memory in
+  // order and names mostly in order, several times faster than table order.
+  std::vector<Inode *> LinkAll(const std::vector<Inode *> &inodes);
 
   // The inode `ref` names. Searching a directory needs exec permission, on
   // every directory from the root down, also for a ref by inode number.

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 
 #include "util/log.h"
 
@@ -99,7 +100,10 @@ Result<std::unique_ptr<ShmIndex>> ShmIndex::Create(const IndexOptions &options,
   if (fchmod(fd, mode) != 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0 ||
       fstat(fd, &made) != 0)
     s = Errno("size " + tmp);
-  else if ((base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED)
+  // Populated: entering a million chunks touches every page of it anyway,
+  // and one fault a page costs more than making them all at once.
+  else if ((base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd,
+                        0)) == MAP_FAILED)
     s = Errno("map " + tmp);
   close(fd);
   if (!s.ok()) {
@@ -166,17 +170,64 @@ ShmIndex::~ShmIndex() {
   munmap(base_, bytes_);
 }
 
-void ShmIndex::PublishAll() {
-  tree_.ForEach([&](const Inode &inode) {
-    if (inode.is_dir())
-      dirs_[inode.ino] = DirState{inode.parent, inode.mode, inode.name};
-    else
-      Publish(inode);
-  });
+void ShmIndex::PublishAll(const std::vector<Inode *> &order) {
+  by_gen_.reserve(order.size());
+  const Inode *dir = nullptr;  // the last file's: siblings mostly come together
+  std::string dir_path, path;
+  bool dir_open = false;
+  // Entered a batch at a time, each batch's entries fetched from memory
+  // together first: entries are 128 random bytes each in a table far larger
+  // than the caches, one miss each if taken one by one.
+  struct Pending {
+    const Inode *file;
+    uint64_t key[2];
+    bool path_open;
+  };
+  Pending batch[16];
+  size_t pending = 0;
+  auto flush = [&] {
+    const uint64_t mask = header_->entries - 1;
+    for (size_t i = 0; i < pending; ++i) {
+      const char *e = reinterpret_cast<const char *>(&entry(batch[i].key[0] & mask));
+      __builtin_prefetch(e);
+      __builtin_prefetch(e + 64);
+    }
+    for (size_t i = 0; i < pending; ++i) Enter(*batch[i].file, batch[i].key, batch[i].path_open);
+    pending = 0;
+  };
+  for (const Inode *inode : order) {
+    if (inode->is_dir()) {
+      dirs_[inode->ino] = DirState{inode->parent, inode->mode, inode->name};
+      continue;
+    }
+    if (!inode->is_file() || !inode->current) continue;
+    if (!dir || dir->ino != inode->parent) {
+      dir = tree_.Find(inode->parent);
+      if (!dir) continue;  // not in the tree: nothing to enter
+      dir_path = tree_.PathOf(*dir);
+      if (dir_path != "/") dir_path += '/';
+      dir_open = (dir->mode & S_IXOTH) && PathOpen(tree_, *dir);
+    }
+    path.assign(dir_path).append(inode->name);
+    Pending &p = batch[pending++];
+    p.file = inode;
+    index::PathKey(header_->key, path, p.key);
+    p.path_open = dir_open;
+    if (pending == std::size(batch)) flush();
+  }
+  flush();
+  if (order.size() != tree_.size())  // what `order` left out
+    tree_.ForEach([&](const Inode &inode) {
+      if (inode.is_dir())
+        dirs_.try_emplace(inode.ino, DirState{inode.parent, inode.mode, inode.name});
+      else if (inode.is_file() && inode.current && !by_gen_.count(inode.current->gen))
+        Publish(inode);
+    });
   header_->state.store(index::kLive, std::memory_order_seq_cst);
 }
 
-index::EntryData ShmIndex::Describe(const Inode &file, const uint64_t key[2]) const {
+index::EntryData ShmIndex::Describe(const Inode &file, const uint64_t key[2],
+                                    bool path_open) const {
   const Version &v = *file.current;
   index::EntryData d{};
   d.key[0] = key[0];
@@ -187,8 +238,8 @@ index::EntryData ShmIndex::Describe(const Inode &file, const uint64_t key[2]) co
   d.uid = file.uid;
   d.gid = file.gid;
   d.mode = file.mode;
-  d.flags = index::kUsed | (PathOpen(tree_, file) ? index::kPathOpen : 0) |
-            (v.parts > 1 ? index::kManyParts : 0);
+  d.flags =
+      index::kUsed | (path_open ? index::kPathOpen : 0) | (v.parts > 1 ? index::kManyParts : 0);
   d.checksum_type = static_cast<uint32_t>(v.checksum_type);
   d.checksum = v.checksum;
   d.extent_count = static_cast<uint32_t>(v.extents.size());
@@ -230,10 +281,13 @@ void ShmIndex::Remove(uint64_t pos) {
 
 void ShmIndex::Publish(const Inode &file) {
   if (!file.is_file() || !file.current) return;
-  const std::string path = tree_.PathOf(file);
   uint64_t key[2];
-  index::PathKey(header_->key, path, key);
-  const index::EntryData d = Describe(file, key);
+  index::PathKey(header_->key, tree_.PathOf(file), key);
+  Enter(file, key, PathOpen(tree_, file));
+}
+
+void ShmIndex::Enter(const Inode &file, const uint64_t key[2], bool path_open) {
+  const index::EntryData d = Describe(file, key, path_open);
   if (auto it = by_gen_.find(d.gen); it != by_gen_.end()) {
     index::EntryData old{};
     uint64_t seq;

@@ -51,7 +51,11 @@ class ShmIndex {
   ~ShmIndex();
 
   // Enters every sealed file of the tree, then opens the index to readers.
-  void PublishAll();
+  // `order` (inodes of the tree, each once; best the order they were made
+  // in) is visited first: in memory order, with each directory's path made
+  // once for its files rather than once a file. The rest of the tree (a
+  // root or lost+found made at start) is visited after it.
+  void PublishAll(const std::vector<Inode *> &order = {});
   void Changed(const Inode &inode);
   void Retiring(uint64_t gen);
   // At the end of each operation's commit: entries still changing go.
@@ -93,9 +97,12 @@ class ShmIndex {
  private:
   ShmIndex(std::string path, void *base, size_t bytes, const NamespaceTree &tree);
   void Publish(const Inode &file);
+  // Publish, given the key of the file's path and whether every directory
+  // above it lets others search it.
+  void Enter(const Inode &file, const uint64_t key[2], bool path_open);
   void RefreshTree(const Inode &dir);
   void Remove(uint64_t pos);
-  index::EntryData Describe(const Inode &file, const uint64_t key[2]) const;
+  index::EntryData Describe(const Inode &file, const uint64_t key[2], bool path_open) const;
   index::Entry &entry(uint64_t pos) { return entries_[pos]; }
 
   std::string path_;

@@ -109,7 +109,7 @@ int main(int argc, char **argv) {
 
   std::map<uint32_t, std::unique_ptr<PoolDevice>> devices;
   for (const std::string &path : pools) {
-    Result<std::unique_ptr<PoolDevice>> dev = PoolDevice::Open(path, {true, false});
+    Result<std::unique_ptr<PoolDevice>> dev = PoolDevice::Open(path, {true, Populate::kNever});
     if (!dev.ok()) return Fail(dev.status().message());
     const Uuid &u = (*dev)->superblock().device_uuid;
     const rpc::Device *match = nullptr;
