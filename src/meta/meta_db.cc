@@ -6,6 +6,8 @@
 #include <rocksdb/options.h>
 #include <rocksdb/write_batch.h>
 
+#include "util/log.h"
+
 namespace maru {
 namespace {
 
@@ -77,6 +79,11 @@ Result<std::unique_ptr<MetaDb>> MetaDb::Open(const std::string &dir, bool sync_w
   options.IncreaseParallelism(2);
   options.keep_log_file_num = 4;
   options.max_log_file_size = 8 << 20;
+  // No compaction while the start reads everything: on two cores one
+  // would take half the machine from the load (each start leaves a small
+  // file at level 0, so every few starts one would begin). StartCompactions
+  // turns them on once the server is loaded.
+  options.disable_auto_compactions = true;
   rocksdb::DB *raw = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(options, dir, &raw);
   if (!s.ok()) {
@@ -90,6 +97,11 @@ Result<std::unique_ptr<MetaDb>> MetaDb::Open(const std::string &dir, bool sync_w
 }
 
 MetaDb::~MetaDb() = default;
+
+void MetaDb::StartCompactions() {
+  rocksdb::Status s = db_->SetOptions({{"disable_auto_compactions", "false"}});
+  if (!s.ok()) LOG_WARN("metadata database: compactions stay off: %s", s.ToString().c_str());
+}
 
 Result<MetaDb::Contents> MetaDb::Load() {
   Contents c;

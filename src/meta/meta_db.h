@@ -101,6 +101,8 @@ class MetaDb {
   static Result<std::unique_ptr<MetaDb>> Open(const std::string &dir, bool sync_writes);
   ~MetaDb();
 
+  // Opened with compactions off (they would slow the start down); on from here.
+  void StartCompactions();
   Result<Contents> Load();
   Status Write(Batch &batch);
 
