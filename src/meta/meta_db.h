@@ -30,6 +30,12 @@ class Records {
     offsets_.push_back(data_.size());
     data_.append(bytes);
   }
+  // Room for about `n` records of `bytes` in all, so that a load of
+  // millions copies none of them again as it grows.
+  void Reserve(size_t n, size_t bytes) {
+    offsets_.reserve(n);
+    data_.reserve(bytes);
+  }
   size_t size() const { return offsets_.size(); }
   bool empty() const { return offsets_.empty(); }
   std::string_view bytes(size_t i) const {
@@ -101,6 +107,8 @@ class MetaDb {
   static Result<std::unique_ptr<MetaDb>> Open(const std::string &dir, bool sync_writes);
   ~MetaDb();
 
+  // Opened with compactions off (they would slow the start down); on from here.
+  void StartCompactions();
   Result<Contents> Load();
   Status Write(Batch &batch);
 

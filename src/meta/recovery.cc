@@ -62,6 +62,7 @@ Status MetaEngine::Load() {
     InstallIndex(index.get());
     clock.Lap("index (the rest of it)");
   }
+  db_->StartCompactions();
   LOG_INFO("start: %s", clock.laps().c_str());
   LOG_INFO("metadata loaded: %zu inodes, %s of %s free, %zu unfinished writes, %zu retired",
            tree_.size(), FormatSize(space_.free_bytes()).c_str(),

@@ -288,14 +288,16 @@ void ShmIndex::Publish(const Inode &file) {
 
 void ShmIndex::Enter(const Inode &file, const uint64_t key[2], bool path_open) {
   const index::EntryData d = Describe(file, key, path_open);
-  if (auto it = by_gen_.find(d.gen); it != by_gen_.end()) {
+  // One search of by_gen_ (a start enters millions): the version's place,
+  // found or made, is set once the entry is written.
+  auto [it, added] = by_gen_.try_emplace(d.gen, 0);
+  if (!added) {
     index::EntryData old{};
     uint64_t seq;
     index::ReadEntry(entry(it->second), &old, &seq);  // the only writer: always stable
     if (old.key[0] == key[0] && old.key[1] == key[1])
       return index::WriteEntry(&entry(it->second), d);
     Remove(it->second);  // renamed: the old path goes first
-    by_gen_.erase(it);
   }
   const uint64_t mask = header_->entries - 1;
   uint64_t free_pos = UINT64_MAX;
@@ -306,8 +308,10 @@ void ShmIndex::Enter(const Inode &file, const uint64_t key[2], bool path_open) {
     index::ReadEntry(entry(pos), &e, &seq);
     if (e.flags & index::kUsed) {
       if (e.key[0] != key[0] || e.key[1] != key[1]) continue;
-      by_gen_.erase(e.gen);  // the same path under another version: replaced
-      draining_.insert(e.gen);
+      if (e.gen != d.gen) {  // the same path under another version: replaced
+        by_gen_.erase(e.gen);
+        draining_.insert(e.gen);
+      }
       free_pos = pos;
       break;
     }
@@ -315,11 +319,12 @@ void ShmIndex::Enter(const Inode &file, const uint64_t key[2], bool path_open) {
     if (!(e.flags & index::kTombstone)) break;  // empty: the key is nowhere further
   }
   if (free_pos == UINT64_MAX) {
+    by_gen_.erase(it);
     header_->overflow.fetch_add(1);
     return;
   }
   index::WriteEntry(&entry(free_pos), d);
-  by_gen_[d.gen] = free_pos;
+  it->second = free_pos;
 }
 
 void ShmIndex::Retiring(uint64_t gen) {
