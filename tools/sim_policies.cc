@@ -635,8 +635,6 @@ const std::vector<Candidate> &Candidates() {
       // was stored (sim_run_class.h).
       {"run-class", [](uint64_t c) { return MakeRunClassPolicy(c, 0.25, -3); }},
       {"run-class-0.5", [](uint64_t c) { return MakeRunClassPolicy(c, 0.5, -3); }},
-      {"run-class-up", [](uint64_t c) { return MakeRunClassPolicy(c, 0.25, 0); }},
-      {"run-class-up-0.5", [](uint64_t c) { return MakeRunClassPolicy(c, 0.5, 0); }},
       {"run-class-up-1", [](uint64_t c) { return MakeRunClassPolicy(c, 1, 0); }},
       {"run-class-half", [](uint64_t c) { return MakeRunClassPolicy(c, 0.5, -0.5); }},
   };
