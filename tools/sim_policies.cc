@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "sim_lhd.h"
 #include "sim_run_class.h"
 
 namespace maru::bench {
@@ -637,6 +638,10 @@ const std::vector<Candidate> &Candidates() {
       {"run-class-0.5", [](uint64_t c) { return MakeRunClassPolicy(c, 0.5, -3); }},
       {"run-class-up-1", [](uint64_t c) { return MakeRunClassPolicy(c, 1, 0); }},
       {"run-class-half", [](uint64_t c) { return MakeRunClassPolicy(c, 0.5, -0.5); }},
+      // Least hit density, learned per class and age, 64 (256) samples.
+      {"lhd", [](uint64_t c) { return MakeLhdPolicy(c, 64, false); }},
+      {"lhd-256", [](uint64_t c) { return MakeLhdPolicy(c, 256, false); }},
+      {"lhd-tree", [](uint64_t c) { return MakeLhdPolicy(c, 64, true); }},
   };
   return all;
 }
