@@ -12,8 +12,11 @@
 //         e.g. a shared system prompt under an ended conversation).
 // So a keep-hinted chunk nobody reads still goes after kKeepWeight + 1
 // cache lifetimes of LRU at most, and hinting every chunk keep orders them
-// as no hint does: a hint reorders, it cannot hold space. Hints are soft
-// state: not persisted, gone at restart and with the chunk.
+// as no hint does: a hint reorders, it cannot hold space. Between
+// tenants a keep is worth what reading one's own chunks is already worth
+// under `frequency` (a bounded head start, not a reservation); quotas, not
+// hints, bound what one tenant holds. Hints are soft state: not persisted,
+// gone at restart and with the chunk.
 //
 // Why: on the Mooncake conversation trace the offline optimum needs to
 // know whether a block will be read again; the server can only guess it
