@@ -746,6 +746,10 @@ int CallUnlinkBatch(maru_t *m, maru::rpc::PathsRequest &req, maru::rpc::ErrorsRe
   return m->client->Call(&Stub::UnlinkBatch, req, rep);
 }
 
+int CallHint(maru_t *m, maru::rpc::HintRequest &req, maru::rpc::ErrorsReply *rep) {
+  return m->client->Hint(req, rep);  // the fast lane when there is one
+}
+
 }  // namespace
 
 extern "C" {
@@ -909,6 +913,19 @@ int maru_unpin_batch(maru_t *m, const char *const *paths, size_t n, int *results
 int maru_unlink_batch(maru_t *m, const char *const *paths, size_t n, int *results) {
   rpc::PathsRequest req;
   return PathBatch(m, paths, n, results, req, CallUnlinkBatch);
+}
+
+int maru_hint_batch(maru_t *m, const char *const *paths, size_t n, int hint, int *results) {
+  if (hint < MARU_HINT_NONE || hint > MARU_HINT_DROP) return -EINVAL;
+  rpc::HintRequest req;
+  req.set_hint(static_cast<uint32_t>(hint));
+  return PathBatch(m, paths, n, results, req, CallHint);
+}
+
+int maru_hint(maru_t *m, const char *path, int hint) {
+  int result = 0;
+  if (int rc = maru_hint_batch(m, &path, 1, hint, &result); rc < 0) return rc;
+  return result;
 }
 
 int maru_pool_regions(maru_t *m, maru_region_t *out, size_t max, size_t *count) {

@@ -399,6 +399,35 @@ int maru_pin_batch(maru_t *m, const char *const *paths, size_t n, uint64_t ttl_m
 int maru_unpin_batch(maru_t *m, const char *const *paths, size_t n, int *results);
 int maru_unlink_batch(maru_t *m, const char *const *paths, size_t n, int *results);
 
+/* Retention hints: what the caller expects of a chunk's reads, for the
+ * eviction order of a server run with `--eviction hinted` (other policies
+ * accept hints and ignore them). A hint only reorders: a kept chunk still
+ * ages and is evicted when nothing older is left, a pool that is full still
+ * evicts, and a quota still counts every byte. Not a pin (maru_pin()).
+ * Hints are soft state: forgotten at a server restart and with the chunk.
+ *   MARU_HINT_NONE  forget an earlier hint;
+ *   MARU_HINT_KEEP  a reader is expected: the chunk is on a conversation
+ *                   (session) that is still open, whose next turn reads its
+ *                   prefix again. Stays until the next hint;
+ *   MARU_HINT_DROP  no reader is expected: the conversation ended. Undone
+ *                   by the next read of the chunk (a shared prefix someone
+ *                   else still reads is not dropped).
+ * Connectors hint a conversation's chain after storing a turn (KEEP) and
+ * when the session closes (DROP): see docs/integrations.md. */
+#define MARU_HINT_NONE 0
+#define MARU_HINT_KEEP 1
+#define MARU_HINT_DROP 2
+
+/* Hints the chunk at `path`. 0, or -EINVAL (bad hint or path), -ENOENT,
+ * -EISDIR, -EACCES (only the owner, root or a writer of the chunk may hint
+ * it), -EBUSY (not sealed yet: hint after maru_seal()), -ENOTCONN. */
+int maru_hint(maru_t *m, const char *path, int hint);
+/* maru_hint() of n paths in one round trip, as maru_pin_batch(): results[i]
+ * gets 0 or a negative errno for paths[i]; returns 0 when the call went
+ * through, else a negative errno for the whole call (-EINVAL for a bad hint,
+ * -E2BIG, -ENOTCONN). */
+int maru_hint_batch(maru_t *m, const char *const *paths, size_t n, int hint, int *results);
+
 typedef struct maru_pool_info {
   uint64_t total; /* allocatable bytes */
   uint64_t free;  /* bytes free now */

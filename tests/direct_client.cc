@@ -11,6 +11,7 @@
 //     open-errno PATH ERR         maru_open must return -ERR
 //     open-partial-errno PATH ERR maru_open_partial must return -ERR
 //     unlink-errno PATH ERR       maru_unlink must return -ERR
+//     hint-errno PATH HINT ERR    maru_hint must return -ERR
 //     lookup HITS PATH...         maru_lookup_prefix must find HITS, with patterns
 //     offset PATH POOL            print where the chunk lies in the POOL file
 //     create-and-die PATH SIZE    reserve, write a little, then SIGKILL itself
@@ -278,6 +279,12 @@ int RunCommand(const std::vector<std::string> &cmd) {
     return rc == -static_cast<int>(num(2))
                ? 0
                : Fail("unlink " + arg(1) + " gave " + std::to_string(rc), 32);
+  }
+  if (op == "hint-errno") {
+    int rc = maru_hint(M(), arg(1).c_str(), static_cast<int>(num(2)));
+    return rc == -static_cast<int>(num(3))
+               ? 0
+               : Fail("hint " + arg(1) + " gave " + std::to_string(rc), 32);
   }
   if (op == "connect") {
     M();

@@ -12,6 +12,7 @@
 
 #include "meta/chunk_chains.h"
 #include "meta/eviction_frequency.h"
+#include "meta/eviction_hinted.h"
 #include "meta/eviction_policy.h"
 
 namespace maru {
@@ -22,12 +23,18 @@ namespace {
 // tails (sealed chunks no sealed chunk names as parent) by last use, then
 // every sealed chunk by last use. Frequency: by the key each chunk got at
 // its last use (FrequencyEviction::Key of that use's tick, the reads and
-// depth then, the sealed chunks then), least first.
+// depth then, the sealed chunks then), least first. Hinted: frequency's
+// key of the last use moved by the chunk's hint (HintedEviction::Key, with
+// the sealed chunks at the last use or hint); a read clears a drop hint, a
+// first seal or new parent any hint.
 class Reference {
  public:
   struct Frequency {
     int64_t key = 0;
     uint32_t reads = 0, depth = 0;
+    uint64_t last = 0;
+    int64_t hinted_key = 0;
+    RetentionHint hint = RetentionHint::kNone;
   };
   std::map<uint64_t, uint64_t> parent;    // every chunk not removed (0: none)
   std::map<uint64_t, uint64_t> last_use;  // the sealed ones
@@ -43,15 +50,25 @@ class Reference {
       f = Frequency{0, 0, p == frequency.end() || p->first == ino ? 0 : p->second.depth + 1};
     } else {
       ++f.reads;
+      if (f.hint == RetentionHint::kDrop) f.hint = RetentionHint::kNone;
     }
+    f.last = clock;
     f.key = FrequencyEviction::Key(clock, f.reads, f.depth, last_use.size(),
                                    FrequencyEviction::kWeight);
+    f.hinted_key = HintedEviction::Key(clock, f.reads, f.depth, f.hint, last_use.size());
+  }
+  // A client's hint on sealed `ino`: not a use.
+  void Hinted(uint64_t ino, RetentionHint hint) {
+    Frequency &f = frequency.at(ino);
+    f.hint = hint;
+    f.hinted_key = HintedEviction::Key(f.last, f.reads, f.depth, hint, last_use.size());
   }
 
   std::vector<uint64_t> Order(const std::string &policy) const {
-    if (policy == "frequency") {
+    if (policy == "frequency" || policy == "hinted") {
       std::vector<std::pair<int64_t, uint64_t>> by_key;
-      for (const auto &[ino, f] : frequency) by_key.emplace_back(f.key, ino);
+      for (const auto &[ino, f] : frequency)
+        by_key.emplace_back(policy == "hinted" ? f.hinted_key : f.key, ino);
       std::sort(by_key.begin(), by_key.end());
       std::vector<uint64_t> order;
       for (const auto &[key, ino] : by_key) order.push_back(ino);
@@ -81,6 +98,7 @@ class Workload {
   }
 
   void Step() {
+    if (policy_name_ == "hinted" && !ref_.last_use.empty() && Pick(6) == 0) return Hint();
     const int op = Pick(10);
     if (ref_.parent.empty() || op < 3) return Create();
     const uint64_t ino = Any();
@@ -145,6 +163,14 @@ class Workload {
     const bool fresh = !ref_.last_use.count(ino);
     ref_.last_use[ino] = ++ref_.clock;
     ref_.Used(ino, fresh);
+  }
+  // A hint on a sealed chunk, as the Evictor passes it on.
+  void Hint() {
+    auto it = ref_.last_use.begin();
+    std::advance(it, Pick(ref_.last_use.size()));
+    const auto hint = static_cast<RetentionHint>(Pick(kRetentionHintMax + 1));
+    policy_->OnHint(it->first, hint);
+    ref_.Hinted(it->first, hint);
   }
   void Read(uint64_t ino) {
     policy_->OnAccess(ino);
@@ -327,7 +353,7 @@ TEST_P(EvictionOrderTest, ChunksParkedWhileHeldComeBackToTheirPlace) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, EvictionOrderTest,
-                         testing::Values("lru", "prefix", "frequency"));
+                         testing::Values("lru", "prefix", "frequency", "hinted"));
 
 // The frequency policy on small cases worked out by hand.
 class FrequencyOrderTest : public testing::Test {
@@ -406,6 +432,57 @@ TEST_F(FrequencyOrderTest, ChunksNotEvictableAreNeverChosen) {
   EXPECT_EQ(policy_->Victim(evictable), 0u);  // only the held ones are left
   policy_->UnparkAll();
   EXPECT_EQ(Order(), (std::vector<uint64_t>{1, 2}));
+}
+
+// The hinted policy on small cases worked out by hand (8 chunks held:
+// keep adds 8, drop takes 8; frequency's read bonus is 8 / 4 = 2).
+class HintedOrderTest : public FrequencyOrderTest {
+ protected:
+  HintedOrderTest() { policy_ = std::move(*MakeEvictionPolicy("hinted", chains_)); }
+};
+
+TEST_F(HintedOrderTest, WithoutHintsItIsFrequency) {
+  for (uint64_t ino = 1; ino <= 8; ++ino) Seal(ino);
+  policy_->OnAccess(1);  // tick 9: 11
+  Seal(9);
+  Seal(10);
+  EXPECT_EQ(Order(), (std::vector<uint64_t>{2, 3, 4, 5, 6, 7, 8, 9, 1, 10}));
+}
+
+TEST_F(HintedOrderTest, KeepHoldsAChunkLongerAndDropSendsItFirst) {
+  for (uint64_t ino = 1; ino <= 8; ++ino) Seal(ino);  // keys 1..8
+  policy_->OnHint(1, RetentionHint::kKeep);           // 1 + 8 = 9
+  policy_->OnHint(8, RetentionHint::kDrop);           // 8 - 8 = 0
+  EXPECT_EQ(Order(), (std::vector<uint64_t>{8, 2, 3, 4, 5, 6, 7, 1}));
+  // A hint is not a use: hinting again the same gives the same key.
+  policy_->OnHint(1, RetentionHint::kKeep);
+  EXPECT_EQ(Order(), (std::vector<uint64_t>{8, 2, 3, 4, 5, 6, 7, 1}));
+  // None takes the hint back.
+  policy_->OnHint(1, RetentionHint::kNone);
+  EXPECT_EQ(Order(), (std::vector<uint64_t>{8, 1, 2, 3, 4, 5, 6, 7}));
+}
+
+TEST_F(HintedOrderTest, AReadUndoesDropButNotKeep) {
+  for (uint64_t ino = 1; ino <= 8; ++ino) Seal(ino);
+  policy_->OnHint(1, RetentionHint::kDrop);
+  policy_->OnHint(2, RetentionHint::kKeep);  // 2 + 8 = 10
+  policy_->OnAccess(1);                      // tick 9: 9 + 2 = 11, no drop
+  policy_->OnAccess(2);                      // tick 10: 10 + 2 + 8 = 20
+  EXPECT_EQ(Order(), (std::vector<uint64_t>{3, 4, 5, 6, 7, 8, 1, 2}));
+}
+
+TEST_F(HintedOrderTest, AKeptChunkStillGoesOnceItIsOldEnough) {
+  Seal(1);
+  policy_->OnHint(1, RetentionHint::kKeep);  // 1 + 1 = 2, then 1 + held
+  for (uint64_t ino = 2; ino <= 40; ++ino) {
+    Seal(ino);
+    policy_->OnHint(1, RetentionHint::kKeep);  // again, as a client might: 1 + ino
+  }
+  // 40 held: 1's key is 1 + 40 = 41, after every other chunk (keys 2..40);
+  // a client that hints every chunk keep gains nothing over the others.
+  EXPECT_EQ(Order().back(), 1u);
+  for (uint64_t ino = 2; ino <= 40; ++ino) policy_->OnHint(ino, RetentionHint::kKeep);
+  EXPECT_EQ(Order().front(), 1u);
 }
 
 }  // namespace

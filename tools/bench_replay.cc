@@ -16,6 +16,7 @@
 #include "kv_trace.h"
 #include "policy_sim.h"
 #include "redis_client.h"
+#include "trace_hints.h"
 #include "util/flags.h"
 #include "util/units.h"
 
@@ -104,14 +105,18 @@ int RunRedisClient(int port, const std::string &dir, const std::vector<TraceRequ
 }
 
 // One client process: takes requests in trace order from a shared counter.
+// `hints` (empty: none): after each request, the retention hint the
+// engine gives its blocks (trace_hints.h), as a connector would.
 int RunClient(const std::string &server, const std::string &dir,
-              const std::vector<TraceRequest> &trace, uint64_t block_bytes, Shared *shared) {
+              const std::vector<TraceRequest> &trace, const std::vector<RetentionHint> &hints,
+              uint64_t block_bytes, Shared *shared) {
   maru_t *m;
   if (int rc = maru_connect(server.c_str(), &m))
     return Fail("connect: " + std::string(maru_strerror(rc)));
   std::vector<std::string> names;
   std::vector<const char *> paths;
   std::vector<maru_chunk_t *> out;
+  std::vector<int> hinted;
   for (;;) {
     uint64_t i = shared->next_request.fetch_add(1);
     if (i >= trace.size()) break;
@@ -161,6 +166,13 @@ int RunClient(const std::string &server, const std::string &dir,
         shared->stored++;
       maru_release(c);
     }
+    // One round trip for the whole chain; blocks not stored answer ENOENT.
+    if (!hints.empty() && hints[i] != RetentionHint::kNone) {
+      hinted.resize(paths.size());
+      if (maru_hint_batch(m, paths.data(), paths.size(), static_cast<int>(hints[i]),
+                          hinted.data()) < 0)
+        shared->errors++;
+    }
     shared->done++;
   }
   maru_disconnect(m);
@@ -170,7 +182,7 @@ int RunClient(const std::string &server, const std::string &dir,
 }  // namespace
 
 int RunReplay(int argc, char **argv) {
-  std::string trace_path, server = "unix:///run/maru/maru.sock", dir, policy;
+  std::string trace_path, server = "unix:///run/maru/maru.sock", dir, policy, hint_model;
   int64_t clients = 4, bytes_per_token = 128, limit = 0, capacity_blocks = 0, redis_port = 0;
   bool json = false, progress = false;
   Flags flags(
@@ -192,12 +204,17 @@ int RunReplay(int argc, char **argv) {
   flags.String("policy", &policy,
                "also simulate this eviction policy offline (the server's --eviction, to "
                "compare; see maru-bench policies)");
+  flags.String("hints", &hint_model,
+               "give retention hints derived from the trace: keep or keep+drop, then "
+               "optionally :miss-PCT and :wrong-PCT (maru-server --eviction hinted; the offline "
+               "--policy gets the same hints)");
   flags.Bool("json", &json, "end with one JSON line of the figures");
   flags.Bool("progress", &progress, "show progress on stderr while it runs");
   flags.Int("redis", &redis_port,
             "replay against redis-server on 127.0.0.1:PORT instead (needs --capacity-blocks)");
   if (int rc = ParseFlags(flags, argc, argv); rc >= 0) return rc;
   if (trace_path.empty()) return Fail("--trace is required");
+  if (redis_port > 0 && !hint_model.empty()) return Fail("--hints is for maru-server, not --redis");
   if (redis_port > 0 && capacity_blocks <= 0)
     return Fail("--redis needs --capacity-blocks (what its maxmemory holds)");
   if (clients <= 0 || bytes_per_token <= 0 || bytes_per_token > (1 << 21) || limit < 0)
@@ -208,6 +225,14 @@ int RunReplay(int argc, char **argv) {
   if (!trace.ok()) return Fail(trace.status().message());
   if (trace->empty()) return Fail(trace_path + " holds no requests");
   const uint64_t block_bytes = kTokensPerBlock * static_cast<uint64_t>(bytes_per_token);
+  std::vector<RetentionHint> hints;
+  if (!hint_model.empty()) {
+    Result<std::pair<std::string, HintModel>> parsed = ParseHintedName("live:" + hint_model);
+    if (!parsed.ok()) return Fail("--hints: " + parsed.status().message());
+    if (!parsed->second.keep) return Fail("--hints: keep or keep+drop first");
+    hints = TraceHints(*trace, parsed->second);
+    if (!policy.empty()) policy += ":" + hint_model;  // simulated with the same hints
+  }
 
   // Clients fork before this process starts any RPC runtime.
   const size_t shared_bytes = sizeof(Shared) + trace->size() * sizeof(uint32_t);
@@ -223,7 +248,7 @@ int RunReplay(int argc, char **argv) {
     if (pid == 0)
       _exit(redis_port > 0
                 ? RunRedisClient(static_cast<int>(redis_port), dir, *trace, block_bytes, shared)
-                : RunClient(server, dir, *trace, block_bytes, shared));
+                : RunClient(server, dir, *trace, hints, block_bytes, shared));
     pids.push_back(pid);
   }
   bool client_failed = false;

@@ -5,6 +5,7 @@
 
 #include "meta/eviction_policy.h"
 #include "sim_policies.h"
+#include "trace_hints.h"
 
 namespace maru::bench {
 namespace {
@@ -27,6 +28,7 @@ class ServerPolicy : public SimPolicy {
   }
   void Erase(uint64_t block) override { policy_->OnRemove(block); }
   bool Cascades() const override { return policy_->EvictsDescendants(); }
+  void Hint(uint64_t block, RetentionHint hint) override { policy_->OnHint(block, hint); }
 
  private:
   std::unique_ptr<EvictionPolicy> policy_;
@@ -97,7 +99,11 @@ Result<std::unique_ptr<SimPolicy>> MakeAnyPolicy(const std::vector<TraceRequest>
 }  // namespace
 
 Result<PolicyFigures> SimulatePolicy(const std::vector<TraceRequest> &trace, uint64_t capacity,
-                                     const std::string &name, const RecomputeCost &cost) {
+                                     const std::string &hinted_name, const RecomputeCost &cost) {
+  Result<std::pair<std::string, HintModel>> parsed = ParseHintedName(hinted_name);
+  if (!parsed.ok()) return parsed.status();
+  const std::string &name = parsed->first;
+  const std::vector<RetentionHint> hints = TraceHints(trace, parsed->second);
   ChunkChains chains;
   Result<std::unique_ptr<SimPolicy>> made = MakeAnyPolicy(trace, name, chains, capacity);
   if (!made.ok()) return made.status();
@@ -116,7 +122,8 @@ Result<PolicyFigures> SimulatePolicy(const std::vector<TraceRequest> &trace, uin
     }
   };
   PolicyFigures f;
-  for (const TraceRequest &req : trace) {
+  for (size_t r = 0; r < trace.size(); ++r) {
+    const TraceRequest &req = trace[r];
     const size_t n = req.blocks.size();
     size_t hits = 0;
     while (hits < n && cached.count(req.blocks[hits] + 1)) ++hits;
@@ -151,6 +158,10 @@ Result<PolicyFigures> SimulatePolicy(const std::vector<TraceRequest> &trace, uin
       cached.insert(b);
       policy.Insert(b, parent);
     }
+    // The engine's hint, once the request is served, on its blocks held.
+    if (hints[r] != RetentionHint::kNone)
+      for (uint64_t id : req.blocks)
+        if (cached.count(id + 1)) policy.Hint(id + 1, hints[r]);
   }
   return f;
 }

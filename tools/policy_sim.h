@@ -17,6 +17,7 @@
 
 #include "kv_trace.h"
 #include "meta/chunk_chains.h"
+#include "meta/eviction_policy.h"
 #include "util/status.h"
 
 namespace maru::bench {
@@ -57,6 +58,12 @@ class SimPolicy {
   virtual void Erase(uint64_t block) = 0;
   // Whether evicting a block also evicts the blocks extending it.
   virtual bool Cascades() const = 0;
+  // A client's retention hint on a cached block (trace_hints.h); ignored
+  // by policies that take none.
+  virtual void Hint(uint64_t block, RetentionHint hint) {
+    (void)block;
+    (void)hint;
+  }
 };
 
 // The policies the simulator knows: the server's ("lru", "prefix", ...)
@@ -66,7 +73,9 @@ std::vector<std::string> SimPolicyNames();
 Result<std::unique_ptr<SimPolicy>> MakeSimPolicy(const std::string &name, const ChunkChains &chains,
                                                  uint64_t capacity);
 
-// Serves `trace` from a cache of `capacity` blocks under policy `name`.
+// Serves `trace` from a cache of `capacity` blocks under policy `name`;
+// "NAME:keep[+drop][:miss-P][:wrong-P]" also gives it the hints of
+// trace_hints.h after each request.
 Result<PolicyFigures> SimulatePolicy(const std::vector<TraceRequest> &trace, uint64_t capacity,
                                      const std::string &name, const RecomputeCost &cost);
 

@@ -8,6 +8,9 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "sim_lhd.h"
+#include "sim_run_class.h"
+
 namespace maru::bench {
 namespace {
 
@@ -629,6 +632,16 @@ const std::vector<Candidate> &Candidates() {
       {"chain-hazard", ghost(GF::kHazard, 0.25, 0, true)},
       {"hazard-0.5", ghost(GF::kHazard, 0.5, 0)},
       {"hazard-0.125", ghost(GF::kHazard, 0.125, 0)},
+      // Third round: a reuse probability learned per class of how a block
+      // was stored (sim_run_class.h).
+      {"run-class", [](uint64_t c) { return MakeRunClassPolicy(c, 0.25, -3); }},
+      {"run-class-0.5", [](uint64_t c) { return MakeRunClassPolicy(c, 0.5, -3); }},
+      {"run-class-up-1", [](uint64_t c) { return MakeRunClassPolicy(c, 1, 0); }},
+      {"run-class-half", [](uint64_t c) { return MakeRunClassPolicy(c, 0.5, -0.5); }},
+      // Least hit density, learned per class and age, 64 (256) samples.
+      {"lhd", [](uint64_t c) { return MakeLhdPolicy(c, 64, false); }},
+      {"lhd-256", [](uint64_t c) { return MakeLhdPolicy(c, 256, false); }},
+      {"lhd-tree", [](uint64_t c) { return MakeLhdPolicy(c, 64, true); }},
   };
   return all;
 }

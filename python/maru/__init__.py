@@ -13,7 +13,7 @@ See docs/python.md.
 
 from ._maru import BATCH_MAX, ForkError, strerror
 from .chunk import Chunk
-from .client import Client, PoolInfo, Region, errno_error
+from .client import Client, Hint, PoolInfo, Region, errno_error
 from .handler import AllocHandle, MaruConfig, MaruHandler, MemoryInfo
 from .keys import key_to_path
 
@@ -25,6 +25,7 @@ __all__ = [
     "Chunk",
     "Client",
     "ForkError",
+    "Hint",
     "MaruConfig",
     "MaruHandler",
     "MemoryInfo",

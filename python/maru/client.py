@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import enum
+import errno
 from concurrent.futures import Future
 from typing import Any, List, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -37,6 +39,21 @@ def errno_error(rc: int, path: Optional[str] = None) -> OSError:
     if path is None:
         return OSError(err, _maru.strerror(err))
     return OSError(err, _maru.strerror(err), path)
+
+
+class Hint(enum.IntEnum):
+    """Retention hints (``MARU_HINT_*``): what a client expects of a chunk's reads."""
+
+    NONE = _maru.HINT_NONE  #: forget an earlier hint
+    KEEP = _maru.HINT_KEEP  #: a reader is expected (its conversation is open)
+    DROP = _maru.HINT_DROP  #: none is expected (its conversation ended)
+
+
+def _hint_value(hint: Union[Hint, int]) -> int:
+    """The hint as the C call takes it; OSError(EINVAL) for anything else."""
+    if isinstance(hint, bool) or not isinstance(hint, int) or hint not in set(Hint):
+        raise OSError(errno.EINVAL, f"not a retention hint: {hint!r} (maru.Hint)")
+    return int(hint)
 
 
 def _errors(results: Sequence[int], paths: Sequence[str]) -> List[Optional[OSError]]:
@@ -251,6 +268,25 @@ class Client:
         """``maru_unlink_batch``: None or the OSError per path, one round trip."""
         paths = list(paths)
         return _errors(self._conn.unlink_batch(paths), paths)
+
+    def hint(self, path: str, hint: Union[Hint, int]) -> None:
+        """``maru_hint``: tells eviction what to expect of the chunk's reads.
+
+        :attr:`Hint.KEEP` while the conversation it belongs to is open,
+        :attr:`Hint.DROP` once it ended, :attr:`Hint.NONE` to forget. A hint
+        only reorders eviction under ``maru-server --eviction hinted``; it
+        never pins. OSError: EINVAL (not a hint), ENOENT, EISDIR, EACCES
+        (only the owner, root or a writer may hint), EBUSY (not sealed).
+        """
+        err = self.hint_batch([path], hint)[0]
+        if err is not None:
+            raise err
+
+    def hint_batch(self, paths: Sequence[str], hint: Union[Hint, int]) -> List[Optional[OSError]]:
+        """``maru_hint_batch``: one hint on many chunks (a conversation's chain),
+        one round trip; None or the OSError per path. A bad hint raises."""
+        paths = list(paths)
+        return _errors(self._conn.hint_batch(paths, _hint_value(hint)), paths)
 
     def pool_info(self) -> PoolInfo:
         """``maru_pool_info``: capacity and usage of the pool."""

@@ -38,14 +38,15 @@ layer_first page's).
 
 from __future__ import annotations
 
+import errno
 import logging
 import threading
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Set
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Union
 
 from . import _batchio
 from ._maru import BATCH_MAX
 from .chunk import Chunk
-from .client import Client
+from .client import Client, Hint
 from .keys import check_namespace, escape_component
 
 try:  # the factory requires a subclass of SGLang's HiCacheStorage
@@ -362,6 +363,28 @@ class MaruHiCacheStorage(_Base):  # type: ignore[misc,valid-type]
         locations = target_locations or [None] * len(keys)
         sizes = target_sizes or [None] * len(keys)
         return all([self.set(k, v, t, s) for k, v, t, s in zip(keys, values, locations, sizes)])
+
+    # --- retention hints (Maru's own; SGLang does not call this) --------
+
+    def hint_pages(self, keys: Sequence[str], hint: Union[Hint, int]) -> int:
+        """``Client.hint_batch`` on pages ``keys`` (a session's prefix, in
+        order): :attr:`maru.Hint.KEEP` after a turn of an open SGLang session
+        is stored, :attr:`maru.Hint.DROP` at its ``close_session``; one round
+        trip per ``maru.BATCH_MAX`` keys. Returns how many pages took it
+        (pages already evicted do not). A bad hint raises OSError(EINVAL);
+        a lost server is logged and ends the call. Takes effect under
+        ``maru-server --eviction hinted`` (docs/integrations.md)."""
+        taken = 0
+        for part in _batches(list(keys)):
+            try:
+                errors = self._client.hint_batch([self.path(k) for k in part], hint)
+            except OSError as e:
+                if e.errno == errno.EINVAL:
+                    raise
+                logger.warning("maru.sglang: hint_pages: %s", e)
+                break
+            taken += sum(err is None for err in errors)
+        return taken
 
     # --- lifecycle -------------------------------------------------------
 

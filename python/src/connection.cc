@@ -249,6 +249,19 @@ std::vector<int> Connection::UnlinkBatch(const std::vector<std::string> &paths) 
   return PathsBatch(s->get(), &maru_unlink_batch, paths);
 }
 
+std::vector<int> Connection::HintBatch(const std::vector<std::string> &paths, int hint) {
+  auto s = Live();
+  std::vector<const char *> cpaths = CStrings(paths);
+  std::vector<int> results(paths.size(), 0);
+  int rc;
+  {
+    py::gil_scoped_release nogil;
+    rc = maru_hint_batch(s->get(), cpaths.data(), cpaths.size(), hint, results.data());
+  }
+  Check(rc);
+  return results;
+}
+
 py::dict Connection::PoolInfo() {
   auto s = Live();
   maru_pool_info_t info{};
@@ -314,6 +327,7 @@ void RegisterConnection(py::module_ &m) {
       .def("pin_batch", &Connection::PinBatch, py::arg("paths"), py::arg("ttl_ms") = 0)
       .def("unpin_batch", &Connection::UnpinBatch, py::arg("paths"))
       .def("unlink_batch", &Connection::UnlinkBatch, py::arg("paths"))
+      .def("hint_batch", &Connection::HintBatch, py::arg("paths"), py::arg("hint"))
       .def("pool_info", &Connection::PoolInfo)
       .def("pool_regions", &Connection::PoolRegions);
 }

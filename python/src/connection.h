@@ -48,6 +48,7 @@ class Connection {
   std::vector<int> PinBatch(const std::vector<std::string> &paths, uint64_t ttl_ms);
   std::vector<int> UnpinBatch(const std::vector<std::string> &paths);
   std::vector<int> UnlinkBatch(const std::vector<std::string> &paths);
+  std::vector<int> HintBatch(const std::vector<std::string> &paths, int hint);
 
   pybind11::dict PoolInfo();
   // (base address, length, device) per pool mapping of this process.

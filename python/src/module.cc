@@ -16,6 +16,9 @@ PYBIND11_MODULE(_maru, m) {
   maru_py::RegisterConnection(m);
   maru_py::RegisterBatchIo(m);
   m.attr("CREATE_CONTIGUOUS") = MARU_CREATE_CONTIGUOUS;
+  m.attr("HINT_NONE") = static_cast<int>(MARU_HINT_NONE);
+  m.attr("HINT_KEEP") = static_cast<int>(MARU_HINT_KEEP);
+  m.attr("HINT_DROP") = static_cast<int>(MARU_HINT_DROP);
   m.attr("CHECKSUM_NONE") = static_cast<int>(MARU_CHECKSUM_NONE);
   m.attr("CHECKSUM_XXH3") = static_cast<int>(MARU_CHECKSUM_XXH3);
   m.attr("CHECKSUM_CRC32C") = static_cast<int>(MARU_CHECKSUM_CRC32C);

@@ -4,12 +4,14 @@ one by one (the model-level harness is examples/tiny_llm/test_sglang.py)."""
 from __future__ import annotations
 
 import dataclasses
+import errno
 from typing import List, Optional
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
+import maru  # noqa: E402
 from maru import BATCH_MAX  # noqa: E402
 from maru.sglang import MaruHiCacheStorage, shard_name  # noqa: E402
 
@@ -87,6 +89,22 @@ def test_set_get_exists_clear(server, ns) -> None:
         s.clear()
         assert s.batch_exists(["k1", "k2", "k3"]) == 0
         assert torch.equal(view.view(torch.float32), value)  # a view outlives the unlink
+    finally:
+        s.close()
+
+
+def test_hint_pages(server, ns) -> None:
+    s = make(server, ns)
+    try:
+        value = torch.arange(64, dtype=torch.float32)
+        assert s.batch_set(["h1", "h2"], [value, value])
+        assert s.hint_pages(["h1", "h2", "missing"], maru.Hint.KEEP) == 2
+        assert s.hint_pages(["h1", "h2"], maru.Hint.DROP) == 2
+        assert s.hint_pages([], maru.Hint.NONE) == 0
+        with pytest.raises(OSError) as e:
+            s.hint_pages(["h1"], 9)
+        assert e.value.errno == errno.EINVAL
+        assert s.batch_exists(["h1", "h2"]) == 2  # a hint removes nothing
     finally:
         s.close()
 

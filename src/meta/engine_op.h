@@ -9,6 +9,8 @@
 
 #include <cstdlib>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "meta/meta_engine.h"
 #include "util/log.h"
@@ -70,5 +72,9 @@ void MetaEngine::RunOp(const Caller &c, const Req &req, Rep *rep, Op &&op) {
   if (status.ok()) status = committed;
   rep->set_error(status.errnum());
 }
+
+// True for each path that an earlier one of the batch already names: the
+// batched operations answer it EEXIST.
+std::vector<bool> RepeatedPaths(const google::protobuf::RepeatedPtrField<std::string> &paths);
 
 }  // namespace maru

@@ -1,6 +1,7 @@
 #include "meta/eviction_policy.h"
 
 #include "meta/eviction_frequency.h"
+#include "meta/eviction_hinted.h"
 #include "meta/eviction_lru.h"
 #include "meta/eviction_prefix_lru.h"
 
@@ -17,15 +18,17 @@ uint64_t EvictionPolicy::Victim(const std::function<bool(uint64_t)> &evictable) 
 }
 
 std::vector<std::string> EvictionPolicyNames() {
-  return {"frequency", "lru", "prefix"};
+  return {"frequency", "hinted", "lru", "prefix"};
 }
 
 Result<std::unique_ptr<EvictionPolicy>> MakeEvictionPolicy(const std::string &name,
                                                            const ChunkChains &chains) {
   if (name == "frequency") return std::unique_ptr<EvictionPolicy>(new FrequencyEviction(chains));
+  if (name == "hinted") return std::unique_ptr<EvictionPolicy>(new HintedEviction(chains));
   if (name == "lru") return std::unique_ptr<EvictionPolicy>(new LruEviction());
   if (name == "prefix") return std::unique_ptr<EvictionPolicy>(new PrefixLruEviction(chains));
-  return Status::Error(EINVAL, "unknown eviction policy '" + name + "' (frequency, lru, prefix)");
+  return Status::Error(EINVAL,
+                       "unknown eviction policy '" + name + "' (frequency, hinted, lru, prefix)");
 }
 
 }  // namespace maru

@@ -16,6 +16,16 @@
 
 namespace maru {
 
+// What a client says of a chunk's future (maru_hint(); the values are the
+// wire format and MARU_HINT_*). A hint may only reorder chunks: no policy
+// may keep a chunk out of its order for one.
+enum class RetentionHint : uint8_t {
+  kNone = 0,  // no hint: forget an earlier one
+  kKeep = 1,  // a reader is expected (its conversation is open)
+  kDrop = 2,  // no reader is expected (its conversation ended)
+};
+constexpr uint32_t kRetentionHintMax = 2;
+
 class EvictionPolicy {
  public:
   virtual ~EvictionPolicy() = default;
@@ -25,6 +35,11 @@ class EvictionPolicy {
   virtual void OnInsert(uint64_t ino) = 0;
   virtual void OnAccess(uint64_t ino) = 0;
   virtual void OnRemove(uint64_t ino) = 0;
+  // A client's hint on a sealed chunk; policies that take none ignore it.
+  virtual void OnHint(uint64_t ino, RetentionHint hint) {
+    (void)ino;
+    (void)hint;
+  }
   // Offers chunks to `visit` in eviction order until it returns false;
   // false if it did. A chunk may be offered twice. Choosing several
   // victims in one walk gives what repeated Victim calls, each leaving out
@@ -56,7 +71,7 @@ class EvictionPolicy {
 // The names MakeEvictionPolicy knows.
 std::vector<std::string> EvictionPolicyNames();
 
-// "frequency", "lru" or "prefix"; EINVAL for anything else. `chains` must outlive the
+// "frequency", "hinted", "lru" or "prefix"; EINVAL for anything else. `chains` must outlive the
 // policy.
 Result<std::unique_ptr<EvictionPolicy>> MakeEvictionPolicy(const std::string &name,
                                                            const ChunkChains &chains);

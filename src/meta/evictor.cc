@@ -46,6 +46,13 @@ void Evictor::SetParent(Inode *inode, uint64_t parent) {
   if (held_.count(inode->ino)) policy_->Park(inode->ino);
 }
 
+void Evictor::Hint(const Inode &inode, RetentionHint hint) {
+  if (!inode.current) return;  // the policy knows sealed chunks only
+  policy_->OnHint(inode.ino, hint);
+  // A hint may move a parked chunk back into the order: it stays out.
+  if (held_.count(inode.ino)) policy_->Park(inode.ino);
+}
+
 void Evictor::Restored(const Inode &inode) {
   if (inode.parent_chunk) chains_.SetParent(inode.ino, inode.parent_chunk);
   if (inode.current) policy_->OnInsert(inode.ino);

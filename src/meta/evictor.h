@@ -61,6 +61,8 @@ class Evictor {
   void SetParent(Inode *inode, uint64_t parent);
   void Restored(const Inode &inode);
   void Removed(const Inode &inode);
+  // A client's retention hint on a chunk (the engine checked who may).
+  void Hint(const Inode &inode, RetentionHint hint);
   // A chunk's pin or reservation may have changed (the engine's
   // transaction marked it dirty): a parked chunk that may go now goes back.
   void Changed(const Inode &inode);

@@ -1104,7 +1104,8 @@ namespace {
 // label by them, and a label must not take unbounded values.
 constexpr size_t kMaxInstanceLabels = 32;
 
-// True for each path that an earlier one of the batch already names.
+}  // namespace
+
 std::vector<bool> RepeatedPaths(const google::protobuf::RepeatedPtrField<std::string> &paths) {
   std::unordered_set<std::string_view> seen;
   std::vector<bool> repeated;
@@ -1112,8 +1113,6 @@ std::vector<bool> RepeatedPaths(const google::protobuf::RepeatedPtrField<std::st
   for (const std::string &p : paths) repeated.push_back(!seen.insert(p).second);
   return repeated;
 }
-
-}  // namespace
 
 void MetaEngine::FillSessionsByInstance(rpc::StatsReply *rep) const {
   std::map<std::string, uint64_t> counts;

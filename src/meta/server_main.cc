@@ -84,7 +84,9 @@ int main(int argc, char **argv) {
   flags.Double("high-watermark", &f.high_watermark,
                "evict when the pool is fuller than this fraction");
   flags.Double("low-watermark", &f.low_watermark, "... until it is below this fraction");
-  flags.String("eviction", &f.eviction, "eviction policy: frequency (default), lru or prefix");
+  flags.String(
+      "eviction", &f.eviction,
+      "eviction policy: frequency (default), hinted (frequency + maru_hint), lru or prefix");
   flags.Int("max-fragments", &f.max_fragments, "most extents one chunk may span");
   flags.Int("max-keys", &f.max_keys, "most paths one lookup or batch may name (0: no limit)");
   flags.Int("max-leases", &f.max_leases,

@@ -1,0 +1,81 @@
+#include "trace_hints.h"
+
+#include <cstdlib>
+#include <unordered_map>
+
+namespace maru::bench {
+namespace {
+
+uint64_t Mix(uint64_t x) {  // splitmix64's finaliser
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// A uniform draw in [0, 1) for request `i` and stream `salt`.
+double Draw(uint64_t i, uint64_t salt) {
+  return static_cast<double>(Mix(i * 2 + salt) >> 11) / static_cast<double>(1ULL << 53);
+}
+
+Status BadSuffix(const std::string &part) {
+  return Status::Error(EINVAL, "hints: '" + part +
+                                   "' is not keep, keep+drop, miss-PCT or wrong-PCT "
+                                   "(POLICY:keep[+drop][:miss-P][:wrong-P])");
+}
+
+}  // namespace
+
+Result<std::pair<std::string, HintModel>> ParseHintedName(const std::string &name) {
+  HintModel model;
+  const size_t colon = name.find(':');
+  if (colon == std::string::npos) return std::make_pair(name, model);
+  std::string rest = name.substr(colon + 1);
+  while (!rest.empty()) {
+    const size_t next = rest.find(':');
+    const std::string part = rest.substr(0, next);
+    rest = next == std::string::npos ? "" : rest.substr(next + 1);
+    if (part == "keep" || part == "keep+drop") {
+      model.keep = true;
+      model.drop = part == "keep+drop";
+      continue;
+    }
+    double *to = part.rfind("miss-", 0) == 0    ? &model.missing
+                 : part.rfind("wrong-", 0) == 0 ? &model.wrong
+                                                : nullptr;
+    if (!to) return BadSuffix(part);
+    const std::string pct = part.substr(part.find('-') + 1);
+    char *end = nullptr;
+    const double v = strtod(pct.c_str(), &end) / 100;
+    if (pct.empty() || *end || !(v >= 0 && v <= 1)) return BadSuffix(part);
+    *to = v;
+  }
+  if (!model.keep && (model.missing > 0 || model.wrong > 0)) return BadSuffix(name);
+  return std::make_pair(name.substr(0, colon), model);
+}
+
+std::vector<RetentionHint> TraceHints(const std::vector<TraceRequest> &trace,
+                                      const HintModel &model) {
+  std::vector<RetentionHint> hints(trace.size(), RetentionHint::kNone);
+  if (!model.keep) return hints;
+  // Scanning backwards: the blocks some later request holds.
+  std::unordered_map<uint64_t, bool> later;
+  for (size_t i = trace.size(); i-- > 0;) {
+    const std::vector<uint64_t> &b = trace[i].blocks;
+    if (b.size() >= 2) {
+      const bool goes_on = later.count(b[b.size() - 2]) > 0;
+      RetentionHint h = goes_on      ? RetentionHint::kKeep
+                        : model.drop ? RetentionHint::kDrop
+                                     : RetentionHint::kNone;
+      if (Draw(i, 1) < model.wrong) {
+        const RetentionHint other = model.drop ? RetentionHint::kDrop : RetentionHint::kNone;
+        h = h == RetentionHint::kKeep ? other : RetentionHint::kKeep;
+      }
+      if (Draw(i, 0) < model.missing) h = RetentionHint::kNone;
+      hints[i] = h;
+    }
+    for (uint64_t block : b) later[block] = true;
+  }
+  return hints;
+}
+
+}  // namespace maru::bench
