@@ -77,6 +77,7 @@ class Node {
   const std::string &mountpoint() const { return mnt_; }
   bool mounted() const { return mounted_; }
   pid_t server_pid() const { return server_; }
+  std::string log() const { return work_ + "/server.log"; }
 
  private:
   static void OnSignal(int sig);

@@ -85,12 +85,25 @@ int FillWorker(const std::string &server, const std::string &dir, int64_t first,
   return failures ? 1 : 0;
 }
 
-int64_t RssKiB(pid_t pid) {
+// A line of /proc/PID/status in KiB ("VmRSS", "RssAnon", "RssShmem").
+int64_t StatusKiB(pid_t pid, const std::string &field) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
   std::string line;
   while (std::getline(in, line))
-    if (line.rfind("VmRSS:", 0) == 0) return strtoll(line.c_str() + 6, nullptr, 10);
+    if (line.rfind(field + ":", 0) == 0)
+      return strtoll(line.c_str() + field.size() + 1, nullptr, 10);
   return -1;
+}
+
+// The server's last "start: ..." line (the phases of its start, wall and CPU).
+std::string StartPhases(const std::string &log_path) {
+  std::ifstream log(log_path);
+  std::string line, last;
+  while (std::getline(log, line)) {
+    const size_t at = line.find("info: start: ");
+    if (at != std::string::npos) last = line.substr(at + 13);
+  }
+  return last;
 }
 
 double Seconds(int64_t since_ns) {
@@ -170,8 +183,8 @@ bool TimeEvictingCreates(const std::string &server, int64_t count, EvictionPoint
 // The server measured with a given number of chunks in its namespace.
 struct Point {
   int64_t chunks;
-  double rss_mib, db_mib;
-  std::string lookup;  // maru-bench lookup's JSON
+  double rss_mib, heap_mib, shm_mib, db_mib;  // heap: RssAnon; shm: RssShmem (the index)
+  std::string lookup;                         // maru-bench lookup's JSON
 };
 
 struct Figures {
@@ -179,6 +192,7 @@ struct Figures {
   double small_rate, wide_rate, bulk_rate;  // chunks/s
   double ls_f, ls_l, listed, restart;       // seconds, entries, seconds
   double first_entry;                       // seconds until a listing yields its first entry
+  std::string phases;                       // the restarted server's start phases
   std::vector<Point> points;                // empty, small, all, all after a restart
   EvictionPoint evict_small, evict_all;     // at --evict-small chunks, and at --chunks
 };
@@ -192,31 +206,40 @@ std::string Report(const Figures &f) {
      << ", bytes untouched). Fill rate: " << Fmt("%.0f", f.small_rate) << " chunks/s for the first "
      << f.small << ", " << Fmt("%.0f", f.wide_rate) << " into one directory, "
      << Fmt("%.0f", f.bulk_rate) << " for the rest.\n\n"
-     << "| chunks in the namespace | server RSS | RocksDB on disk | 128-key lookup p50 / p99 |\n"
-     << "|---|---|---|---|\n";
+     << "| chunks in the namespace | server RSS | of it heap / index (shared) | RocksDB on disk "
+        "| 128-key lookup p50 / p99, index | ... by message |\n"
+     << "|---|---|---|---|---|---|\n";
   for (size_t i = 0; i < f.points.size(); ++i) {
     const Point &p = f.points[i];
     md << "| " << p.chunks << (i == 3 ? " (after a restart; the pool filled)" : "") << " | "
-       << Fmt("%.0f MiB", p.rss_mib) << " | " << Fmt("%.0f MiB", p.db_mib) << " | "
-       << Fmt("%.0f", Field(p.lookup, "/runs/0/p50_us")) << " / "
-       << Fmt("%.0f µs", Field(p.lookup, "/runs/0/p99_us")) << " |\n";
+       << Fmt("%.0f MiB", p.rss_mib) << " | " << Fmt("%.0f", p.heap_mib) << " / "
+       << Fmt("%.0f MiB", p.shm_mib) << " | " << Fmt("%.0f MiB", p.db_mib) << " | "
+       << Fmt("%.1f", Field(p.lookup, "/runs/0/index_p50_us")) << " / "
+       << Fmt("%.1f µs", Field(p.lookup, "/runs/0/index_p99_us")) << " | "
+       << Fmt("%.0f", Field(p.lookup, "/runs/0/message_p50_us")) << " / "
+       << Fmt("%.0f µs", Field(p.lookup, "/runs/0/message_p99_us")) << " |\n";
   }
-  const double per_chunk =
-      (f.points[2].rss_mib - f.points[0].rss_mib) * 1048576.0 / static_cast<double>(f.chunks);
-  const double per_chunk_restarted = (f.points[3].rss_mib - f.points[0].rss_mib) * 1048576.0 /
-                                     static_cast<double>(f.points[3].chunks);
-  md << "\n- Memory per chunk: " << Fmt("%.0f", per_chunk) << " bytes of server RSS ("
-     << Fmt("%.0f", per_chunk_restarted) << " after the restart).\n"
+  auto per_chunk = [&](const Point &p, double Point::*mib) {
+    return (p.*mib - f.points[0].*mib) * 1048576.0 / static_cast<double>(p.chunks);
+  };
+  auto lookup_ratio = [&](const char *path) {
+    return Fmt("%.2f×", Field(f.points[2].lookup, path) / Field(f.points[1].lookup, path));
+  };
+  md << "\n- Memory per chunk: " << Fmt("%.0f", per_chunk(f.points[2], &Point::rss_mib))
+     << " bytes of server RSS, " << Fmt("%.0f", per_chunk(f.points[2], &Point::heap_mib))
+     << " of them heap (" << Fmt("%.0f", per_chunk(f.points[3], &Point::rss_mib)) << " and "
+     << Fmt("%.0f", per_chunk(f.points[3], &Point::heap_mib))
+     << " after the restart); the index in shared memory is made whole at start.\n"
      << "- Restart with " << f.points[3].chunks << " chunks: " << Fmt("%.1f s", f.restart)
-     << " until the server answers (RocksDB read, extent maps rebuilt).\n"
+     << " until the server answers (RocksDB read, extent maps rebuilt). Its phases: "
+     << (f.phases.empty() ? "–" : f.phases) << ".\n"
      << "- `ls -f` of the " << Fmt("%.0f", f.listed)
      << "-entry directory through the mount: " << Fmt("%.2f s", f.ls_f)
      << " (the first entry of a listing after " << Fmt("%.3f s", f.first_entry) << ")"
      << "; `ls -l` (a stat each): " << Fmt("%.2f s", f.ls_l) << ".\n"
-     << "- Lookup latency at " << f.chunks << " against " << f.small << " chunks: "
-     << Fmt("%.2f×", Field(f.points[2].lookup, "/runs/0/p50_us") /
-                         Field(f.points[1].lookup, "/runs/0/p50_us"))
-     << " (p50).\n"
+     << "- Lookup latency at " << f.chunks << " against " << f.small
+     << " chunks (p50): " << lookup_ratio("/runs/0/index_p50_us") << " through the index, "
+     << lookup_ratio("/runs/0/message_p50_us") << " by message.\n"
      << "- A create that must evict, on a full pool whose oldest 1% of chunks are pinned ("
      << f.evict_all.creates
      << " creates of one 4 KiB unit, one client), p50 / p99: " << Fmt("%.0f", f.evict_small.p50_us)
@@ -312,8 +335,9 @@ int RunScale(int argc, char **argv) {
   std::string error, o;
   const uint64_t unit = 4096;
   const uint64_t pool = (static_cast<uint64_t>(chunks) + 1000) * unit + (256ull << 20);
-  const std::vector<std::string> server_flags = {"--high-watermark", "1", "--low-watermark", "1",
-                                                 "--grace-ms",       "0"};
+  // At info level the server logs the phases of its start.
+  const std::vector<std::string> server_flags = {
+      "--high-watermark", "1", "--low-watermark", "1", "--grace-ms", "0", "--log-level", "info"};
   auto cleanup = [&](int rc) {
     node.Stop();
     procs_.StopAll();
@@ -356,7 +380,7 @@ int RunScale(int argc, char **argv) {
     if (!ok) fprintf(stderr, "maru-bench scale: evicting creates: %s\n", error.c_str());
     return ok;
   };
-  Figures f{chunks, wide, small, procs, fill_batch, 0, 0, 0, 0, 0, 0, 0, 0, {}, {}, {}};
+  Figures f{chunks, wide, small, procs, fill_batch, 0, 0, 0, 0, 0, 0, 0, 0, "", {}, {}, {}};
 
   // The small point first, on a node of its own sized to it.
   {
@@ -384,7 +408,7 @@ int RunScale(int argc, char **argv) {
   auto lookup = [&](std::string *json) {
     std::string r;
     Processes::Run({bench, "lookup", "--server", node.address(), "--keys", "128", "--threads", "1",
-                    "--seconds", "2", "--dir", "/scale/lookup", "--json"},
+                    "--processes", "0", "--seconds", "2", "--dir", "/scale/lookup", "--json"},
                    &r);
     *json = LastJson(r);
   };
@@ -394,13 +418,21 @@ int RunScale(int argc, char **argv) {
     return strtod(r.c_str(), nullptr);
   };
   auto measure = [&](int64_t n) {
-    Point p{n, static_cast<double>(RssKiB(node.server_pid())) / 1024.0, du(node.db()) / 1048576.0,
+    const pid_t pid = node.server_pid();
+    Point p{n,
+            static_cast<double>(StatusKiB(pid, "VmRSS")) / 1024.0,
+            static_cast<double>(StatusKiB(pid, "RssAnon")) / 1024.0,
+            static_cast<double>(StatusKiB(pid, "RssShmem")) / 1024.0,
+            du(node.db()) / 1048576.0,
             ""};
     lookup(&p.lookup);
     // As measured too: a run that fails later still leaves its figures.
     fprintf(stderr,
-            "  at %" PRId64 " chunks: server RSS %.0f MiB, RocksDB %.0f MiB, lookup p50 %.0f us\n",
-            n, p.rss_mib, p.db_mib, Field(p.lookup, "/runs/0/p50_us"));
+            "  at %" PRId64
+            " chunks: server RSS %.0f MiB (heap %.0f, shared %.0f), RocksDB %.0f MiB, "
+            "lookup p50 %.1f us (index), %.0f us (message)\n",
+            n, p.rss_mib, p.heap_mib, p.shm_mib, p.db_mib, Field(p.lookup, "/runs/0/index_p50_us"),
+            Field(p.lookup, "/runs/0/message_p50_us"));
     f.points.push_back(p);
   };
 
@@ -439,7 +471,8 @@ int RunScale(int argc, char **argv) {
   t0 = MonotonicNs();
   if (!node.StartServer(server_flags, &error)) return cleanup(Fail(error));
   f.restart = Seconds(t0);
-  fprintf(stderr, "  restart: %.1f s\n", f.restart);
+  f.phases = StartPhases(node.log());
+  fprintf(stderr, "  restart: %.1f s (%s)\n", f.restart, f.phases.c_str());
   measure(chunks + f.evict_all.filled);
 
   const std::string md = Report(f);
