@@ -96,7 +96,17 @@ Result<std::unique_ptr<MetaDb>> MetaDb::Open(const std::string &dir, bool sync_w
   return db;
 }
 
-MetaDb::~MetaDb() = default;
+MetaDb::~MetaDb() {
+  // What the log holds goes into a table now: a start replays the log into
+  // a memtable (a skiplist insert, and at the end a table written, for each
+  // record), which at a million chunks was a fifth of the start's CPU; a
+  // table is only read. After a crash the log is still replayed.
+  if (!db_) return;
+  rocksdb::FlushOptions flush;
+  flush.wait = true;
+  rocksdb::Status s = db_->Flush(flush);
+  if (!s.ok()) LOG_WARN("metadata database: flush at close: %s", s.ToString().c_str());
+}
 
 void MetaDb::StartCompactions() {
   rocksdb::Status s = db_->SetOptions({{"disable_auto_compactions", "false"}});

@@ -220,7 +220,7 @@ void ShmIndex::PublishAll(const std::vector<Inode *> &order) {
     tree_.ForEach([&](const Inode &inode) {
       if (inode.is_dir())
         dirs_.try_emplace(inode.ino, DirState{inode.parent, inode.mode, inode.name});
-      else if (inode.is_file() && inode.current && !by_gen_.count(inode.current->gen))
+      else if (inode.is_file() && inode.current && !by_gen_.contains(inode.current->gen))
         Publish(inode);
     });
   header_->state.store(index::kLive, std::memory_order_seq_cst);
@@ -288,16 +288,16 @@ void ShmIndex::Publish(const Inode &file) {
 
 void ShmIndex::Enter(const Inode &file, const uint64_t key[2], bool path_open) {
   const index::EntryData d = Describe(file, key, path_open);
-  // One search of by_gen_ (a start enters millions): the version's place,
-  // found or made, is set once the entry is written.
-  auto [it, added] = by_gen_.try_emplace(d.gen, 0);
-  if (!added) {
+  // The version's place, if it has one. (A start enters millions of
+  // versions none of which has one: one search of a flat table each.)
+  if (const uint64_t *at = by_gen_.find(d.gen)) {
+    const uint64_t pos = *at;
     index::EntryData old{};
     uint64_t seq;
-    index::ReadEntry(entry(it->second), &old, &seq);  // the only writer: always stable
-    if (old.key[0] == key[0] && old.key[1] == key[1])
-      return index::WriteEntry(&entry(it->second), d);
-    Remove(it->second);  // renamed: the old path goes first
+    index::ReadEntry(entry(pos), &old, &seq);  // the only writer: always stable
+    if (old.key[0] == key[0] && old.key[1] == key[1]) return index::WriteEntry(&entry(pos), d);
+    Remove(pos);  // renamed: the old path goes first
+    by_gen_.erase(d.gen);
   }
   const uint64_t mask = header_->entries - 1;
   uint64_t free_pos = UINT64_MAX;
@@ -319,26 +319,26 @@ void ShmIndex::Enter(const Inode &file, const uint64_t key[2], bool path_open) {
     if (!(e.flags & index::kTombstone)) break;  // empty: the key is nowhere further
   }
   if (free_pos == UINT64_MAX) {
-    by_gen_.erase(it);
     header_->overflow.fetch_add(1);
     return;
   }
   index::WriteEntry(&entry(free_pos), d);
-  it->second = free_pos;
+  *by_gen_.try_emplace(d.gen, free_pos).first = free_pos;
 }
 
 void ShmIndex::Retiring(uint64_t gen) {
-  auto it = by_gen_.find(gen);
-  if (it == by_gen_.end()) return;
+  const uint64_t *at = by_gen_.find(gen);
+  if (!at) return;
+  const uint64_t pos = *at;
   // Not a tombstone yet: a reader would take that for "no such chunk"
   // while a rewrite is about to put the new version in its place.
   index::EntryData e{};
   uint64_t seq;
-  index::ReadEntry(entry(it->second), &e, &seq);
+  index::ReadEntry(entry(pos), &e, &seq);
   e.flags |= index::kChanging;
-  index::WriteEntry(&entry(it->second), e);
-  changing_.push_back(it->second);
-  by_gen_.erase(it);
+  index::WriteEntry(&entry(pos), e);
+  changing_.push_back(pos);
+  by_gen_.erase(gen);
   draining_.insert(gen);
 }
 
@@ -353,7 +353,7 @@ void ShmIndex::Settle() {
 }
 
 bool ShmIndex::Held(uint64_t gen) {
-  const bool indexed = by_gen_.count(gen) > 0;
+  const bool indexed = by_gen_.contains(gen);
   if (!indexed && !draining_.count(gen)) return false;
   if (slots_.Holds(gen)) return true;
   if (!indexed) draining_.erase(gen);  // out of the index and of every slot: for good

@@ -26,6 +26,7 @@
 #include "meta/identity.h"
 #include "meta/lease_slots.h"
 #include "meta/namespace_tree.h"
+#include "util/flat_map.h"
 #include "util/status.h"
 
 namespace maru {
@@ -113,9 +114,10 @@ class ShmIndex {
   index::Entry *entries_;
   const NamespaceTree &tree_;
   LeaseSlots slots_;
-  std::unordered_map<uint64_t, uint64_t> by_gen_;  // version in the index -> its entry
-  std::unordered_set<uint64_t> draining_;          // left the index, maybe still in a slot
-  std::vector<uint64_t> changing_;                 // entries marked kChanging this operation
+  FlatMap<uint64_t> by_gen_;               // version in the index -> its entry (flat:
+                                           // one per chunk)
+  std::unordered_set<uint64_t> draining_;  // left the index, maybe still in a slot
+  std::vector<uint64_t> changing_;         // entries marked kChanging this operation
   struct DirState {
     uint64_t parent;
     uint32_t mode;

@@ -58,6 +58,11 @@ class FlatMap {
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
 
+  // Room for `n` entries without growing (a start enters millions).
+  void reserve(size_t n) {
+    while (n * 5 > slots_.size() * 4) Grow();
+  }
+
  private:
   struct Entry {
     uint64_t key = 0;  // 0: empty
