@@ -188,7 +188,7 @@ struct Point {
 };
 
 struct Figures {
-  int64_t chunks, wide, small, procs, fill_batch;
+  int64_t chunks, wide, small, procs, fill_batch, index_entries;
   double small_rate, wide_rate, bulk_rate;  // chunks/s
   double ls_f, ls_l, listed, restart;       // seconds, entries, seconds
   double first_entry;                       // seconds until a listing yields its first entry
@@ -201,6 +201,7 @@ std::string Report(const Figures &f) {
   std::ostringstream md;
   md << SectionBegin("scale") << "\n## Scale: metadata at " << f.chunks << " chunks\n\n"
      << "Made by `maru-bench scale --chunks " << f.chunks << " --wide " << f.wide
+     << (f.index_entries ? " --index-entries " + std::to_string(f.index_entries) : "")
      << "`: a node on a 4 KiB-unit pool, filled by " << f.procs
      << " client processes (create + seal" << (f.fill_batch > 1 ? ", batched" : "")
      << ", bytes untouched). Fill rate: " << Fmt("%.0f", f.small_rate) << " chunks/s for the first "
@@ -302,7 +303,7 @@ int RunScale(int argc, char **argv) {
   int64_t chunks = 1000000, wide = 100000, small = 10000, procs = 4;
   int64_t evict_small = 1000, evict_creates = 2000;
   bool ls_l = true;
-  int64_t fill_batch = 1;
+  int64_t fill_batch = 1, index_entries = 0;
   std::string out = "docs";
   Flags flags("maru-bench scale [--chunks N] [--wide N] [--out DIR]",
               "Starts a node on a pool in /dev/shm (4K unit), fills its namespace with N\n"
@@ -318,6 +319,8 @@ int RunScale(int argc, char **argv) {
             "chunks of the small pool that evicting creates are timed on");
   flags.Int("evict-creates", &evict_creates, "evicting creates timed at each size");
   flags.Int("fill-batch", &fill_batch, "chunks to a batched create and seal while filling");
+  flags.Int("index-entries", &index_entries,
+            "entries of the server's shared-memory index (0: the server's default)");
   flags.Bool("ls-l", &ls_l, "also time ls -l of the wide directory (a stat each: slow)");
   flags.String("out", &out, "where benchmarks.md goes");
   if (int rc = ParseFlags(flags, argc, argv); rc >= 0) return rc;
@@ -338,6 +341,10 @@ int RunScale(int argc, char **argv) {
   // At info level the server logs the phases of its start.
   const std::vector<std::string> server_flags = {
       "--high-watermark", "1", "--low-watermark", "1", "--grace-ms", "0", "--log-level", "info"};
+  // The index sized by --index-entries is the big node's only.
+  std::vector<std::string> big_flags = server_flags;
+  if (index_entries > 0)
+    big_flags.insert(big_flags.end(), {"--index-entries", std::to_string(index_entries)});
   auto cleanup = [&](int rc) {
     node.Stop();
     procs_.StopAll();
@@ -380,7 +387,8 @@ int RunScale(int argc, char **argv) {
     if (!ok) fprintf(stderr, "maru-bench scale: evicting creates: %s\n", error.c_str());
     return ok;
   };
-  Figures f{chunks, wide, small, procs, fill_batch, 0, 0, 0, 0, 0, 0, 0, 0, "", {}, {}, {}};
+  Figures f{chunks, wide, small, procs, fill_batch, index_entries, 0, 0, 0, 0, 0, 0, 0,
+            0,      "",   {},    {},    {}};
 
   // The small point first, on a node of its own sized to it.
   {
@@ -399,7 +407,7 @@ int RunScale(int argc, char **argv) {
 
   // Sparse: the chunks' bytes are never touched, and at ten million chunks
   // the pool is larger than the host's memory.
-  if (!node.Format(pool, unit, &error, true) || !node.StartServer(server_flags, &error) ||
+  if (!node.Format(pool, unit, &error, true) || !node.StartServer(big_flags, &error) ||
       !node.Mount(&error))
     return cleanup(Fail(error));
   address = node.address();
@@ -469,7 +477,7 @@ int RunScale(int argc, char **argv) {
   // A restart: everything is loaded from RocksDB again.
   node.StopServer();
   t0 = MonotonicNs();
-  if (!node.StartServer(server_flags, &error)) return cleanup(Fail(error));
+  if (!node.StartServer(big_flags, &error)) return cleanup(Fail(error));
   f.restart = Seconds(t0);
   f.phases = StartPhases(node.log());
   fprintf(stderr, "  restart: %.1f s (%s)\n", f.restart, f.phases.c_str());
