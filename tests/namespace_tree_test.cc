@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <memory>
 #include <random>
@@ -355,6 +356,60 @@ TEST(InodeTable, MatchesAMap) {
     });
     ASSERT_EQ(seen, want.size());
   }
+}
+
+// Directory entries (a B-tree) against std::map through adds in and out of
+// order, replacements (the key then views the new name) and erases, with
+// every lookup a readdir makes: find, upper_bound, forward and reverse.
+TEST(DirEntries, MatchesAMap) {
+  std::mt19937_64 rng(5);
+  DirEntries entries;
+  std::map<std::string, uint64_t> want;
+  std::deque<std::string> names;  // what the keys view; never moved
+  auto name_of = [&](uint64_t n) -> const std::string & {
+    char buf[16];
+    snprintf(buf, sizeof(buf), "c%05llu", static_cast<unsigned long long>(n));
+    return names.emplace_back(buf);
+  };
+  uint64_t next_in_order = 0;
+  for (uint64_t step = 1; step <= 40000; ++step) {
+    const int op = static_cast<int>(rng() % 4);
+    if (op == 0) {  // in name order, as a load brings them
+      const std::string &name = name_of(next_in_order++ % 20000);
+      ASSERT_EQ(entries.Add(name, step), want.try_emplace(name, step).second);
+    } else if (op == 1) {  // anywhere, or over an existing name
+      const std::string &name = name_of(rng() % 20000);
+      entries.Set(name, step);
+      want[name] = step;
+      ASSERT_EQ(entries.find(name)->first.data(), name.data());
+    } else {
+      const std::string &name = name_of(rng() % 20000);
+      auto it = entries.find(name);
+      ASSERT_EQ(it == entries.end(), !want.count(name));
+      if (it != entries.end() && op == 2) {
+        entries.erase(it);
+        want.erase(name);
+      }
+    }
+    ASSERT_EQ(entries.size(), want.size());
+    if (step % 4000) continue;
+    ASSERT_TRUE(std::equal(
+        entries.begin(), entries.end(), want.begin(), want.end(),
+        [](const auto &a, const auto &b) { return a.first == b.first && a.second == b.second; }));
+    ASSERT_TRUE(std::equal(entries.rbegin(), entries.rend(), want.rbegin(), want.rend(),
+                           [](const auto &a, const auto &b) { return a.first == b.first; }));
+    for (int i = 0; i < 200; ++i) {
+      const std::string after = name_of(rng() % 20000);
+      auto got = entries.upper_bound(after);
+      auto expect = want.upper_bound(after);
+      ASSERT_EQ(got == entries.end(), expect == want.end()) << after;
+      if (got != entries.end()) {
+        ASSERT_EQ(got->first, expect->first) << after;
+      }
+    }
+  }
+  while (!entries.empty()) entries.erase(entries.begin());
+  EXPECT_EQ(entries.size(), 0u);
 }
 
 }  // namespace

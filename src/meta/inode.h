@@ -5,12 +5,12 @@
 #include <sys/stat.h>
 
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 
+#include "absl/container/btree_map.h"
 #include "alloc/extent.h"
 #include "maru.pb.h"
 #include "meta/inode_slab.h"
@@ -67,10 +67,14 @@ class Boxed {
 // A directory's entries: name -> inode number, in name order. A name is a
 // view of the child inode's own `name`, which does not change while it is
 // linked (and an Inode never moves), so each name is stored once. A file
-// has no entries and pays one pointer for them.
+// has no entries and pays one pointer for them. A B-tree: its 24-byte
+// entries sit side by side in nodes (about 26 bytes an entry when names
+// come in order, as a load and most fills bring them) where std::map pays a
+// 64-byte heap node each; at ten million chunks, 350 MB less. Its
+// iterators do not survive an insert or an erase: nothing here keeps one.
 class DirEntries {
  public:
-  using Map = std::map<std::string_view, uint64_t, std::less<>>;
+  using Map = absl::btree_map<std::string_view, uint64_t, std::less<>>;
   using const_iterator = Map::const_iterator;
   using const_reverse_iterator = Map::const_reverse_iterator;
 
@@ -98,10 +102,8 @@ class DirEntries {
     auto [it, added] = map_->try_emplace(name, ino);
     if (added) return;
     // The key views the name of the child it named, which may go away.
-    auto node = map_->extract(it);
-    node.key() = name;
-    node.mapped() = ino;
-    map_->insert(std::move(node));
+    map_->erase(it);
+    map_->try_emplace(name, ino);
   }
   // Set, unless `name` is taken; false then. Names that come in order (a
   // load in the order they were made) go in at the end, without a search.
