@@ -45,6 +45,7 @@ class FrequencyEviction : public EvictionPolicy {
   void Park(uint64_t ino) override;
   void UnparkAll() override;
   void Unpark(uint64_t ino) override;
+  void Reserve(size_t chunks) override { state_.reserve(chunks); }
   bool EvictsDescendants() const override { return false; }
   const char *name() const override { return "frequency"; }
 

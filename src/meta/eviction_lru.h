@@ -23,6 +23,7 @@ class LruEviction : public EvictionPolicy {
   void Park(uint64_t ino) override;
   void UnparkAll() override;
   void Unpark(uint64_t ino) override;
+  void Reserve(size_t chunks) override { last_use_.reserve(chunks); }
   bool EvictsDescendants() const override { return false; }
   const char *name() const override { return "lru"; }
 

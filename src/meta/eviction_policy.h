@@ -5,6 +5,7 @@
 // chunks extend which read the ChunkChains they were made with.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -63,6 +64,9 @@ class EvictionPolicy {
     (void)ino;
     UnparkAll();
   }
+  // Room for `chunks` without growing: a start restores millions, and
+  // each growth of a table moves every entry in it again.
+  virtual void Reserve(size_t chunks) { (void)chunks; }
   // Whether evicting a chunk also evicts the chunks that extend it.
   virtual bool EvictsDescendants() const = 0;
   virtual const char *name() const = 0;

@@ -60,6 +60,8 @@ class Evictor {
   void Read(const Inode &inode);
   void SetParent(Inode *inode, uint64_t parent);
   void Restored(const Inode &inode);
+  // Room for `chunks` restored chunks in the policy's tables.
+  void Reserve(size_t chunks) { policy_->Reserve(chunks); }
   void Removed(const Inode &inode);
   // A client's retention hint on a chunk (the engine checked who may).
   void Hint(const Inode &inode, RetentionHint hint);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "meta/inode.h"
+#include "util/flat_map.h"
 
 namespace maru {
 
@@ -85,9 +86,7 @@ class InodeTable {
   }
 
  private:
-  size_t Home(uint64_t ino) const {
-    return static_cast<size_t>((ino * 0x9E3779B97F4A7C15ull) >> shift_) & mask_;
-  }
+  size_t Home(uint64_t ino) const { return HomeSlot(ino, shift_, mask_); }
 
   void Grow() {
     std::vector<Inode *> old = std::move(slots_);

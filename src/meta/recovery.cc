@@ -90,6 +90,7 @@ Status MetaEngine::RestoreInodes(MetaDb::Contents &contents, MetaDb::Batch *batc
   // come off the free space in order (no scattering of free runs), and the
   // eviction order starts as the order they were made in. (The directories
   // made here hold no chunk.)
+  evictor_->Reserve(adopted->size());
   for (Inode *inode : *adopted) MARU_RETURN_IF_ERROR(RestoreChunk(*inode));
   clock->Lap("space and eviction");
   MARU_RETURN_IF_ERROR(RestoreRetired(contents));
