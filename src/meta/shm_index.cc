@@ -185,6 +185,11 @@ void ShmIndex::PublishAll(const std::vector<Inode *> &order) {
   };
   Pending batch[16];
   size_t pending = 0;
+  // Entered up to 7/8 of the entries; the rest are overflow (clients ask
+  // the server for them). Past that load an insert probes its 32 entries
+  // mostly in vain: ten million chunks into the default 4Mi entries took
+  // 10 s of a start that way.
+  const uint64_t room = header_->entries / 8 * 7;
   auto flush = [&] {
     const uint64_t mask = header_->entries - 1;
     for (size_t i = 0; i < pending; ++i) {
@@ -208,6 +213,10 @@ void ShmIndex::PublishAll(const std::vector<Inode *> &order) {
       if (dir_path != "/") dir_path += '/';
       dir_open = (dir->mode & S_IXOTH) && PathOpen(tree_, *dir);
     }
+    if (by_gen_.size() + pending >= room) {
+      header_->overflow.fetch_add(1);
+      continue;
+    }
     path.assign(dir_path).append(inode->name);
     Pending &p = batch[pending++];
     p.file = inode;
@@ -221,7 +230,7 @@ void ShmIndex::PublishAll(const std::vector<Inode *> &order) {
       if (inode.is_dir())
         dirs_.try_emplace(inode.ino, DirState{inode.parent, inode.mode, inode.name});
       else if (inode.is_file() && inode.current && !by_gen_.contains(inode.current->gen))
-        Publish(inode);
+        by_gen_.size() < room ? Publish(inode) : void(header_->overflow.fetch_add(1));
     });
   header_->state.store(index::kLive, std::memory_order_seq_cst);
 }
