@@ -9,6 +9,8 @@
 #include <cstring>
 #include <vector>
 
+#include "fs/fuse_loop.h"
+#include "fs/fuse_ring.h"
 #include "fs/pool_bufvec.h"
 #include "util/log.h"
 
@@ -495,8 +497,11 @@ void MaruFs::Read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_
   // message, and for a sealed file no lock (OpenFile::Read).
   const uint64_t start = static_cast<uint64_t>(off);
   OpenFile::ReadView v;
-  if (int rc = Handle(fi)->Read(start, size, &v); rc < 0)
+  const bool may_wait = !MustNotWait();
+  if (int rc = Handle(fi)->Read(start, size, &v, may_wait); rc < 0) {
+    if (rc == -EWOULDBLOCK && !may_wait) return HandToWorker(req);  // its writer waits
     return (void)fuse_reply_err(req, FsErrno(rc));
+  }
   if (v.len == 0) return (void)fuse_reply_buf(req, nullptr, 0);
   // Sealed bytes never change: the kernel may splice them from the pool
   // file. A writer's bytes may, so they are copied while it is locked.
@@ -513,10 +518,16 @@ void MaruFs::Read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_
 
 void MaruFs::WriteBuf(fuse_req_t req, fuse_ino_t, fuse_bufvec *in, off_t off, fuse_file_info *fi) {
   const uint64_t start = static_cast<uint64_t>(off), len = fuse_buf_size(in);
-  ssize_t copied = Handle(fi)->Write(CallerFnOf(req), start, len, [&](const ExtentMap &map) {
-    PoolBufvec dst(*pool_, map, start, len);
-    return fuse_buf_copy(dst.get(), in, FUSE_BUF_NO_SPLICE);
-  });
+  const bool may_wait = !MustNotWait();
+  ssize_t copied = Handle(fi)->Write(
+      CallerFnOf(req), start, len,
+      [&](const ExtentMap &map) {
+        PoolBufvec dst(*pool_, map, start, len);
+        return fuse_buf_copy(dst.get(), in, FUSE_BUF_NO_SPLICE);
+      },
+      may_wait);
+  // A write that asks the server for room holds up no other file's reads.
+  if (copied == -EWOULDBLOCK && !may_wait) return HandToWorker(req);
   if (copied < 0) return (void)fuse_reply_err(req, FsErrno(static_cast<int>(copied)));
   fuse_reply_write(req, static_cast<size_t>(copied));
 }
