@@ -906,6 +906,29 @@ TEST_F(FuseTest, RequestsAreServedOverIoUringWhereTheKernelOffersIt) {
   EXPECT_EQ(rmdir((ring / "d").c_str()), 0);
 }
 
+TEST_F(FuseTest, SplicedReadRepliesWorkWithTheRing) {
+  // libfuse splices a read reply straight into /dev/fuse, where no request
+  // of the ring is known: a ring request's reply is copied into its entry.
+  if (!EnableFuseRing()) GTEST_SKIP() << "the kernel offers no FUSE over io_uring here";
+  FuseMount spliced(server_.address(), "splice=1");
+  ASSERT_TRUE(spliced.Start());
+  int threads = 0;
+  RingThreadsRuntime(spliced.pid(), &threads);
+  EXPECT_GT(threads, 0) << "-o splice=1 still asks for the ring";
+  std::string data(256 << 10, '\0');
+  maru_test::FillPattern(data.data(), data.size(), "splice");
+  WriteFile(spliced / "f", data);
+  // One large read (libfuse splices none of a few pages).
+  int fd = open((spliced / "f").c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  std::string got(data.size(), '\0');
+  EXPECT_EQ(pread(fd, got.data(), got.size(), 0), static_cast<ssize_t>(got.size()))
+      << strerror(errno);
+  EXPECT_TRUE(got == data);
+  close(fd);
+  EXPECT_TRUE(Slurp(spliced / "f") == data);
+}
+
 TEST_F(FuseTest, OverIoUringRequestsWaitingOnTheServerHoldUpNoReadOfTheirCpu) {
   // The kernel gives a request to the queue of the CPU it was made on. Its
   // threads hand what waits on the server to the workers and register

@@ -504,8 +504,10 @@ void MaruFs::Read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_
   }
   if (v.len == 0) return (void)fuse_reply_buf(req, nullptr, 0);
   // Sealed bytes never change: the kernel may splice them from the pool
-  // file. A writer's bytes may, so they are copied while it is locked.
-  if (options_.splice && v.sealed) {
+  // file. A writer's bytes may, so they are copied while it is locked. A
+  // ring's reply goes into its entry, not to /dev/fuse, where a spliced one
+  // would go: it is copied.
+  if (options_.splice && v.sealed && !FuseRing::Serving()) {
     PoolBufvec data(*pool_, *v.map, start, v.len, true);
     return (void)fuse_reply_data(req, data.get(), FUSE_BUF_SPLICE_MOVE);
   }
