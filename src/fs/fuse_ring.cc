@@ -182,7 +182,9 @@ FuseRing::Entry::~Entry() {
 }
 
 int FuseRing::Entry::Init() {
-  header = static_cast<RingHeader *>(aligned_alloc(64, sizeof(RingHeader)));
+  // aligned_alloc takes a multiple of the alignment.
+  constexpr size_t kHeaderBytes = (sizeof(RingHeader) + 63) / 64 * 64;
+  header = static_cast<RingHeader *>(aligned_alloc(64, kHeaderBytes));
   void *m = mmap(nullptr, kPrefixBytes + kPayloadBytes, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (m != MAP_FAILED) region = static_cast<uint8_t *>(m);
