@@ -7,6 +7,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysinfo.h>
@@ -985,6 +986,70 @@ TEST_F(FuseTest, OverIoUringRequestsWaitingOnTheServerHoldUpNoReadOfTheirCpu) {
   close(reader);
   // What the workers served went back to the ring: the mount goes on.
   EXPECT_TRUE(Slurp(ring / "sealed") == data);
+}
+
+// Whether `pid` (a child) has exited with status 0; it stays waitable.
+bool ExitedCleanly(pid_t pid, std::string *how) {
+  siginfo_t info{};
+  if (waitid(P_PID, pid, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid != pid)
+    return false;
+  *how = (info.si_code == CLD_EXITED ? "exit " : "signal ") + std::to_string(info.si_status);
+  return true;
+}
+
+TEST_F(FuseTest, UnmountedOrStoppedWhileRequestsWaitOnTheServer) {
+  // Requests handed to the workers (a write growing its reservation, a
+  // lookup; over the ring, with their entries) are in flight when the
+  // mount goes: lazily (umount -l), or by a signal to the daemon. It exits
+  // cleanly once the server answers, and its callers get an answer.
+  std::vector<std::string> ways = {"uring=0"};
+  if (EnableFuseRing()) ways.push_back("uring=1");
+  int round = 0;
+  for (const std::string &way : ways) {
+    for (const bool lazy : {true, false}) {
+      SCOPED_TRACE(way + (lazy ? " umount -l" : " SIGTERM"));
+      const std::string dir = "d" + std::to_string(++round);
+      FuseMount m(server_.address(), way + ",timeout_ms=15000");
+      ASSERT_TRUE(m.Start());
+      ASSERT_EQ(mkdir((m / dir).c_str(), 0755), 0);
+      int writer = open((m / (dir + "/w")).c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ASSERT_GE(writer, 0);
+      std::string page(4096, 'x');
+      ASSERT_EQ(pwrite(writer, page.data(), page.size(), 0), 4096);
+      struct stat st;
+      ASSERT_EQ(stat(m.path().c_str(), &st), 0);
+      const bool counted = FuseRequestsWaiting(st.st_dev) >= 0;
+      if (counted) {
+        ASSERT_TRUE(maru_test::WaitFor([&] { return FuseRequestsWaiting(st.st_dev) == 0; }));
+      }
+      ASSERT_TRUE(maru_test::Freeze(server_.pid()));
+      std::atomic<int> answered{0};
+      std::thread write([&] {
+        (void)!pwrite(writer, page.data(), page.size(), 64 << 20);
+        ++answered;
+      });
+      std::thread lookup([&] {
+        struct stat ignored;
+        (void)stat((m / (dir + "/missing")).c_str(), &ignored);
+        ++answered;
+      });
+      if (counted) {
+        EXPECT_TRUE(maru_test::WaitFor([&] { return FuseRequestsWaiting(st.st_dev) >= 2; }));
+      }
+      if (lazy)  // umount -l (fusermount3 -uz would stat the mount first, and wait too)
+        EXPECT_EQ(umount2(m.path().c_str(), MNT_DETACH), 0) << strerror(errno);
+      else
+        kill(m.pid(), SIGTERM);
+      kill(server_.pid(), SIGCONT);
+      write.join();
+      lookup.join();
+      EXPECT_EQ(answered.load(), 2);
+      close(writer);  // the last reference: the lazily unmounted mount goes
+      std::string how;
+      EXPECT_TRUE(maru_test::WaitFor([&] { return ExitedCleanly(m.pid(), &how); }, 20000));
+      EXPECT_EQ(how, "exit 0");
+    }
+  }
 }
 
 TEST(FuseMountHelper, MountTypeFuseMaruAndUmount) {
