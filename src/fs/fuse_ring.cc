@@ -371,6 +371,10 @@ void FuseRing::Queue::Run() {
     const int res = cqe->res;
     io_uring_cqe_seen(&ring, cqe);
     if (data == kStopData) break;
+    if (data == kDoneData && res < 0 && res != -EINTR && res != -EAGAIN) {
+      LOG_ERROR("fuse ring queue %u: reading its eventfd: %s", qid, strerror(-res));
+      break;  // (never seen: it would spin here otherwise)
+    }
     if (data == kDoneData) {
       CommitDone();
       ReadEventfd(done_fd, &done_count, kDoneData);
