@@ -32,17 +32,6 @@ std::shared_ptr<OpenFile> &Handle(fuse_file_info *fi) {
   return *reinterpret_cast<std::shared_ptr<OpenFile> *>(fi->fh);
 }
 
-void SetHandle(fuse_file_info *fi, const std::shared_ptr<OpenFile> &f) {
-  fi->fh = reinterpret_cast<uint64_t>(new std::shared_ptr<OpenFile>(f));
-}
-
-std::shared_ptr<OpenFile> TakeHandle(fuse_file_info *fi) {
-  auto *holder = reinterpret_cast<std::shared_ptr<OpenFile> *>(fi->fh);
-  std::shared_ptr<OpenFile> f = std::move(*holder);
-  delete holder;
-  return f;
-}
-
 // The identity of the process behind a request: the server checks it.
 rpc::Caller CallerOf(fuse_req_t req) {
   const fuse_ctx *ctx = fuse_req_ctx(req);
@@ -135,6 +124,36 @@ MaruFs::MaruFs(std::unique_ptr<MetaClient> client, std::unique_ptr<PoolMap> pool
       env_{client_.get(), pool_.get(), options_.checksum,
            [this](uint64_t ino, uint64_t gen) { Published(ino, gen); }},
       xattrs_(client_.get()) {}
+
+MaruFs::~MaruFs() {
+  std::unordered_set<std::shared_ptr<OpenFile> *> left;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    left.swap(handles_);
+  }
+  if (!left.empty()) LOG_INFO("%zu files were still open", left.size());
+  for (std::shared_ptr<OpenFile> *holder : left) delete holder;
+}
+
+void MaruFs::SetHandle(fuse_file_info *fi, const std::shared_ptr<OpenFile> &f) {
+  auto *holder = new std::shared_ptr<OpenFile>(f);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    handles_.insert(holder);
+  }
+  fi->fh = reinterpret_cast<uint64_t>(holder);
+}
+
+std::shared_ptr<OpenFile> MaruFs::TakeHandle(fuse_file_info *fi) {
+  auto *holder = reinterpret_cast<std::shared_ptr<OpenFile> *>(fi->fh);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    handles_.erase(holder);
+  }
+  std::shared_ptr<OpenFile> f = std::move(*holder);
+  delete holder;
+  return f;
+}
 
 template <typename Req, typename Rep>
 int MaruFs::Call(fuse_req_t req, MetaClient::Method<Req, Rep> method, Req &r, Rep *rep) {
