@@ -247,11 +247,13 @@ int Serve(MaruFs *fs, fuse_args *args, const Options &o) {
     Detach(o.log_file);
   }
   LOG_INFO("reads of sealed files %s the page cache", fs->DirectReads() ? "bypass" : "go through");
+  // What may wait on the server, from /dev/fuse and from the ring.
+  auto workers = std::make_unique<FuseWorkers>(se, static_cast<unsigned>(o.threads));
   std::unique_ptr<FuseRing> uring;
   if (granted & kFuseOverIoUring) {
     // Two threads a CPU: a request that waits on another of its CPU (a
     // writeback under an invalidation) still finds one free.
-    Result<std::unique_ptr<FuseRing>> started = FuseRing::Start(se, 2);
+    Result<std::unique_ptr<FuseRing>> started = FuseRing::Start(se, 2, workers.get());
     if (started.ok())
       uring = std::move(*started);
     else
@@ -260,7 +262,11 @@ int Serve(MaruFs *fs, fuse_args *args, const Options &o) {
   LOG_INFO("requests are served over %s", uring ? "io_uring" : "/dev/fuse");
   // /dev/fuse: everything without the ring, and FORGETs, interrupts and
   // the replies to notifications with it.
-  int rc = RunFuseLoop(se, static_cast<unsigned>(o.threads));
+  int rc = RunFuseLoop(se, workers.get());
+  // The ring's threads hand on to the workers, whose jobs serve its
+  // entries: the threads stop first, the entries go last.
+  if (uring) uring->Stop();
+  workers.reset();
   uring.reset();
   fuse_session_unmount(se);
   fuse_remove_signal_handlers(se);

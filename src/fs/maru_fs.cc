@@ -9,6 +9,8 @@
 #include <cstring>
 #include <vector>
 
+#include "fs/fuse_loop.h"
+#include "fs/fuse_ring.h"
 #include "fs/pool_bufvec.h"
 #include "util/log.h"
 
@@ -28,17 +30,6 @@ MaruFs *Fs(fuse_req_t req) {
 // An open file's handle is a reference to its OpenFile.
 std::shared_ptr<OpenFile> &Handle(fuse_file_info *fi) {
   return *reinterpret_cast<std::shared_ptr<OpenFile> *>(fi->fh);
-}
-
-void SetHandle(fuse_file_info *fi, const std::shared_ptr<OpenFile> &f) {
-  fi->fh = reinterpret_cast<uint64_t>(new std::shared_ptr<OpenFile>(f));
-}
-
-std::shared_ptr<OpenFile> TakeHandle(fuse_file_info *fi) {
-  auto *holder = reinterpret_cast<std::shared_ptr<OpenFile> *>(fi->fh);
-  std::shared_ptr<OpenFile> f = std::move(*holder);
-  delete holder;
-  return f;
 }
 
 // The identity of the process behind a request: the server checks it.
@@ -133,6 +124,36 @@ MaruFs::MaruFs(std::unique_ptr<MetaClient> client, std::unique_ptr<PoolMap> pool
       env_{client_.get(), pool_.get(), options_.checksum,
            [this](uint64_t ino, uint64_t gen) { Published(ino, gen); }},
       xattrs_(client_.get()) {}
+
+MaruFs::~MaruFs() {
+  std::unordered_set<std::shared_ptr<OpenFile> *> left;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    left.swap(handles_);
+  }
+  if (!left.empty()) LOG_INFO("%zu files were still open", left.size());
+  for (std::shared_ptr<OpenFile> *holder : left) delete holder;
+}
+
+void MaruFs::SetHandle(fuse_file_info *fi, const std::shared_ptr<OpenFile> &f) {
+  auto *holder = new std::shared_ptr<OpenFile>(f);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    handles_.insert(holder);
+  }
+  fi->fh = reinterpret_cast<uint64_t>(holder);
+}
+
+std::shared_ptr<OpenFile> MaruFs::TakeHandle(fuse_file_info *fi) {
+  auto *holder = reinterpret_cast<std::shared_ptr<OpenFile> *>(fi->fh);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    handles_.erase(holder);
+  }
+  std::shared_ptr<OpenFile> f = std::move(*holder);
+  delete holder;
+  return f;
+}
 
 template <typename Req, typename Rep>
 int MaruFs::Call(fuse_req_t req, MetaClient::Method<Req, Rep> method, Req &r, Rep *rep) {
@@ -495,12 +516,17 @@ void MaruFs::Read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_
   // message, and for a sealed file no lock (OpenFile::Read).
   const uint64_t start = static_cast<uint64_t>(off);
   OpenFile::ReadView v;
-  if (int rc = Handle(fi)->Read(start, size, &v); rc < 0)
+  const bool may_wait = !MustNotWait();
+  if (int rc = Handle(fi)->Read(start, size, &v, may_wait); rc < 0) {
+    if (rc == -EWOULDBLOCK && !may_wait) return HandToWorker(req);  // its writer waits
     return (void)fuse_reply_err(req, FsErrno(rc));
+  }
   if (v.len == 0) return (void)fuse_reply_buf(req, nullptr, 0);
   // Sealed bytes never change: the kernel may splice them from the pool
-  // file. A writer's bytes may, so they are copied while it is locked.
-  if (options_.splice && v.sealed) {
+  // file. A writer's bytes may, so they are copied while it is locked. A
+  // ring's reply goes into its entry, not to /dev/fuse, where a spliced one
+  // would go: it is copied.
+  if (options_.splice && v.sealed && !FuseRing::Serving()) {
     PoolBufvec data(*pool_, *v.map, start, v.len, true);
     return (void)fuse_reply_data(req, data.get(), FUSE_BUF_SPLICE_MOVE);
   }
@@ -513,10 +539,16 @@ void MaruFs::Read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_
 
 void MaruFs::WriteBuf(fuse_req_t req, fuse_ino_t, fuse_bufvec *in, off_t off, fuse_file_info *fi) {
   const uint64_t start = static_cast<uint64_t>(off), len = fuse_buf_size(in);
-  ssize_t copied = Handle(fi)->Write(CallerFnOf(req), start, len, [&](const ExtentMap &map) {
-    PoolBufvec dst(*pool_, map, start, len);
-    return fuse_buf_copy(dst.get(), in, FUSE_BUF_NO_SPLICE);
-  });
+  const bool may_wait = !MustNotWait();
+  ssize_t copied = Handle(fi)->Write(
+      CallerFnOf(req), start, len,
+      [&](const ExtentMap &map) {
+        PoolBufvec dst(*pool_, map, start, len);
+        return fuse_buf_copy(dst.get(), in, FUSE_BUF_NO_SPLICE);
+      },
+      may_wait);
+  // A write that asks the server for room holds up no other file's reads.
+  if (copied == -EWOULDBLOCK && !may_wait) return HandToWorker(req);
   if (copied < 0) return (void)fuse_reply_err(req, FsErrno(static_cast<int>(copied)));
   fuse_reply_write(req, static_cast<size_t>(copied));
 }
