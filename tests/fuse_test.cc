@@ -814,6 +814,37 @@ TEST_F(FuseTest, OverDevFuseAWriteWaitingOnTheServerHoldsUpNoRead) {
   close(reader);
 }
 
+TEST_F(FuseTest, LookupsInOneDirectoryDoNotWaitForEachOther) {
+  // The INIT reply grants FUSE_PARALLEL_DIROPS (libfuse 3.14 leaves it out;
+  // AnswerInit puts it in): without it the kernel lets one lookup of a
+  // directory at a time reach the daemon, and the others wait in the kernel
+  // for it to be answered. Here every lookup waits on a stopped server,
+  // and all of them must be in flight at once.
+  FuseMount m(server_.address(), "uring=0,timeout_ms=15000");
+  ASSERT_TRUE(m.Start());
+  ASSERT_EQ(mkdir((m / "dir").c_str(), 0755), 0);
+  struct stat st;
+  ASSERT_EQ(stat(m.path().c_str(), &st), 0);
+  if (FuseRequestsWaiting(st.st_dev) < 0) GTEST_SKIP() << "no fusectl to count requests by";
+  ASSERT_TRUE(maru_test::WaitFor([&] { return FuseRequestsWaiting(st.st_dev) == 0; }));
+  ASSERT_TRUE(maru_test::Freeze(server_.pid()));
+  constexpr int kLookups = 4;
+  std::atomic<int> missing{0};
+  std::vector<std::thread> lookups;
+  for (int i = 0; i < kLookups; ++i) {
+    lookups.emplace_back([&, i] {
+      struct stat ignored;
+      if (stat((m / ("dir/missing" + std::to_string(i))).c_str(), &ignored) != 0 && errno == ENOENT)
+        ++missing;
+    });
+  }
+  EXPECT_TRUE(maru_test::WaitFor([&] { return FuseRequestsWaiting(st.st_dev) >= kLookups; }))
+      << FuseRequestsWaiting(st.st_dev) << " of " << kLookups << " lookups in flight";
+  kill(server_.pid(), SIGCONT);
+  for (std::thread &t : lookups) t.join();
+  EXPECT_EQ(missing.load(), kLookups);
+}
+
 // FUSE over io_uring (kernel 6.14+) is offered once root sets
 // fuse.enable_uring; only daemons that ask for it use it (libfuse 3.14's
 // never do), so it is enabled here if it can be, and left so. False if the

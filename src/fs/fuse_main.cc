@@ -231,9 +231,12 @@ int Serve(MaruFs *fs, fuse_args *args, const Options &o) {
     return Fail(std::string("cannot mount on ") + o.mountpoint);
   }
   // The kernel's INIT, answered here: libfuse 3.14 cannot ask for mmap of
-  // direct-I/O files on its own.
+  // direct-I/O files on its own, and drops two flags MaruFs::Init wants
+  // from its reply (without parallel dirops the kernel serves one lookup
+  // of a directory at a time).
   const uint64_t ring = o.uring && FuseRingBuilt() ? kFuseOverIoUring : 0;
-  const int64_t granted = AnswerInit(se, kFuseDirectIoAllowMmap | ring);
+  const int64_t granted =
+      AnswerInit(se, kFuseParallelDirops | kFuseHandleKillpriv | kFuseDirectIoAllowMmap | ring);
   if (granted < 0) {
     fuse_session_unmount(se);
     fuse_remove_signal_handlers(se);

@@ -229,6 +229,8 @@ void MaruFs::Init(fuse_conn_info *conn) {
   // Opening with O_TRUNC is one request: a new version, atomically.
   if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC) conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
   if (conn->capable & FUSE_CAP_READDIRPLUS) conn->want |= FUSE_CAP_READDIRPLUS;
+  // Lookups and readdirs of one directory at once (libfuse 3.14 leaves this
+  // and HANDLE_KILLPRIV out of its reply; AnswerInit puts them in).
   if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
   if (conn->capable & FUSE_CAP_ASYNC_READ) conn->want |= FUSE_CAP_ASYNC_READ;
   // Requests are read with one read(), not spliced through a pipe and read
