@@ -504,7 +504,12 @@ int MaruFs::OpenWriter(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi,
   const uint64_t keep = (fi->flags & O_TRUNC) ? 0 : UINT64_MAX;
   if (int rc = (*f)->StartVersion(CallerOf(req), keep); rc < 0) return rc;
   // The server dropped the set-id bits, if any, for anyone but root; the
-  // kernel's cached mode must not go on showing them.
+  // kernel's cached mode must not go on showing them. Attributes only (an
+  // offset of -1): the kernel then invalidates no pages, so this worker
+  // never waits here for a writeback of dirty pages (a mapping of a
+  // cached_writes file), whose write may itself need a worker (a new
+  // version, a larger reservation): with every worker here, none would be
+  // left for it. The inode is not being evicted either: this open holds it.
   if (session_ && fuse_req_ctx(req)->uid != 0)
     fuse_lowlevel_notify_inval_inode(session_, ino, -1, 0);
   AddWriter(*f);
