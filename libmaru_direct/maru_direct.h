@@ -400,8 +400,8 @@ int maru_unpin_batch(maru_t *m, const char *const *paths, size_t n, int *results
 int maru_unlink_batch(maru_t *m, const char *const *paths, size_t n, int *results);
 
 /* Retention hints: what the caller expects of a chunk's reads, for the
- * eviction order of a server run with `--eviction hinted` (other policies
- * accept hints and ignore them). A hint only reorders: a kept chunk still
+ * eviction order of the server's default policy, `frequency` (`lru` and
+ * `prefix` accept hints and ignore them). A hint only reorders: a kept chunk still
  * ages and is evicted when nothing older is left, a pool that is full still
  * evicts, and a quota still counts every byte. Not a pin (maru_pin()).
  * Hints are soft state: forgotten at a server restart and with the chunk.

@@ -12,7 +12,6 @@
 
 #include "meta/chunk_chains.h"
 #include "meta/eviction_frequency.h"
-#include "meta/eviction_hinted.h"
 #include "meta/eviction_policy.h"
 
 namespace maru {
@@ -22,23 +21,25 @@ namespace {
 // re-seal, read, new parent). LRU: least recently used first. Prefix: the
 // tails (sealed chunks no sealed chunk names as parent) by last use, then
 // every sealed chunk by last use. Frequency: by the key each chunk got at
-// its last use (FrequencyEviction::Key of that use's tick, the reads and
-// depth then, the sealed chunks then), least first. Hinted: frequency's
-// key of the last use moved by the chunk's hint (HintedEviction::Key, with
-// the sealed chunks at the last use or hint); a read clears a drop hint, a
-// first seal or new parent any hint.
+// its last use (FrequencyEviction::Key of that use's tick, the reads, depth
+// and hint then, the sealed chunks then, and the weight its evidence gave
+// then), moved by each hint since by the difference of the hints' offsets
+// (at the sealed chunks then), least first; a read clears a drop hint, a
+// first seal or new parent any hint. The evidence: a read counts for the
+// chunk's class (read before or not) with its age, a chunk that goes
+// (removed, or re-parented) counts as gone in its class.
 class Reference {
  public:
   struct Frequency {
     int64_t key = 0;
     uint32_t reads = 0, depth = 0;
     uint64_t last = 0;
-    int64_t hinted_key = 0;
     RetentionHint hint = RetentionHint::kNone;
   };
   std::map<uint64_t, uint64_t> parent;    // every chunk not removed (0: none)
   std::map<uint64_t, uint64_t> last_use;  // the sealed ones
   std::map<uint64_t, Frequency> frequency;
+  FrequencyEviction::Evidence evidence;
   uint64_t clock = 0;
 
   // A use of sealed `ino` at `clock`: a read, a seal again, or (`fresh`)
@@ -47,28 +48,38 @@ class Reference {
     Frequency &f = frequency[ino];
     if (fresh) {
       auto p = frequency.find(parent[ino]);
-      f = Frequency{0, 0, p == frequency.end() || p->first == ino ? 0 : p->second.depth + 1};
+      const uint32_t depth = p == frequency.end() || p->first == ino
+                                 ? 0
+                                 : std::min(p->second.depth + 1, FrequencyEviction::kMaxDepth);
+      f = Frequency{0, 0, depth};
     } else {
+      evidence.Reread(f.reads, clock - f.last, last_use.size());
       ++f.reads;
       if (f.hint == RetentionHint::kDrop) f.hint = RetentionHint::kNone;
     }
     f.last = clock;
-    f.key = FrequencyEviction::Key(clock, f.reads, f.depth, last_use.size(),
-                                   FrequencyEviction::kWeight);
-    f.hinted_key = HintedEviction::Key(clock, f.reads, f.depth, f.hint, last_use.size());
+    f.key =
+        FrequencyEviction::Key(clock, f.reads, f.depth, f.hint, last_use.size(), evidence.Weight());
   }
   // A client's hint on sealed `ino`: not a use.
   void Hinted(uint64_t ino, RetentionHint hint) {
     Frequency &f = frequency.at(ino);
+    f.key += FrequencyEviction::HintOffset(hint, last_use.size()) -
+             FrequencyEviction::HintOffset(f.hint, last_use.size());
     f.hint = hint;
-    f.hinted_key = HintedEviction::Key(f.last, f.reads, f.depth, hint, last_use.size());
+  }
+  // Sealed `ino` goes (the policy forgets it): evidence of its class.
+  void Gone(uint64_t ino) {
+    const uint32_t reads = frequency.at(ino).reads;
+    frequency.erase(ino);
+    last_use.erase(ino);
+    evidence.Gone(reads, last_use.size());
   }
 
   std::vector<uint64_t> Order(const std::string &policy) const {
-    if (policy == "frequency" || policy == "hinted") {
+    if (policy == "frequency") {
       std::vector<std::pair<int64_t, uint64_t>> by_key;
-      for (const auto &[ino, f] : frequency)
-        by_key.emplace_back(policy == "hinted" ? f.hinted_key : f.key, ino);
+      for (const auto &[ino, f] : frequency) by_key.emplace_back(f.key, ino);
       std::sort(by_key.begin(), by_key.end());
       std::vector<uint64_t> order;
       for (const auto &[key, ino] : by_key) order.push_back(ino);
@@ -98,13 +109,22 @@ class Workload {
   }
 
   void Step() {
-    if (policy_name_ == "hinted" && !ref_.last_use.empty() && Pick(6) == 0) return Hint();
+    if (policy_name_ == "frequency" && !ref_.last_use.empty() && Pick(6) == 0) return Hint();
     const int op = Pick(10);
     if (ref_.parent.empty() || op < 3) return Create();
     const uint64_t ino = Any();
     const bool sealed = ref_.last_use.count(ino);
     if (op < 6) return Seal(ino);
-    if (op < 8 && sealed) return Read(ino);
+    if (op < 8 && sealed) {
+      // Half the reads go to a chunk read before, if the seed says so:
+      // some workloads teach frequency that reads predict rereads.
+      if (rereads_ && !read_.empty() && Pick(2) == 0) {
+        const uint64_t again = read_[Pick(read_.size())];
+        if (ref_.last_use.count(again)) return Read(again);
+      }
+      read_.push_back(ino);
+      return Read(ino);
+    }
     if (op < 9) return SetParent(ino, Pick(4) == 0 ? 0 : Pick(20) == 0 ? ino : Any());
     Remove(ino);
   }
@@ -142,6 +162,8 @@ class Workload {
   }
 
   EvictionPolicy &policy() { return *policy_; }
+  // The weight the reference's evidence gives frequency's bonus now.
+  double weight() const { return ref_.evidence.Weight(); }
   size_t sealed() const { return ref_.last_use.size(); }
 
  private:
@@ -185,20 +207,24 @@ class Workload {
     if (sealed) policy_->OnInsert(ino);
     ref_.parent[ino] = parent;
     if (!sealed) return;
-    ref_.frequency.erase(ino);  // known again only once re-inserted
+    ref_.Gone(ino);  // known again only once re-inserted
     ref_.last_use[ino] = ++ref_.clock;
     ref_.Used(ino, true);
   }
   void Remove(uint64_t ino) {
-    if (ref_.last_use.count(ino)) policy_->OnRemove(ino);
+    if (ref_.last_use.count(ino)) {
+      policy_->OnRemove(ino);
+      if (ref_.frequency.count(ino)) ref_.Gone(ino);
+    }
     chains_.Remove(ino);
     ref_.parent.erase(ino);
     ref_.last_use.erase(ino);
-    ref_.frequency.erase(ino);
   }
 
   const std::string policy_name_;
   std::mt19937_64 rng_;
+  const bool rereads_ = rng_() % 2 == 0;
+  std::vector<uint64_t> read_;  // chunks read, in order (some gone since)
   ChunkChains chains_;
   std::unique_ptr<EvictionPolicy> policy_;
   Reference ref_;
@@ -267,13 +293,21 @@ std::set<uint64_t> Held(const std::vector<uint64_t> &walked, std::mt19937_64 *rn
 class EvictionOrderTest : public testing::TestWithParam<std::string> {};
 
 TEST_P(EvictionOrderTest, MatchesTheReferenceOnRandomWorkloads) {
+  std::set<double> weights;  // frequency's, as its evidence gave them
   for (uint32_t seed = 1; seed <= 8; ++seed) {
     Workload w(GetParam(), seed);
     for (int step = 1; step <= 3000; ++step) {
       w.Step();
+      weights.insert(w.weight());
       if (step % 50) continue;
       ASSERT_EQ(w.Walked(), w.Expected()) << "seed " << seed << " step " << step;
     }
+  }
+  // The orders checked had no read bonus, a full one and some between.
+  if (GetParam() == "frequency") {
+    EXPECT_TRUE(weights.count(0.0));
+    EXPECT_TRUE(weights.count(FrequencyEviction::kWeight));
+    EXPECT_GT(weights.size(), 2u);
   }
 }
 
@@ -353,7 +387,41 @@ TEST_P(EvictionOrderTest, ChunksParkedWhileHeldComeBackToTheirPlace) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, EvictionOrderTest,
-                         testing::Values("lru", "prefix", "frequency", "hinted"));
+                         testing::Values("lru", "prefix", "frequency"));
+
+// The evidence the frequency policy learns its weight from.
+TEST(FrequencyEvidenceTest, TheWeightFollowsWhetherReadChunksAreReadAgain) {
+  using F = FrequencyEviction;
+  F::Evidence e;
+  EXPECT_EQ(e.Weight(), 0);  // nothing known: LRU's order
+  for (int i = 0; i < 40; ++i) e.Gone(0, 1000);
+  for (int i = 0; i < 40; ++i) e.Reread(0, 1000, 1000);  // unread chunks: 41 / 82
+  EXPECT_EQ(e.Weight(), 0);                              // 40 gone: not enough yet
+  for (int i = 0; i < 72; ++i) e.Reread(1, 1000, 1000);
+  for (int i = 0; i < 24; ++i) e.Gone(1, 1000);  // read chunks: 73 / 98, 1.49 x
+  EXPECT_EQ(e.Weight(), F::kWeight);
+  // A read soon after the use it follows (under held / 8 ticks) says nothing.
+  e.Reread(0, 124, 1000);
+  EXPECT_EQ(e.reread[0], 40u);
+  e.Reread(0, 125, 1000);
+  EXPECT_EQ(e.reread[0], 41u);
+  // Read chunks 1.1 x as likely to be read again: half the weight.
+  F::Evidence half;
+  half.reread[0] = 499, half.gone[0] = 499;  // 0.5
+  half.reread[1] = 549, half.gone[1] = 449;  // 0.55
+  EXPECT_NEAR(half.Weight(), F::kWeight / 2, 1e-9);
+  // Read chunks less likely to be read again than unread ones: none.
+  F::Evidence against;
+  against.reread[0] = 700, against.gone[0] = 300;
+  against.reread[1] = 300, against.gone[1] = 700;
+  EXPECT_EQ(against.Weight(), 0);
+  // Counts are halved at twice the chunks held: they follow the workload.
+  F::Evidence decayed;
+  for (int i = 0; i < 199; ++i) decayed.Gone(1, 100);
+  EXPECT_EQ(decayed.gone[1], 199u);
+  decayed.Gone(1, 100);
+  EXPECT_EQ(decayed.gone[1], 100u);
+}
 
 // The frequency policy on small cases worked out by hand.
 class FrequencyOrderTest : public testing::Test {
@@ -370,11 +438,49 @@ class FrequencyOrderTest : public testing::Test {
     chains_.SetParent(ino, parent);
     policy_->OnInsert(ino);
   }
+  const FrequencyEviction::Evidence &evidence() const {
+    return dynamic_cast<const FrequencyEviction &>(*policy_).evidence();
+  }
+  // A workload whose chunks (1000 and up, all gone after) tell the policy
+  // that chunks read before are (`reads_predict`) or are not likelier to be
+  // read again than chunks just stored.
+  void Teach(bool reads_predict) {
+    const uint64_t n = 200;
+    for (uint64_t i = 0; i < 2 * n; ++i) Seal(1000 + i);
+    for (uint64_t i = 0; i < n; ++i) policy_->OnAccess(1000 + i);  // unread ones read
+    if (reads_predict) {
+      for (uint64_t i = 0; i < n; ++i) policy_->OnAccess(1000 + i);  // and read again
+    }
+    for (uint64_t i = 0; i < 2 * n; ++i) policy_->OnRemove(1000 + i);
+    ASSERT_GE(evidence().gone[0] + evidence().gone[1], FrequencyEviction::kEvidence);
+    ASSERT_EQ(evidence().Weight(), reads_predict ? FrequencyEviction::kWeight : 0.0);
+    ASSERT_TRUE(Order().empty());
+  }
   ChunkChains chains_;
   std::unique_ptr<EvictionPolicy> policy_ = std::move(*MakeEvictionPolicy("frequency", chains_));
 };
 
+TEST_F(FrequencyOrderTest, WithoutEvidenceItIsLruOrder) {
+  for (uint64_t ino = 1; ino <= 8; ++ino) Seal(ino);
+  policy_->OnAccess(1);
+  Seal(9);
+  Seal(10);
+  EXPECT_EQ(Order(), (std::vector<uint64_t>{2, 3, 4, 5, 6, 7, 8, 1, 9, 10}));
+}
+
+TEST_F(FrequencyOrderTest, WhereReadsDoNotPredictRereadsTheyEarnNothing) {
+  Teach(false);
+  for (uint64_t ino = 1; ino <= 8; ++ino) Seal(ino);
+  policy_->OnAccess(1);
+  Seal(9);
+  Seal(10);
+  EXPECT_EQ(Order(), (std::vector<uint64_t>{2, 3, 4, 5, 6, 7, 8, 1, 9, 10}));
+}
+
+// With the full weight (Teach(true) leaves the clock at T; keys below are
+// T + the ticks of each case).
 TEST_F(FrequencyOrderTest, AChunkReadOnceOutlastsChunksStoredAfterIt) {
+  Teach(true);
   for (uint64_t ino = 1; ino <= 8; ++ino) Seal(ino);  // ticks 1..8: keys 1..8
   policy_->OnAccess(1);                               // tick 9: 9 + 8 x 0.25 = 11
   Seal(9);                                            // tick 10: 10
@@ -384,6 +490,7 @@ TEST_F(FrequencyOrderTest, AChunkReadOnceOutlastsChunksStoredAfterIt) {
 }
 
 TEST_F(FrequencyOrderTest, ReadsCountLessAndLessAndAReadChunkAgesStill) {
+  Teach(true);
   for (uint64_t ino = 1; ino <= 16; ++ino) Seal(ino);   // keys 1..16
   policy_->OnAccess(1);                                 // tick 17: 17 + 16/4 x log2(2) = 21
   policy_->OnAccess(2);                                 // 18 + 4
@@ -396,6 +503,7 @@ TEST_F(FrequencyOrderTest, ReadsCountLessAndLessAndAReadChunkAgesStill) {
 }
 
 TEST_F(FrequencyOrderTest, AChainStoredInOnePassGoesTailFirst) {
+  Teach(true);
   Seal(1);
   Seal(2, 1);
   Seal(3, 2);  // keys 1, 2 - 2 x 1, 3 - 2 x 2
@@ -434,22 +542,19 @@ TEST_F(FrequencyOrderTest, ChunksNotEvictableAreNeverChosen) {
   EXPECT_EQ(Order(), (std::vector<uint64_t>{1, 2}));
 }
 
-// The hinted policy on small cases worked out by hand (8 chunks held:
-// keep adds 8, drop takes 8; frequency's read bonus is 8 / 4 = 2).
-class HintedOrderTest : public FrequencyOrderTest {
+// Retention hints on small cases worked out by hand (8 chunks held: keep
+// adds 8, drop takes 8; no evidence yet, so reads add nothing). Made by
+// the policy's old name, which is the same policy.
+class HintOrderTest : public FrequencyOrderTest {
  protected:
-  HintedOrderTest() { policy_ = std::move(*MakeEvictionPolicy("hinted", chains_)); }
+  HintOrderTest() { policy_ = std::move(*MakeEvictionPolicy("hinted", chains_)); }
 };
 
-TEST_F(HintedOrderTest, WithoutHintsItIsFrequency) {
-  for (uint64_t ino = 1; ino <= 8; ++ino) Seal(ino);
-  policy_->OnAccess(1);  // tick 9: 11
-  Seal(9);
-  Seal(10);
-  EXPECT_EQ(Order(), (std::vector<uint64_t>{2, 3, 4, 5, 6, 7, 8, 9, 1, 10}));
+TEST_F(HintOrderTest, TheOldNameIsTheDefaultPolicy) {
+  EXPECT_STREQ(policy_->name(), "frequency");
 }
 
-TEST_F(HintedOrderTest, KeepHoldsAChunkLongerAndDropSendsItFirst) {
+TEST_F(HintOrderTest, KeepHoldsAChunkLongerAndDropSendsItFirst) {
   for (uint64_t ino = 1; ino <= 8; ++ino) Seal(ino);  // keys 1..8
   policy_->OnHint(1, RetentionHint::kKeep);           // 1 + 8 = 9
   policy_->OnHint(8, RetentionHint::kDrop);           // 8 - 8 = 0
@@ -462,27 +567,36 @@ TEST_F(HintedOrderTest, KeepHoldsAChunkLongerAndDropSendsItFirst) {
   EXPECT_EQ(Order(), (std::vector<uint64_t>{8, 1, 2, 3, 4, 5, 6, 7}));
 }
 
-TEST_F(HintedOrderTest, AReadUndoesDropButNotKeep) {
+TEST_F(HintOrderTest, AReadUndoesDropButNotKeep) {
   for (uint64_t ino = 1; ino <= 8; ++ino) Seal(ino);
   policy_->OnHint(1, RetentionHint::kDrop);
   policy_->OnHint(2, RetentionHint::kKeep);  // 2 + 8 = 10
-  policy_->OnAccess(1);                      // tick 9: 9 + 2 = 11, no drop
-  policy_->OnAccess(2);                      // tick 10: 10 + 2 + 8 = 20
+  policy_->OnAccess(1);                      // tick 9: 9, no drop
+  policy_->OnAccess(2);                      // tick 10: 10 + 8 = 18
   EXPECT_EQ(Order(), (std::vector<uint64_t>{3, 4, 5, 6, 7, 8, 1, 2}));
 }
 
-TEST_F(HintedOrderTest, AKeptChunkStillGoesOnceItIsOldEnough) {
-  Seal(1);
-  policy_->OnHint(1, RetentionHint::kKeep);  // 1 + 1 = 2, then 1 + held
-  for (uint64_t ino = 2; ino <= 40; ++ino) {
-    Seal(ino);
-    policy_->OnHint(1, RetentionHint::kKeep);  // again, as a client might: 1 + ino
-  }
-  // 40 held: 1's key is 1 + 40 = 41, after every other chunk (keys 2..40);
-  // a client that hints every chunk keep gains nothing over the others.
+TEST_F(HintOrderTest, AKeptChunkStillGoesOnceItIsOldEnough) {
+  for (uint64_t ino = 1; ino <= 40; ++ino) Seal(ino);  // keys 1..40
+  policy_->OnHint(1, RetentionHint::kKeep);            // 1 + 40 = 41
   EXPECT_EQ(Order().back(), 1u);
+  // Stored after it, chunks go after it; a client that hints every chunk
+  // keep gains nothing over the others.
+  for (uint64_t ino = 41; ino <= 80; ++ino) Seal(ino);  // keys 41..80
+  const std::vector<uint64_t> order = Order();
+  EXPECT_EQ(order.front(), 2u);
+  EXPECT_EQ(order[39], 1u);  // key 41, before 41 by number
   for (uint64_t ino = 2; ino <= 40; ++ino) policy_->OnHint(ino, RetentionHint::kKeep);
   EXPECT_EQ(Order().front(), 1u);
+}
+
+TEST_F(HintOrderTest, AHintLeavesAParkedChunkParked) {
+  for (uint64_t ino = 1; ino <= 4; ++ino) Seal(ino);
+  policy_->Park(1);
+  policy_->OnHint(1, RetentionHint::kDrop);  // 1 - 4
+  EXPECT_EQ(Order(), (std::vector<uint64_t>{2, 3, 4}));
+  policy_->Unpark(1);
+  EXPECT_EQ(Order(), (std::vector<uint64_t>{1, 2, 3, 4}));
 }
 
 }  // namespace

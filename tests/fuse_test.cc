@@ -4,8 +4,10 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysinfo.h>
@@ -16,6 +18,7 @@
 #include <unistd.h>
 #include <algorithm>
 
+#include <atomic>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -23,6 +26,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "harness.h"
 #include "maru_direct.h"
@@ -743,6 +747,104 @@ TEST_F(FuseTest, OverDevFuseReadsAndWritesGoOnWhileOtherRequestsAreServedBeside)
   EXPECT_EQ(fio_out.find("verify: bad"), std::string::npos) << fio_out;
 }
 
+// The FUSE connection's count of requests sent and not yet answered
+// (fusectl, mounted here if it is not), or -1 if it cannot be read.
+// `mnt` must be stat'ed before its server stops: stat goes through it.
+int FuseRequestsWaiting(dev_t mount_dev) {
+  const std::string dir = "/sys/fs/fuse/connections";
+  const std::string file = dir + "/" + std::to_string(minor(mount_dev)) + "/waiting";
+  if (access(file.c_str(), R_OK) != 0)
+    (void)maru_test::Run("mount -t fusectl fusectl " + dir + " 2>/dev/null");
+  const std::string n = Slurp(file);
+  return n.empty() ? -1 : std::atoi(n.c_str());
+}
+
+TEST_F(FuseTest, OverDevFuseAWriteWaitingOnTheServerHoldsUpNoRead) {
+  // A write that grows its reservation asks the server: while that call
+  // hangs (here the server is stopped), sealed files are still read. The
+  // /dev/fuse loop's thread serves those itself, so it must not be the one
+  // waiting (fuse_loop.h), nor wait for the writer's lock in a read of the
+  // file being written.
+  FuseMount dev(server_.address(), "uring=0,timeout_ms=15000");
+  ASSERT_TRUE(dev.Start());
+  std::string data(64 << 10, '\0');
+  maru_test::FillPattern(data.data(), data.size(), "sealed");
+  WriteFile(dev / "sealed", data);
+  struct stat st;
+  ASSERT_EQ(stat(dev.path().c_str(), &st), 0);
+  if (FuseRequestsWaiting(st.st_dev) < 0) GTEST_SKIP() << "no fusectl to count requests by";
+  int reader = open((dev / "sealed").c_str(), O_RDONLY);
+  int writer = open((dev / "growing").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(reader, 0);
+  ASSERT_GE(writer, 0);
+  ASSERT_EQ(pwrite(writer, data.data(), 4096, 0), 4096);     // a reservation of 1 MiB
+  int follower = open((dev / "growing").c_str(), O_RDONLY);  // reads through the writer
+  ASSERT_GE(follower, 0);
+  ASSERT_TRUE(maru_test::WaitFor([&] { return FuseRequestsWaiting(st.st_dev) == 0; }));
+  ASSERT_TRUE(maru_test::Freeze(server_.pid()));
+  std::atomic<bool> written{false}, followed{false};
+  std::thread write([&] {
+    (void)!pwrite(writer, data.data(), 4096, 64 << 20);  // past it: the server is asked
+    written = true;
+  });
+  EXPECT_TRUE(maru_test::WaitFor([&] { return FuseRequestsWaiting(st.st_dev) >= 1; }));
+  // The write holds its file's lock across the call: a read of that file
+  // waits for it, on a worker.
+  std::string followed_bytes(4096, '\0');
+  std::thread follow([&] {
+    (void)!pread(follower, followed_bytes.data(), followed_bytes.size(), 0);
+    followed = true;
+  });
+  EXPECT_TRUE(maru_test::WaitFor([&] { return FuseRequestsWaiting(st.st_dev) >= 2; }));
+  std::string got(data.size(), '\0');
+  const ssize_t n = pread(reader, got.data(), got.size(), 0);
+  const int read_errno = errno;
+  // Read from the pool, or EIO if the lease could not be vouched for without
+  // the server: either way, answered while the write still waits.
+  EXPECT_FALSE(written.load()) << "the read waited for the write's server call";
+  EXPECT_FALSE(followed.load());
+  EXPECT_TRUE(n == static_cast<ssize_t>(data.size()) ? got == data : read_errno == EIO)
+      << n << " " << strerror(read_errno);
+  kill(server_.pid(), SIGCONT);
+  write.join();
+  follow.join();
+  EXPECT_EQ(followed_bytes, data.substr(0, 4096));
+  close(follower);
+  close(writer);
+  close(reader);
+}
+
+TEST_F(FuseTest, LookupsInOneDirectoryDoNotWaitForEachOther) {
+  // The INIT reply grants FUSE_PARALLEL_DIROPS (libfuse 3.14 leaves it out;
+  // AnswerInit puts it in): without it the kernel lets one lookup of a
+  // directory at a time reach the daemon, and the others wait in the kernel
+  // for it to be answered. Here every lookup waits on a stopped server,
+  // and all of them must be in flight at once.
+  FuseMount m(server_.address(), "uring=0,timeout_ms=15000");
+  ASSERT_TRUE(m.Start());
+  ASSERT_EQ(mkdir((m / "dir").c_str(), 0755), 0);
+  struct stat st;
+  ASSERT_EQ(stat(m.path().c_str(), &st), 0);
+  if (FuseRequestsWaiting(st.st_dev) < 0) GTEST_SKIP() << "no fusectl to count requests by";
+  ASSERT_TRUE(maru_test::WaitFor([&] { return FuseRequestsWaiting(st.st_dev) == 0; }));
+  ASSERT_TRUE(maru_test::Freeze(server_.pid()));
+  constexpr int kLookups = 4;
+  std::atomic<int> missing{0};
+  std::vector<std::thread> lookups;
+  for (int i = 0; i < kLookups; ++i) {
+    lookups.emplace_back([&, i] {
+      struct stat ignored;
+      if (stat((m / ("dir/missing" + std::to_string(i))).c_str(), &ignored) != 0 && errno == ENOENT)
+        ++missing;
+    });
+  }
+  EXPECT_TRUE(maru_test::WaitFor([&] { return FuseRequestsWaiting(st.st_dev) >= kLookups; }))
+      << FuseRequestsWaiting(st.st_dev) << " of " << kLookups << " lookups in flight";
+  kill(server_.pid(), SIGCONT);
+  for (std::thread &t : lookups) t.join();
+  EXPECT_EQ(missing.load(), kLookups);
+}
+
 // FUSE over io_uring (kernel 6.14+) is offered once root sets
 // fuse.enable_uring; only daemons that ask for it use it (libfuse 3.14's
 // never do), so it is enabled here if it can be, and left so. False if the
@@ -834,6 +936,151 @@ TEST_F(FuseTest, RequestsAreServedOverIoUringWhereTheKernelOffersIt) {
   EXPECT_EQ(entries, 3);
   EXPECT_EQ(unlink((ring / "d/g").c_str()), 0);
   EXPECT_EQ(rmdir((ring / "d").c_str()), 0);
+}
+
+TEST_F(FuseTest, SplicedReadRepliesWorkWithTheRing) {
+  // libfuse splices a read reply straight into /dev/fuse, where no request
+  // of the ring is known: a ring request's reply is copied into its entry.
+  if (!EnableFuseRing()) GTEST_SKIP() << "the kernel offers no FUSE over io_uring here";
+  FuseMount spliced(server_.address(), "splice=1");
+  ASSERT_TRUE(spliced.Start());
+  int threads = 0;
+  RingThreadsRuntime(spliced.pid(), &threads);
+  EXPECT_GT(threads, 0) << "-o splice=1 still asks for the ring";
+  std::string data(256 << 10, '\0');
+  maru_test::FillPattern(data.data(), data.size(), "splice");
+  WriteFile(spliced / "f", data);
+  // One large read (libfuse splices none of a few pages).
+  int fd = open((spliced / "f").c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  std::string got(data.size(), '\0');
+  EXPECT_EQ(pread(fd, got.data(), got.size(), 0), static_cast<ssize_t>(got.size()))
+      << strerror(errno);
+  EXPECT_TRUE(got == data);
+  close(fd);
+  EXPECT_TRUE(Slurp(spliced / "f") == data);
+}
+
+TEST_F(FuseTest, OverIoUringRequestsWaitingOnTheServerHoldUpNoReadOfTheirCpu) {
+  // The kernel gives a request to the queue of the CPU it was made on. Its
+  // threads hand what waits on the server to the workers and register
+  // another entry, so that more lookups than the queue has threads, all
+  // hung on a stopped server, hold up no read made on that CPU.
+  if (!EnableFuseRing()) GTEST_SKIP() << "the kernel offers no FUSE over io_uring here";
+  FuseMount ring(server_.address(), "timeout_ms=15000");
+  ASSERT_TRUE(ring.Start());
+  std::string data(64 << 10, '\0');
+  maru_test::FillPattern(data.data(), data.size(), "ringread");
+  WriteFile(ring / "sealed", data);
+  struct stat st;
+  ASSERT_EQ(stat(ring.path().c_str(), &st), 0);
+  if (FuseRequestsWaiting(st.st_dev) < 0) GTEST_SKIP() << "no fusectl to count requests by";
+  int reader = open((ring / "sealed").c_str(), O_RDONLY);
+  ASSERT_GE(reader, 0);
+  ASSERT_TRUE(maru_test::WaitFor([&] { return FuseRequestsWaiting(st.st_dev) == 0; }));
+  cpu_set_t cpu0;
+  CPU_ZERO(&cpu0);
+  CPU_SET(0, &cpu0);
+  // More than the two threads of CPU 0's queue, each in a directory of its
+  // own: what is tested is the queue, not parallel lookups in a directory.
+  constexpr int kLookups = 5;
+  for (int i = 0; i < kLookups; ++i)
+    ASSERT_EQ(mkdir((ring / ("d" + std::to_string(i))).c_str(), 0755), 0);
+  ASSERT_TRUE(maru_test::WaitFor([&] { return FuseRequestsWaiting(st.st_dev) == 0; }));
+  ASSERT_TRUE(maru_test::Freeze(server_.pid()));
+  std::atomic<int> looked_up{0};
+  std::vector<std::thread> lookups;
+  for (int i = 0; i < kLookups; ++i) {
+    lookups.emplace_back([&, i] {
+      (void)sched_setaffinity(0, sizeof(cpu0), &cpu0);
+      struct stat ignored;
+      (void)stat((ring / ("d" + std::to_string(i) + "/missing")).c_str(), &ignored);
+      ++looked_up;
+    });
+  }
+  EXPECT_TRUE(maru_test::WaitFor([&] { return FuseRequestsWaiting(st.st_dev) >= kLookups; }))
+      << FuseRequestsWaiting(st.st_dev) << " waiting, " << looked_up.load() << " looked up";
+  ssize_t n = -1;
+  int read_errno = 0;
+  std::string got(data.size(), '\0');
+  std::thread read([&] {
+    (void)sched_setaffinity(0, sizeof(cpu0), &cpu0);
+    n = pread(reader, got.data(), got.size(), 0);
+    read_errno = errno;
+  });
+  read.join();
+  EXPECT_EQ(looked_up.load(), 0) << "the read waited for lookups on the server";
+  EXPECT_TRUE(n == static_cast<ssize_t>(data.size()) ? got == data : read_errno == EIO)
+      << n << " " << strerror(read_errno);
+  kill(server_.pid(), SIGCONT);
+  for (std::thread &t : lookups) t.join();
+  close(reader);
+  // What the workers served went back to the ring: the mount goes on.
+  EXPECT_TRUE(Slurp(ring / "sealed") == data);
+}
+
+// Whether `pid` (a child) has exited with status 0; it stays waitable.
+bool ExitedCleanly(pid_t pid, std::string *how) {
+  siginfo_t info{};
+  if (waitid(P_PID, pid, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid != pid)
+    return false;
+  *how = (info.si_code == CLD_EXITED ? "exit " : "signal ") + std::to_string(info.si_status);
+  return true;
+}
+
+TEST_F(FuseTest, UnmountedOrStoppedWhileRequestsWaitOnTheServer) {
+  // Requests handed to the workers (a write growing its reservation, a
+  // lookup; over the ring, with their entries) are in flight when the
+  // mount goes: lazily (umount -l), or by a signal to the daemon. It exits
+  // cleanly once the server answers, and its callers get an answer.
+  std::vector<std::string> ways = {"uring=0"};
+  if (EnableFuseRing()) ways.push_back("uring=1");
+  int round = 0;
+  for (const std::string &way : ways) {
+    for (const bool lazy : {true, false}) {
+      SCOPED_TRACE(way + (lazy ? " umount -l" : " SIGTERM"));
+      const std::string dir = "d" + std::to_string(++round);
+      FuseMount m(server_.address(), way + ",timeout_ms=15000");
+      ASSERT_TRUE(m.Start());
+      ASSERT_EQ(mkdir((m / dir).c_str(), 0755), 0);
+      int writer = open((m / (dir + "/w")).c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ASSERT_GE(writer, 0);
+      std::string page(4096, 'x');
+      ASSERT_EQ(pwrite(writer, page.data(), page.size(), 0), 4096);
+      struct stat st;
+      ASSERT_EQ(stat(m.path().c_str(), &st), 0);
+      const bool counted = FuseRequestsWaiting(st.st_dev) >= 0;
+      if (counted) {
+        ASSERT_TRUE(maru_test::WaitFor([&] { return FuseRequestsWaiting(st.st_dev) == 0; }));
+      }
+      ASSERT_TRUE(maru_test::Freeze(server_.pid()));
+      std::atomic<int> answered{0};
+      std::thread write([&] {
+        (void)!pwrite(writer, page.data(), page.size(), 64 << 20);
+        ++answered;
+      });
+      std::thread lookup([&] {
+        struct stat ignored;
+        (void)stat((m / (dir + "/missing")).c_str(), &ignored);
+        ++answered;
+      });
+      if (counted) {
+        EXPECT_TRUE(maru_test::WaitFor([&] { return FuseRequestsWaiting(st.st_dev) >= 2; }));
+      }
+      if (lazy)  // umount -l (fusermount3 -uz would stat the mount first, and wait too)
+        EXPECT_EQ(umount2(m.path().c_str(), MNT_DETACH), 0) << strerror(errno);
+      else
+        kill(m.pid(), SIGTERM);
+      kill(server_.pid(), SIGCONT);
+      write.join();
+      lookup.join();
+      EXPECT_EQ(answered.load(), 2);
+      close(writer);  // the last reference: the lazily unmounted mount goes
+      std::string how;
+      EXPECT_TRUE(maru_test::WaitFor([&] { return ExitedCleanly(m.pid(), &how); }, 20000));
+      EXPECT_EQ(how, "exit 0");
+    }
+  }
 }
 
 TEST(FuseMountHelper, MountTypeFuseMaruAndUmount) {

@@ -1,7 +1,8 @@
 // Retention hints (maru_hint, maru_hint_batch) against a real maru-server
-// run with `--eviction hinted`: bad input, who may hint, that a hint
-// reorders eviction both ways, and that it never stops a full pool from
-// evicting (a hint is not a pin).
+// with its default eviction policy: bad input, who may hint, that a hint
+// reorders eviction both ways, that it never stops a full pool from
+// evicting (a hint is not a pin), and that the policy's old name
+// (`--eviction hinted`) still starts a server that takes them.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -22,6 +23,12 @@ constexpr uint64_t kChunk = 8ull << 20;
 
 class HintTest : public ::testing::Test {
  protected:
+  HintTest() : HintTest({}) {}
+  explicit HintTest(std::vector<std::string> policy) : server_(pool_.path(), ServerArgs(policy)) {}
+  static std::vector<std::string> ServerArgs(std::vector<std::string> args) {
+    for (const char *a : {"--high-watermark", "1", "--low-watermark", "1"}) args.push_back(a);
+    return args;
+  }
   void SetUp() override {
     ASSERT_TRUE(server_.Start());
     ASSERT_EQ(maru_connect(server_.address().c_str(), &m_), 0);
@@ -49,9 +56,15 @@ class HintTest : public ::testing::Test {
   }
 
   TestPool pool_{128ull << 20};
-  Server server_{pool_.path(),
-                 {"--eviction", "hinted", "--high-watermark", "1", "--low-watermark", "1"}};
+  Server server_;
   maru_t *m_ = nullptr;
+};
+
+// The same server under the policy's name from before hints were folded
+// into the default.
+class HintOldNameTest : public HintTest {
+ protected:
+  HintOldNameTest() : HintTest({"--eviction", "hinted"}) {}
 };
 
 TEST_F(HintTest, BadInputGetsClearErrorsAndChangesNothing) {
@@ -121,6 +134,18 @@ TEST_F(HintTest, KeepOutlastsOlderChunksAndDropGoesFirst) {
   }
   EXPECT_FALSE(Stored("/h/dropped"));  // went before it
   EXPECT_TRUE(Stored("/h/kept"));      // older, but kept
+}
+
+TEST_F(HintOldNameTest, DropStillGoesFirst) {
+  ASSERT_EQ(Store("/h/older"), 0);
+  ASSERT_EQ(Store("/h/dropped"), 0);
+  ASSERT_EQ(maru_hint(m_, "/h/dropped", MARU_HINT_DROP), 0);
+  int stored = 0;
+  while (Stored("/h/dropped")) {
+    ASSERT_LT(stored, 64) << "the pool never evicted";
+    ASSERT_EQ(Store("/h/new" + std::to_string(stored++)), 0);
+  }
+  EXPECT_TRUE(Stored("/h/older"));  // LRU would have taken it first
 }
 
 TEST_F(HintTest, AHintNeverStopsAFullPoolFromEvicting) {

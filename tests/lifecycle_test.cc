@@ -168,7 +168,8 @@ TEST(Lifecycle, PinsHoldUntilUnpinnedOrTheirTtl) {
   ASSERT_EQ(RunClient(server.address(), "store /p/a 4194304 + store /p/b 4194304"), 0);
   ASSERT_EQ(maru_pin(m, "/p/a"), 0);
   int rc;
-  Maructl("pin /p/b --ttl 1 --server " + server.address(), &rc);
+  // A TTL a loaded host cannot outrun before the full-pool create below.
+  Maructl("pin /p/b --ttl 5 --server " + server.address(), &rc);
   ASSERT_EQ(rc, 0);
   EXPECT_NE(Maructl("ls /p --server " + server.address()).find("pinned"), std::string::npos);
   // Two more 4 MiB chunks need the space of both pinned ones: neither goes.
@@ -180,7 +181,7 @@ TEST(Lifecycle, PinsHoldUntilUnpinnedOrTheirTtl) {
         return Maructl("stat /p/b --json --server " + server.address()).find("\"pinned\":false") !=
                std::string::npos;
       },
-      10000));
+      30000));
   ASSERT_EQ(RunClient(server.address(), "store /p/d 8388608"), 0);
   EXPECT_EQ(RunClient(server.address(), "open-errno /p/b " + std::to_string(ENOENT)), 0);
   EXPECT_EQ(RunClient(server.address(), "open-errno /p/a 0"), 0);

@@ -204,10 +204,11 @@ int RunReplay(int argc, char **argv) {
   flags.String("policy", &policy,
                "also simulate this eviction policy offline (the server's --eviction, to "
                "compare; see maru-bench policies)");
-  flags.String("hints", &hint_model,
-               "give retention hints derived from the trace: keep or keep+drop, then "
-               "optionally :miss-PCT and :wrong-PCT (maru-server --eviction hinted; the offline "
-               "--policy gets the same hints)");
+  flags.String(
+      "hints", &hint_model,
+      "give retention hints derived from the trace: keep or keep+drop, then "
+      "optionally :miss-PCT and :wrong-PCT (for the default --eviction frequency; the offline "
+      "--policy gets the same hints)");
   flags.Bool("json", &json, "end with one JSON line of the figures");
   flags.Bool("progress", &progress, "show progress on stderr while it runs");
   flags.Int("redis", &redis_port,

@@ -67,12 +67,9 @@ std::vector<std::string> SimPolicyNames() {
 
 Result<std::unique_ptr<SimPolicy>> MakeSimPolicy(const std::string &name, const ChunkChains &chains,
                                                  uint64_t capacity) {
-  for (const std::string &n : EvictionPolicyNames())
-    if (n == name) {
-      Result<std::unique_ptr<EvictionPolicy>> made = MakeEvictionPolicy(name, chains);
-      if (!made.ok()) return made.status();
-      return std::unique_ptr<SimPolicy>(new ServerPolicy(std::move(*made)));
-    }
+  // The server's names (and aliases, as "hinted"), else a candidate's.
+  Result<std::unique_ptr<EvictionPolicy>> made = MakeEvictionPolicy(name, chains);
+  if (made.ok()) return std::unique_ptr<SimPolicy>(new ServerPolicy(std::move(*made)));
   return MakeCandidatePolicy(name, chains, capacity);
 }
 

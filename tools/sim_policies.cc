@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "sim_freq_variant.h"
 #include "sim_lhd.h"
 #include "sim_run_class.h"
 
@@ -663,6 +664,7 @@ Result<std::unique_ptr<SimPolicy>> MakeCandidatePolicy(const std::string &name, 
                                                        uint64_t capacity) {
   for (const Candidate &c : Candidates())
     if (name == c.name) return c.make(capacity);
+  if (FrequencyVariantParams p; ParseFrequencyVariant(name, &p)) return MakeFrequencyVariant(p);
   std::string known;
   for (const std::string &n : SimPolicyNames()) known += (known.empty() ? "" : ", ") + n;
   return Status::Error(EINVAL, "unknown policy '" + name + "' (" + known + ")");

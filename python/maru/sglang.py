@@ -373,7 +373,7 @@ class MaruHiCacheStorage(_Base):  # type: ignore[misc,valid-type]
         trip per ``maru.BATCH_MAX`` keys. Returns how many pages took it
         (pages already evicted do not). A bad hint raises OSError(EINVAL);
         a lost server is logged and ends the call. Takes effect under
-        ``maru-server --eviction hinted`` (docs/integrations.md)."""
+        the server's default eviction policy (docs/integrations.md)."""
         taken = 0
         for part in _batches(list(keys)):
             try:

@@ -49,8 +49,7 @@ def test_hint_batch_per_path_errors(client, ns):
 
 def test_hints_reorder_eviction(make_server, ns):
     server = make_server(pool_size=16 << 20,
-                         extra=["--eviction", "hinted", "--high-watermark", "1",
-                                "--low-watermark", "1"])
+                         extra=["--high-watermark", "1", "--low-watermark", "1"])
     size = 1 << 20
     with maru.Client(server.url) as c:
         c.put(f"/{ns}/kept", b"k" * size)

@@ -11,27 +11,32 @@
 namespace maru {
 namespace {
 
-// The init flags (bits 32.. only) that an INIT request offers; 0 if `buf`
-// is not a 7.x INIT with extended flags.
-uint64_t OfferedFlags2(const fuse_buf &buf) {
+// The init flags that an INIT request offers (flags2 as bits 32..); 0 if
+// `buf` is not a 7.x INIT.
+uint64_t OfferedFlags(const fuse_buf &buf) {
   if (buf.flags & FUSE_BUF_IS_FD) return 0;
   if (buf.size < sizeof(fuse_in_header) + offsetof(fuse_init_in, flags2) + sizeof(uint32_t))
     return 0;
   const auto *in = static_cast<const fuse_in_header *>(buf.mem);
   const auto *arg = reinterpret_cast<const fuse_init_in *>(in + 1);
-  if (in->opcode != FUSE_INIT || arg->major != 7 || !(arg->flags & FUSE_INIT_EXT)) return 0;
-  return static_cast<uint64_t>(arg->flags2) << 32;
+  if (in->opcode != FUSE_INIT || arg->major != 7) return 0;
+  const uint64_t high = (arg->flags & FUSE_INIT_EXT) ? static_cast<uint64_t>(arg->flags2) << 32 : 0;
+  return high | arg->flags;
 }
 
-// Adds `flags` (bits 32..) to a successful INIT reply of `len` bytes.
+// Adds `flags` (flags2 as bits 32..) to a successful INIT reply of `len`
+// bytes.
 bool AddFlags(char *reply, size_t len, uint64_t flags) {
   if (len < sizeof(fuse_out_header) + offsetof(fuse_init_out, flags2) + sizeof(uint32_t))
     return false;
   auto *out = reinterpret_cast<fuse_out_header *>(reply);
   auto *arg = reinterpret_cast<fuse_init_out *>(out + 1);
   if (out->error != 0 || out->len != len || arg->major != 7) return false;
-  arg->flags |= FUSE_INIT_EXT;
-  arg->flags2 |= static_cast<uint32_t>(flags >> 32);
+  arg->flags |= static_cast<uint32_t>(flags);
+  if (flags >> 32) {
+    arg->flags |= FUSE_INIT_EXT;
+    arg->flags2 |= static_cast<uint32_t>(flags >> 32);
+  }
   return true;
 }
 
@@ -75,7 +80,9 @@ int64_t AnswerInit(fuse_session *se, uint64_t extra) {
     return n < 0 ? n : -ENODEV;
   }
   buf.size = static_cast<size_t>(n);
-  const uint64_t wanted = extra & OfferedFlags2(buf) & ~0xffffffffull;
+  // Only what the kernel offered; FUSE_INIT_EXT is the reply's framing
+  // (AddFlags sets it where flags2 is used), not a capability.
+  const uint64_t wanted = extra & OfferedFlags(buf) & ~static_cast<uint64_t>(FUSE_INIT_EXT);
   if (!wanted) {  // nothing to add: libfuse answers as it would anyway
     fuse_session_process_buf(se, &buf);
     free(buf.mem);

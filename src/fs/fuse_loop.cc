@@ -4,19 +4,22 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cerrno>
-#include <condition_variable>
 #include <cstdlib>
-#include <deque>
-#include <mutex>
-#include <thread>
-#include <vector>
+#include <memory>
+
+#include "util/log.h"
 
 namespace maru {
 namespace {
 
-// Served by the reading thread: they never wait on the server (a write
-// but for growing its reservation), and a write's data is not copied again.
+// Set while a thread that must not wait runs a handler: where HandToWorker
+// says that it did.
+thread_local bool *t_handed = nullptr;
+
+}  // namespace
+
 bool ServedInline(uint32_t opcode) {
   switch (opcode) {
     case FUSE_READ:
@@ -30,56 +33,77 @@ bool ServedInline(uint32_t opcode) {
   }
 }
 
-class Workers {
- public:
-  Workers(fuse_session *se, unsigned n) : se_(se) {
-    SignalsBlocked blocked;
-    for (unsigned i = 0; i < n; ++i) threads_.emplace_back([this] { Run(); });
+bool MustNotWait() {
+  return t_handed != nullptr;
+}
+
+void HandToWorker(fuse_req_t req) {
+  if (!t_handed) {  // a handler's mistake: answer rather than lose the request
+    LOG_ERROR("a request was handed on from a thread that may wait");
+    return (void)fuse_reply_err(req, EIO);
   }
-  ~Workers() {
+  *t_handed = true;
+  // Freed without a reply: libfuse forgets it, the kernel still waits for
+  // it, and the worker's processing makes a new one of the same id.
+  fuse_reply_none(req);
+}
+
+bool ProcessWithoutWaiting(fuse_session *se, const fuse_buf &buf) {
+  bool handed = false;
+  t_handed = &handed;
+  fuse_buf copy = buf;
+  fuse_session_process_buf(se, &copy);
+  t_handed = nullptr;
+  return !handed;
+}
+
+FuseWorkers::FuseWorkers(fuse_session *se, unsigned n) : se_(se) {
+  SignalsBlocked blocked;
+  for (unsigned i = 0; i < std::max(n, 1u); ++i) threads_.emplace_back([this] { Run(); });
+}
+
+FuseWorkers::~FuseWorkers() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (std::thread &t : threads_) t.join();
+}
+
+void FuseWorkers::Push(const fuse_buf &buf) {
+  const char *mem = static_cast<const char *>(buf.mem);
+  auto request = std::make_shared<std::vector<char>>(mem, mem + buf.size);
+  fuse_session *se = se_;
+  Push([se, request] {
+    fuse_buf copy{};
+    copy.mem = request->data();
+    copy.size = request->size();
+    fuse_session_process_buf(se, &copy);
+  });
+}
+
+void FuseWorkers::Push(std::function<void()> job) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(job));
+  }
+  cv_.notify_one();
+}
+
+void FuseWorkers::Run() {
+  for (;;) {
+    std::function<void()> job;
     {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (stop_) return;  // what is queued fails with the unmount
+      job = std::move(queue_.front());
+      queue_.pop_front();
     }
-    cv_.notify_all();
-    for (std::thread &t : threads_) t.join();
+    job();
   }
-  void Push(const fuse_buf &buf) {
-    const char *mem = static_cast<const char *>(buf.mem);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      queue_.emplace_back(mem, mem + buf.size);
-    }
-    cv_.notify_one();
-  }
-
- private:
-  void Run() {
-    for (;;) {
-      std::vector<char> request;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-        if (stop_) return;  // what is queued fails with the unmount
-        request = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      fuse_buf buf{};
-      buf.mem = request.data();
-      buf.size = request.size();
-      fuse_session_process_buf(se_, &buf);
-    }
-  }
-
-  fuse_session *se_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::vector<char>> queue_;
-  bool stop_ = false;
-  std::vector<std::thread> threads_;
-};
-
-}  // namespace
+}
 
 SignalsBlocked::SignalsBlocked() {
   sigset_t all;
@@ -91,8 +115,7 @@ SignalsBlocked::~SignalsBlocked() {
   pthread_sigmask(SIG_SETMASK, &saved_, nullptr);
 }
 
-int RunFuseLoop(fuse_session *se, unsigned workers) {
-  Workers pool(se, workers);
+int RunFuseLoop(fuse_session *se, FuseWorkers *workers) {
   fuse_buf buf{};
   int rc = 0;
   while (!fuse_session_exited(se)) {
@@ -100,10 +123,13 @@ int RunFuseLoop(fuse_session *se, unsigned workers) {
     if (rc == -EINTR) continue;
     if (rc <= 0) break;  // 0: unmounted, or a signal ended the session
     const auto *in = static_cast<const fuse_in_header *>(buf.mem);
-    if (ServedInline(in->opcode))
-      fuse_session_process_buf(se, &buf);
-    else
-      pool.Push(buf);
+    if (!ServedInline(in->opcode)) {
+      workers->Push(buf);
+      continue;
+    }
+    // libfuse reads the request in place and leaves its bytes as they were:
+    // one handed on is served again from them.
+    if (!ProcessWithoutWaiting(se, buf)) workers->Push(buf);
   }
   free(buf.mem);
   return rc < 0 ? rc : 0;

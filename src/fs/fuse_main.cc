@@ -231,9 +231,12 @@ int Serve(MaruFs *fs, fuse_args *args, const Options &o) {
     return Fail(std::string("cannot mount on ") + o.mountpoint);
   }
   // The kernel's INIT, answered here: libfuse 3.14 cannot ask for mmap of
-  // direct-I/O files on its own.
+  // direct-I/O files on its own, and drops two flags MaruFs::Init wants
+  // from its reply (without parallel dirops the kernel serves one lookup
+  // of a directory at a time).
   const uint64_t ring = o.uring && FuseRingBuilt() ? kFuseOverIoUring : 0;
-  const int64_t granted = AnswerInit(se, kFuseDirectIoAllowMmap | ring);
+  const int64_t granted =
+      AnswerInit(se, kFuseParallelDirops | kFuseHandleKillpriv | kFuseDirectIoAllowMmap | ring);
   if (granted < 0) {
     fuse_session_unmount(se);
     fuse_remove_signal_handlers(se);
@@ -247,11 +250,13 @@ int Serve(MaruFs *fs, fuse_args *args, const Options &o) {
     Detach(o.log_file);
   }
   LOG_INFO("reads of sealed files %s the page cache", fs->DirectReads() ? "bypass" : "go through");
+  // What may wait on the server, from /dev/fuse and from the ring.
+  auto workers = std::make_unique<FuseWorkers>(se, static_cast<unsigned>(o.threads));
   std::unique_ptr<FuseRing> uring;
   if (granted & kFuseOverIoUring) {
     // Two threads a CPU: a request that waits on another of its CPU (a
     // writeback under an invalidation) still finds one free.
-    Result<std::unique_ptr<FuseRing>> started = FuseRing::Start(se, 2);
+    Result<std::unique_ptr<FuseRing>> started = FuseRing::Start(se, 2, workers.get());
     if (started.ok())
       uring = std::move(*started);
     else
@@ -260,7 +265,11 @@ int Serve(MaruFs *fs, fuse_args *args, const Options &o) {
   LOG_INFO("requests are served over %s", uring ? "io_uring" : "/dev/fuse");
   // /dev/fuse: everything without the ring, and FORGETs, interrupts and
   // the replies to notifications with it.
-  int rc = RunFuseLoop(se, static_cast<unsigned>(o.threads));
+  int rc = RunFuseLoop(se, workers.get());
+  // The ring's threads hand on to the workers, whose jobs serve its
+  // entries: the threads stop first, the entries go last.
+  if (uring) uring->Stop();
+  workers.reset();
   uring.reset();
   fuse_session_unmount(se);
   fuse_remove_signal_handlers(se);

@@ -20,6 +20,14 @@
 // Notifications, FORGETs and interrupts still go through /dev/fuse, whose
 // loop keeps running.
 //
+// A queue's thread serves reads and writes itself, as the /dev/fuse loop
+// does, and hands whatever may wait on the server to the workers
+// (fuse_loop.h), entry and all. An entry handed on is the kernel's no more
+// until its reply is committed, so the thread then registers another, if
+// the kernel has none left of it: the CPU's next read finds one instead of
+// waiting behind a lookup or a hung server call. A thread holds at most
+// kMaxEntries; past that, its CPU's requests wait for the workers.
+//
 // The kernel offers the ring only where root set fuse.enable_uring=1
 // (/sys/module/fuse/parameters/enable_uring) before the mount; otherwise
 // and in builds without liburing, nothing here is used.
@@ -36,6 +44,8 @@
 
 namespace maru {
 
+class FuseWorkers;
+
 // FUSE_OVER_IO_URING of <linux/fuse.h> 7.42, absent from older headers.
 constexpr uint64_t kFuseOverIoUring = 1ull << 41;
 
@@ -48,14 +58,23 @@ class FuseRing {
   // kFuseOverIoUring, before the /dev/fuse loop starts. `per_queue`
   // threads serve each CPU's queue (more than one, so that a request whose
   // handling waits on another request of the same CPU, as a writeback does,
-  // is served).
-  static Result<std::unique_ptr<FuseRing>> Start(fuse_session *se, unsigned per_queue);
-  // Stops and joins the threads; requests the ring still holds fail.
+  // is served), handing on to `workers`, which must outlive the threads.
+  static Result<std::unique_ptr<FuseRing>> Start(fuse_session *se, unsigned per_queue,
+                                                 FuseWorkers *workers);
+  // Stops and joins the threads; requests the ring still holds fail. The
+  // workers are then to be stopped before the ring is destroyed: they may
+  // still be serving its entries.
+  void Stop();
   ~FuseRing();
+
+  // Whether the calling thread serves a request of the ring, whose reply
+  // must go through the session's writev (not be spliced to /dev/fuse).
+  static bool Serving();
   FuseRing(const FuseRing &) = delete;
   FuseRing &operator=(const FuseRing &) = delete;
 
   struct Queue;  // one thread's ring (fuse_ring.cc)
+  struct Entry;  // one registered entry: a request's buffers
 
  private:
   FuseRing() = default;

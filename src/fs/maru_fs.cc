@@ -9,6 +9,8 @@
 #include <cstring>
 #include <vector>
 
+#include "fs/fuse_loop.h"
+#include "fs/fuse_ring.h"
 #include "fs/pool_bufvec.h"
 #include "util/log.h"
 
@@ -28,17 +30,6 @@ MaruFs *Fs(fuse_req_t req) {
 // An open file's handle is a reference to its OpenFile.
 std::shared_ptr<OpenFile> &Handle(fuse_file_info *fi) {
   return *reinterpret_cast<std::shared_ptr<OpenFile> *>(fi->fh);
-}
-
-void SetHandle(fuse_file_info *fi, const std::shared_ptr<OpenFile> &f) {
-  fi->fh = reinterpret_cast<uint64_t>(new std::shared_ptr<OpenFile>(f));
-}
-
-std::shared_ptr<OpenFile> TakeHandle(fuse_file_info *fi) {
-  auto *holder = reinterpret_cast<std::shared_ptr<OpenFile> *>(fi->fh);
-  std::shared_ptr<OpenFile> f = std::move(*holder);
-  delete holder;
-  return f;
 }
 
 // The identity of the process behind a request: the server checks it.
@@ -134,6 +125,36 @@ MaruFs::MaruFs(std::unique_ptr<MetaClient> client, std::unique_ptr<PoolMap> pool
            [this](uint64_t ino, uint64_t gen) { Published(ino, gen); }},
       xattrs_(client_.get()) {}
 
+MaruFs::~MaruFs() {
+  std::unordered_set<std::shared_ptr<OpenFile> *> left;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    left.swap(handles_);
+  }
+  if (!left.empty()) LOG_INFO("%zu files were still open", left.size());
+  for (std::shared_ptr<OpenFile> *holder : left) delete holder;
+}
+
+void MaruFs::SetHandle(fuse_file_info *fi, const std::shared_ptr<OpenFile> &f) {
+  auto *holder = new std::shared_ptr<OpenFile>(f);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    handles_.insert(holder);
+  }
+  fi->fh = reinterpret_cast<uint64_t>(holder);
+}
+
+std::shared_ptr<OpenFile> MaruFs::TakeHandle(fuse_file_info *fi) {
+  auto *holder = reinterpret_cast<std::shared_ptr<OpenFile> *>(fi->fh);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    handles_.erase(holder);
+  }
+  std::shared_ptr<OpenFile> f = std::move(*holder);
+  delete holder;
+  return f;
+}
+
 template <typename Req, typename Rep>
 int MaruFs::Call(fuse_req_t req, MetaClient::Method<Req, Rep> method, Req &r, Rep *rep) {
   rpc::Caller caller = CallerOf(req);
@@ -208,6 +229,8 @@ void MaruFs::Init(fuse_conn_info *conn) {
   // Opening with O_TRUNC is one request: a new version, atomically.
   if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC) conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
   if (conn->capable & FUSE_CAP_READDIRPLUS) conn->want |= FUSE_CAP_READDIRPLUS;
+  // Lookups and readdirs of one directory at once (libfuse 3.14 leaves this
+  // and HANDLE_KILLPRIV out of its reply; AnswerInit puts them in).
   if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
   if (conn->capable & FUSE_CAP_ASYNC_READ) conn->want |= FUSE_CAP_ASYNC_READ;
   // Requests are read with one read(), not spliced through a pipe and read
@@ -481,7 +504,12 @@ int MaruFs::OpenWriter(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi,
   const uint64_t keep = (fi->flags & O_TRUNC) ? 0 : UINT64_MAX;
   if (int rc = (*f)->StartVersion(CallerOf(req), keep); rc < 0) return rc;
   // The server dropped the set-id bits, if any, for anyone but root; the
-  // kernel's cached mode must not go on showing them.
+  // kernel's cached mode must not go on showing them. Attributes only (an
+  // offset of -1): the kernel then invalidates no pages, so this worker
+  // never waits here for a writeback of dirty pages (a mapping of a
+  // cached_writes file), whose write may itself need a worker (a new
+  // version, a larger reservation): with every worker here, none would be
+  // left for it. The inode is not being evicted either: this open holds it.
   if (session_ && fuse_req_ctx(req)->uid != 0)
     fuse_lowlevel_notify_inval_inode(session_, ino, -1, 0);
   AddWriter(*f);
@@ -495,12 +523,17 @@ void MaruFs::Read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_
   // message, and for a sealed file no lock (OpenFile::Read).
   const uint64_t start = static_cast<uint64_t>(off);
   OpenFile::ReadView v;
-  if (int rc = Handle(fi)->Read(start, size, &v); rc < 0)
+  const bool may_wait = !MustNotWait();
+  if (int rc = Handle(fi)->Read(start, size, &v, may_wait); rc < 0) {
+    if (rc == -EWOULDBLOCK && !may_wait) return HandToWorker(req);  // its writer waits
     return (void)fuse_reply_err(req, FsErrno(rc));
+  }
   if (v.len == 0) return (void)fuse_reply_buf(req, nullptr, 0);
   // Sealed bytes never change: the kernel may splice them from the pool
-  // file. A writer's bytes may, so they are copied while it is locked.
-  if (options_.splice && v.sealed) {
+  // file. A writer's bytes may, so they are copied while it is locked. A
+  // ring's reply goes into its entry, not to /dev/fuse, where a spliced one
+  // would go: it is copied.
+  if (options_.splice && v.sealed && !FuseRing::Serving()) {
     PoolBufvec data(*pool_, *v.map, start, v.len, true);
     return (void)fuse_reply_data(req, data.get(), FUSE_BUF_SPLICE_MOVE);
   }
@@ -513,10 +546,16 @@ void MaruFs::Read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_
 
 void MaruFs::WriteBuf(fuse_req_t req, fuse_ino_t, fuse_bufvec *in, off_t off, fuse_file_info *fi) {
   const uint64_t start = static_cast<uint64_t>(off), len = fuse_buf_size(in);
-  ssize_t copied = Handle(fi)->Write(CallerFnOf(req), start, len, [&](const ExtentMap &map) {
-    PoolBufvec dst(*pool_, map, start, len);
-    return fuse_buf_copy(dst.get(), in, FUSE_BUF_NO_SPLICE);
-  });
+  const bool may_wait = !MustNotWait();
+  ssize_t copied = Handle(fi)->Write(
+      CallerFnOf(req), start, len,
+      [&](const ExtentMap &map) {
+        PoolBufvec dst(*pool_, map, start, len);
+        return fuse_buf_copy(dst.get(), in, FUSE_BUF_NO_SPLICE);
+      },
+      may_wait);
+  // A write that asks the server for room holds up no other file's reads.
+  if (copied == -EWOULDBLOCK && !may_wait) return HandToWorker(req);
   if (copied < 0) return (void)fuse_reply_err(req, FsErrno(static_cast<int>(copied)));
   fuse_reply_write(req, static_cast<size_t>(copied));
 }

@@ -17,6 +17,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "client/meta_client.h"
@@ -53,6 +54,10 @@ struct DirHandle;  // an open directory (maru_fs.cc)
 class MaruFs {
  public:
   MaruFs(std::unique_ptr<MetaClient> client, std::unique_ptr<PoolMap> pool, FsOptions options);
+  // Lets go of the files still open (the mount went, or the daemon was
+  // stopped, before their RELEASE): versions never sealed are aborted.
+  // Call once no request is served any more.
+  ~MaruFs();
   static const fuse_lowlevel_ops *Operations();
   // The session serving it, for notifications to the kernel.
   void SetSession(fuse_session *se) { session_ = se; }
@@ -122,6 +127,10 @@ class MaruFs {
   void AddWriter(const std::shared_ptr<OpenFile> &f);
   void RemoveWriter(const std::shared_ptr<OpenFile> &f);
   std::shared_ptr<OpenFile> NewFile(uint64_t ino, OpenFile::Role role);
+  // An open file's handle (fi->fh) is a reference to its OpenFile, made
+  // here and taken back at RELEASE; those never released go with MaruFs.
+  void SetHandle(fuse_file_info *fi, const std::shared_ptr<OpenFile> &f);
+  std::shared_ptr<OpenFile> TakeHandle(fuse_file_info *fi);
   // The files open on this mount, by inode: fstat comes without a handle,
   // and a file unlinked while open is known only to them.
   void AddOpen(const std::shared_ptr<OpenFile> &f);
@@ -149,6 +158,7 @@ class MaruFs {
   std::unordered_map<uint64_t, std::shared_ptr<OpenFile>> writers_;  // by inode
   std::unordered_map<uint64_t, uint64_t> cached_gen_;  // inode -> version in the page cache
   std::unordered_map<uint64_t, std::vector<std::weak_ptr<OpenFile>>> open_;  // by inode
+  std::unordered_set<std::shared_ptr<OpenFile> *> handles_;                  // not yet released
 };
 
 }  // namespace maru

@@ -63,10 +63,16 @@ int OpenFile::OpenSealed(const rpc::Caller &caller) {
   return MapOf(rep);
 }
 
-int OpenFile::Read(uint64_t start, uint64_t size, ReadView *view) {
-  if (follows_) return follows_->Read(start, size, view);
+int OpenFile::Read(uint64_t start, uint64_t size, ReadView *view, bool may_wait) {
+  if (follows_) return follows_->Read(start, size, view, may_wait);
   // A writer's bytes may change: they are replied while its lock is held.
-  if (writer()) view->lock = std::unique_lock<std::mutex>(mu_);
+  if (writer()) {
+    view->lock = std::unique_lock<std::mutex>(mu_, std::defer_lock);
+    if (may_wait)
+      view->lock.lock();
+    else if (!view->lock.try_lock())
+      return -EWOULDBLOCK;
+  }
   const uint64_t len = start < size_ ? std::min(size, size_ - start) : 0;
   // The watch answers from atomics; once it cannot vouch (the server was
   // silent, or a resume renewed the lease), the lease table decides.
@@ -201,9 +207,14 @@ int OpenFile::Reserve(const CallerFn &caller, uint64_t end) {
   return MapOf(rep);
 }
 
-ssize_t OpenFile::Write(const CallerFn &caller, uint64_t start, uint64_t len, const CopyIn &copy) {
+ssize_t OpenFile::Write(const CallerFn &caller, uint64_t start, uint64_t len, const CopyIn &copy,
+                        bool may_wait) {
   if (!writer()) return -EBADF;
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
+  if (may_wait)
+    lock.lock();
+  else if (!lock.try_lock() || NeedsVersion() || start + len > map_.length())
+    return -EWOULDBLOCK;
   int rc = NeedsVersion() ? NewVersion(caller(), UINT64_MAX) : 0;  // written again after a seal
   if (rc == 0) rc = Reserve(caller, start + len);
   if (rc < 0) return rc;

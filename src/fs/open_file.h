@@ -87,7 +87,9 @@ class OpenFile {
   // The view of [start, start+size). -EIO when a sealed version's lease may
   // have lapsed: its extents may hold another chunk by now. A sealed file's
   // read takes no lock and sends no message while the lease surely holds.
-  int Read(uint64_t start, uint64_t size, ReadView *view);
+  // Unless `may_wait`, -EWOULDBLOCK rather than wait for a writer's lock
+  // (held across its calls to the server).
+  int Read(uint64_t start, uint64_t size, ReadView *view, bool may_wait = true);
 
   // --- Writers ---
   // Takes over the new, empty file a Create RPC replied with.
@@ -96,9 +98,13 @@ class OpenFile {
   // first `keep` bytes of the current content.
   int StartVersion(const rpc::Caller &caller, uint64_t keep);
   // Writes `len` bytes at `start`: `copy` fills the pool behind them and
-  // returns the bytes copied or a negative errno. Returns the same.
+  // returns the bytes copied or a negative errno. Returns the same. Unless
+  // `may_wait`, -EWOULDBLOCK, with nothing written, where the write would
+  // wait on the server (a new version, a larger reservation) or on the lock
+  // of a write that does.
   using CopyIn = std::function<ssize_t(const ExtentMap &map)>;
-  ssize_t Write(const CallerFn &caller, uint64_t start, uint64_t len, const CopyIn &copy);
+  ssize_t Write(const CallerFn &caller, uint64_t start, uint64_t len, const CopyIn &copy,
+                bool may_wait = true);
   // Sets the size; growing it adds zeros.
   int Truncate(const CallerFn &caller, uint64_t size);
   // Seals what was written since the last Publish, if anything; 0 for

@@ -1,7 +1,6 @@
 #include "meta/eviction_policy.h"
 
 #include "meta/eviction_frequency.h"
-#include "meta/eviction_hinted.h"
 #include "meta/eviction_lru.h"
 #include "meta/eviction_prefix_lru.h"
 
@@ -18,17 +17,18 @@ uint64_t EvictionPolicy::Victim(const std::function<bool(uint64_t)> &evictable) 
 }
 
 std::vector<std::string> EvictionPolicyNames() {
-  return {"frequency", "hinted", "lru", "prefix"};
+  return {"frequency", "lru", "prefix"};
 }
 
 Result<std::unique_ptr<EvictionPolicy>> MakeEvictionPolicy(const std::string &name,
                                                            const ChunkChains &chains) {
-  if (name == "frequency") return std::unique_ptr<EvictionPolicy>(new FrequencyEviction(chains));
-  if (name == "hinted") return std::unique_ptr<EvictionPolicy>(new HintedEviction(chains));
+  // "hinted" was frequency with hints before frequency took them: kept
+  // for command lines that name it.
+  if (name == "frequency" || name == "hinted")
+    return std::unique_ptr<EvictionPolicy>(new FrequencyEviction(chains));
   if (name == "lru") return std::unique_ptr<EvictionPolicy>(new LruEviction());
   if (name == "prefix") return std::unique_ptr<EvictionPolicy>(new PrefixLruEviction(chains));
-  return Status::Error(EINVAL,
-                       "unknown eviction policy '" + name + "' (frequency, hinted, lru, prefix)");
+  return Status::Error(EINVAL, "unknown eviction policy '" + name + "' (frequency, lru, prefix)");
 }
 
 }  // namespace maru

@@ -75,8 +75,8 @@ class EvictionPolicy {
 // The names MakeEvictionPolicy knows.
 std::vector<std::string> EvictionPolicyNames();
 
-// "frequency", "hinted", "lru" or "prefix"; EINVAL for anything else. `chains` must outlive the
-// policy.
+// "frequency" (or its old name with hints, "hinted"), "lru" or "prefix";
+// EINVAL for anything else. `chains` must outlive the policy.
 Result<std::unique_ptr<EvictionPolicy>> MakeEvictionPolicy(const std::string &name,
                                                            const ChunkChains &chains);
 

@@ -49,7 +49,7 @@ void Evictor::SetParent(Inode *inode, uint64_t parent) {
 void Evictor::Hint(const Inode &inode, RetentionHint hint) {
   if (!inode.current) return;  // the policy knows sealed chunks only
   policy_->OnHint(inode.ino, hint);
-  // A hint may move a parked chunk back into the order: it stays out.
+  // A parked chunk stays out of the order (a policy may put it back).
   if (held_.count(inode.ino)) policy_->Park(inode.ino);
 }
 

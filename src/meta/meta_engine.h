@@ -154,7 +154,7 @@ class MetaEngine {
   void PublishPart(const Caller &c, const rpc::PartRequest &req, rpc::PartReply *rep);
   void WaitPart(const Caller &c, const rpc::PartRequest &req, rpc::PartReply *rep);
 
-  // --- Retention hints (issue 15, hint_ops.cc; the order in meta/eviction_hinted.h) ---
+  // --- Retention hints (issue 15, hint_ops.cc; the order in meta/eviction_frequency.h) ---
   void Hint(const Caller &c, const rpc::HintRequest &req, rpc::ErrorsReply *rep);
 
  private:

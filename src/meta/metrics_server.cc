@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "meta/meta_engine.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 namespace maru {
@@ -124,6 +125,20 @@ std::string RenderPrometheus(const rpc::StatsReply &st) {
   return out.str();
 }
 
+// Closing a socket with unread input (the rest of a request's headers)
+// resets the connection, and a reset throws away what the client has not
+// read yet: the tail of a large reply. So: end the reply, read what is left
+// until the client closes, for 2 s at most (a client that trickles bytes
+// holds the thread no longer), then close.
+static void LingeringClose(int conn) {
+  shutdown(conn, SHUT_WR);
+  const int64_t give_up = MonotonicMs() + 2000;
+  char sink[4096];
+  while (MonotonicMs() < give_up && recv(conn, sink, sizeof(sink), 0) > 0) {
+  }
+  close(conn);
+}
+
 Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string &host_port,
                                                             MetaEngine *engine) {
   Result<std::unique_ptr<Acceptor>> a = Acceptor::ListenTcp(host_port);
@@ -134,7 +149,7 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string &h
   m->acceptor_ = std::move(*a);
   m->acceptor_->Start([raw = m.get()](int conn) {
     raw->Answer(conn);
-    close(conn);
+    LingeringClose(conn);
   });
   return m;
 }

@@ -45,9 +45,7 @@ Status MetaEngine::Load() {
   MARU_RETURN_IF_ERROR(RestoreInodes(*contents, &txn.batch, &clock, &adopted, &index));
   quotas_.Load(contents->quotas, space_.unit());  // usage from the inodes just restored
   clock.Lap("quotas");
-  int64_t grace_ms = options_.grace_ms >= 0 ? options_.grace_ms : options_.session_timeout_ms;
-  if (!contents->inodes.empty() || !contents->retired.empty())
-    space_.SetGraceUntil(started_ns_ + grace_ms * 1000000);
+  const bool had_data = !contents->inodes.empty() || !contents->retired.empty();
   contents->inodes = {};  // restored: not needed again
   // Reserve counters now so that numbers are never handed out twice.
   NextIno(txn);
@@ -63,6 +61,12 @@ Status MetaEngine::Load() {
     clock.Lap("index (the rest of it)");
   }
   db_->StartCompactions();
+  // Clients can come back only once the server answers: their grace, and
+  // the clock of the sessions they resume, start now, not when the load did.
+  const int64_t serving_ns = MonotonicNs();
+  int64_t grace_ms = options_.grace_ms >= 0 ? options_.grace_ms : options_.session_timeout_ms;
+  if (had_data) space_.SetGraceUntil(serving_ns + grace_ms * 1000000);
+  sessions_.SeenAll(serving_ns);
   LOG_INFO("start: %s", clock.laps().c_str());
   LOG_INFO("metadata loaded: %zu inodes, %s of %s free, %zu unfinished writes, %zu retired",
            tree_.size(), FormatSize(space_.free_bytes()).c_str(),

@@ -86,7 +86,8 @@ int main(int argc, char **argv) {
   flags.Double("low-watermark", &f.low_watermark, "... until it is below this fraction");
   flags.String(
       "eviction", &f.eviction,
-      "eviction policy: frequency (default), hinted (frequency + maru_hint), lru or prefix");
+      "eviction policy: frequency (default; takes maru_hint; 'hinted' is an old name for it), "
+      "lru or prefix");
   flags.Int("max-fragments", &f.max_fragments, "most extents one chunk may span");
   flags.Int("max-keys", &f.max_keys, "most paths one lookup or batch may name (0: no limit)");
   flags.Int("max-leases", &f.max_leases,

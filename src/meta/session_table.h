@@ -37,6 +37,12 @@ class SessionTable {
   void Remove(uint64_t id);
   // Sessions not seen for `timeout_ns` as of `now_ns`.
   std::vector<uint64_t> Expired(int64_t now_ns, int64_t timeout_ns) const;
+  // Counts every session as seen at `now_ns`: at the end of a start, so
+  // that the time the start took counts against no client that must
+  // resume (on a loaded host it can exceed the session timeout).
+  void SeenAll(int64_t now_ns) {
+    for (auto &[id, s] : sessions_) s.last_seen_ns = now_ns;
+  }
   size_t size() const { return sessions_.size(); }
   template <typename F>
   void ForEach(F &&f) const {

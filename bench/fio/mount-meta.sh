@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Requests that ask the server, through the mount: open+close of a sealed
+# file (OPEN, FLUSH, RELEASE) and lookups of names that do not exist, one
+# process; and lookups by 4 processes at once in one directory (plookup4:
+# the kernel serializes them unless the mount granted parallel dirops). 3 s
+# per cell, interleaved round by round, against one maru-server:
+#   ring      this build, default options (FUSE over io_uring; the ring's
+#             threads hand these requests to the workers)
+#   devfuse   this build, -o uring=0
+#   prev      PREV_FUSE (default: /work/main/build/src/fs/maru-fuse), if it
+#             exists, default options (its ring threads served them)
+#   bench/fio/mount-meta.sh [BUILD_DIR] [ROUNDS]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build=${1:-build}
+rounds=${2:-3}
+prev=${PREV_FUSE:-/work/main/build/src/fs/maru-fuse}
+scripts/build.sh "$build" >/dev/null
+
+param=/sys/module/fuse/parameters/enable_uring
+[ -w $param ] && echo Y >$param
+echo "fuse.enable_uring: $(cat $param 2>/dev/null || echo absent)"
+
+work=$(mktemp -d /tmp/maru-bench-meta.XXXXXX)
+pool=/dev/shm/maru-bench-meta-$$.pool
+sock=unix://$work/maru.sock
+server_pid=
+declare -A dir=([ring]=$work/ring [devfuse]=$work/devfuse [prev]=$work/prev)
+cleanup() {
+  for m in ring devfuse prev; do
+    mountpoint -q "${dir[$m]}" 2>/dev/null && { fusermount3 -u "${dir[$m]}" || fusermount3 -uz "${dir[$m]}"; }
+  done
+  [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
+  rm -rf "$work"
+  rm -f "$pool"
+}
+trap cleanup EXIT
+
+$build/tools/maructl mkpool "$pool" --size 256M >/dev/null
+$build/src/meta/maru-server --pool "$pool" --db "$work/db" --listen "$sock" --log-level warn >"$work/server.log" 2>&1 &
+server_pid=$!
+for _ in $(seq 200); do $build/tools/maructl df --server "$sock" >/dev/null 2>&1 && break; sleep 0.05; done
+
+mount_one() {
+  local name=$1 bin=$2
+  shift 2
+  mkdir "${dir[$name]}"
+  "$bin" "$sock" "${dir[$name]}" -f "$@" >"$work/$name.log" 2>&1 &
+  for _ in $(seq 200); do mountpoint -q "${dir[$name]}" && return; sleep 0.05; done
+  echo "$name did not mount" >&2
+  exit 1
+}
+mount_one ring "$build/src/fs/maru-fuse"
+mount_one devfuse "$build/src/fs/maru-fuse" -o uring=0
+modes="ring devfuse"
+if [ -x "$prev" ]; then
+  mount_one prev "$prev"
+  modes="$modes prev"
+fi
+head -c 65536 /dev/zero >"${dir[ring]}/sealed"
+
+# run MODE open|lookup|plookup4 -> operations per second (all processes)
+run() {
+  /usr/bin/python3 - "${dir[$1]}" "$2" <<'PY'
+import os, sys, time
+d, what = sys.argv[1], sys.argv[2]
+procs = 4 if what == "plookup4" else 1
+end = time.monotonic() + 3
+def loop(salt):
+    n = 0
+    while time.monotonic() < end:
+        if what == "open":
+            os.close(os.open(d + "/sealed", os.O_RDONLY))
+        else:
+            try: os.stat("%s/missing-%s-%d" % (d, salt, n))
+            except FileNotFoundError: pass
+        n += 1
+    return n
+pipes = []
+for _ in range(procs):
+    r, w = os.pipe()
+    if os.fork() == 0:
+        os.close(r)
+        os.write(w, str(loop(os.urandom(4).hex())).encode())
+        os._exit(0)
+    os.close(w)
+    pipes.append(r)
+total = 0
+for r in pipes:
+    total += int(os.read(r, 64) or b"0")
+    os.close(r)
+while True:
+    try: os.wait()
+    except ChildProcessError: break
+print("%.0f" % (total / 3))
+PY
+}
+
+echo "| round | workload | $(for m in $modes; do printf '%s | ' $m; done)"
+for r in $(seq "$rounds"); do
+  for w in open lookup plookup4; do
+    line="| $r | $w |"
+    for m in $modes; do line="$line $(run $m $w)/s |"; done
+    echo "$line"
+  done
+done
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
