@@ -8,7 +8,7 @@ packages=(
   libfuse3-dev fuse3 liburing-dev
   libnuma-dev libdaxctl-dev
   librocksdb-dev
-  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libgtest-dev
   libxxhash-dev libucx-dev
   fio tmux man-db groff-base iproute2 rsync attr jq
