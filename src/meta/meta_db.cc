@@ -1,6 +1,7 @@
 #include "meta/meta_db.h"
 
 #include <algorithm>
+#include <thread>
 
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
@@ -113,18 +114,32 @@ void MetaDb::StartCompactions() {
   if (!s.ok()) LOG_WARN("metadata database: compactions stay off: %s", s.ToString().c_str());
 }
 
-Result<MetaDb::Contents> MetaDb::Load() {
-  Contents c;
-  // One sequential pass over everything: read ahead, and keep the blocks
-  // out of the cache (nothing reads them again).
+namespace {
+
+// What one iterator found in its key range.
+struct Part {
+  MetaDb::Contents c;
+  bool counters = false;  // c.counters was read (not only its defaults)
+  Status status;
+};
+
+// Reads the keys in [lower, upper) (an empty bound: no bound) into `part`,
+// with room for about `inodes` inode records up front.
+void ReadRange(rocksdb::DB *db, const std::string &lower, const std::string &upper, uint64_t inodes,
+               Part *part) {
+  MetaDb::Contents &c = part->c;
+  // One sequential pass: read ahead, and keep the blocks out of the cache
+  // (nothing reads them again).
   rocksdb::ReadOptions options;
   options.readahead_size = 8 << 20;
   options.fill_cache = false;
+  rocksdb::Slice lower_slice(lower), upper_slice(upper);
+  if (!lower.empty()) options.iterate_lower_bound = &lower_slice;
+  if (!upper.empty()) options.iterate_upper_bound = &upper_slice;
   // Most records are inodes of about 70 bytes: room for them up front (only
   // what is written is touched; the load's memory is given back after it).
-  uint64_t keys = 0;
-  if (db_->GetIntProperty("rocksdb.estimate-num-keys", &keys)) c.inodes.Reserve(keys, keys * 96);
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(options));
+  c.inodes.Reserve(inodes, inodes * 96);
+  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(options));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     rocksdb::Slice key = it->key(), value = it->value();
     bool parsed = true;
@@ -138,12 +153,73 @@ Result<MetaDb::Contents> MetaDb::Load() {
     } else if (key == kIdentityKey) {
       parsed = c.identity.emplace().ParseFromArray(value.data(), static_cast<int>(value.size()));
     } else if (key == kCountersKey) {
-      parsed = c.counters.ParseFromArray(value.data(), static_cast<int>(value.size()));
+      parsed = part->counters =
+          c.counters.ParseFromArray(value.data(), static_cast<int>(value.size()));
     }
-    if (!parsed) return Status::Error(EIO, "corrupted metadata record " + key.ToString(true));
+    if (!parsed) {
+      part->status = Status::Error(EIO, "corrupted metadata record " + key.ToString(true));
+      return;
+    }
   }
-  MARU_RETURN_IF_ERROR(FromRocks(it->status(), "reading the metadata database"));
-  return c;
+  part->status = FromRocks(it->status(), "reading the metadata database");
+}
+
+// The inode number of `key` ("i" and 8 big-endian bytes).
+uint64_t InodeKeyNumber(const rocksdb::Slice &key) {
+  uint64_t n = 0;
+  for (int i = 1; i < 9; ++i) n = n << 8 | static_cast<uint8_t>(key[i]);
+  return n;
+}
+
+// The first and the last inode number in the database; false if none.
+bool InodeRange(rocksdb::DB *db, uint64_t *first, uint64_t *last) {
+  rocksdb::ReadOptions options;
+  options.fill_cache = false;
+  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(options));
+  auto is_inode = [&] {
+    return it->Valid() && it->key().size() == 9 && it->key()[0] == kInodePrefix;
+  };
+  it->Seek(NumberKey(kInodePrefix, 0));
+  if (!is_inode()) return false;
+  *first = InodeKeyNumber(it->key());
+  it->SeekForPrev(NumberKey(kInodePrefix, ~uint64_t{0}));
+  if (!is_inode()) return false;
+  *last = InodeKeyNumber(it->key());
+  return *first < *last;
+}
+
+}  // namespace
+
+Result<MetaDb::Contents> MetaDb::Load() {
+  uint64_t keys = 0;
+  if (!db_->GetIntProperty("rocksdb.estimate-num-keys", &keys)) keys = 0;
+  // Iterating RocksDB is a third of a large start's CPU. A large database is
+  // read as two halves of the inode numbers, one on another core; the halves
+  // join in key order, so the records come out as from one pass.
+  uint64_t first = 0, last = 0;
+  if (keys < (1 << 16) || std::thread::hardware_concurrency() < 2 ||
+      !InodeRange(db_.get(), &first, &last)) {
+    Part whole;
+    ReadRange(db_.get(), "", "", keys, &whole);
+    if (!whole.status.ok()) return whole.status;
+    return std::move(whole.c);
+  }
+  const std::string split = NumberKey(kInodePrefix, first + (last - first) / 2 + 1);
+  Part low, high;
+  // The low half is reserved for all the inodes: the high half's join it
+  // without a copy of the low half's.
+  std::thread helper([&] { ReadRange(db_.get(), split, "", keys / 2, &high); });
+  ReadRange(db_.get(), "", split, keys, &low);
+  helper.join();
+  if (!low.status.ok()) return low.status;
+  if (!high.status.ok()) return high.status;
+  Contents &c = low.c;
+  c.inodes.Append(std::move(high.c.inodes));
+  for (schema::Retired &r : high.c.retired) c.retired.push_back(std::move(r));
+  for (schema::Quota &q : high.c.quotas) c.quotas.push_back(std::move(q));
+  if (high.c.identity) c.identity = std::move(high.c.identity);
+  if (high.counters) c.counters = high.c.counters;
+  return std::move(c);
 }
 
 Status MetaDb::Write(Batch &batch) {

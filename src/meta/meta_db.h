@@ -36,6 +36,18 @@ class Records {
     offsets_.reserve(n);
     data_.reserve(bytes);
   }
+  // Moves `other`'s records in after these.
+  void Append(Records &&other) {
+    const size_t base = data_.size();
+    if (offsets_.empty()) {
+      *this = std::move(other);
+      return;
+    }
+    data_.append(other.data_);
+    offsets_.reserve(offsets_.size() + other.offsets_.size());
+    for (size_t o : other.offsets_) offsets_.push_back(base + o);
+    other = Records();
+  }
   size_t size() const { return offsets_.size(); }
   bool empty() const { return offsets_.empty(); }
   std::string_view bytes(size_t i) const {

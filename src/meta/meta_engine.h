@@ -173,7 +173,7 @@ class MetaEngine {
                       std::vector<Inode *> *adopted);
   void MoveOrphansToLostFound(const std::vector<Inode *> &adopted, MetaDb::Batch *batch,
                               int64_t now);
-  Status RestoreChunk(Inode &inode);
+  void RestoreChunk(Inode &inode);
   Status RestoreRetired(const MetaDb::Contents &contents);
   Session *OrphanedSession(uint64_t id, uint32_t uid);
 

@@ -23,6 +23,77 @@
 
 namespace maru {
 
+namespace {
+
+// Two versions claiming one extent: serving on would hand one's bytes to
+// the other's readers as soon as either is freed. Stop, loudly.
+Status Overlapping(const std::string &what, const Status &s) {
+  LOG_ERROR("%s: %s; refusing to start: run `maructl fsck` to see what overlaps", what.c_str(),
+            s.ToString().c_str());
+  return Status::Error(EUCLEAN, what + ": " + s.ToString() + "; run maructl fsck");
+}
+
+// What MarkSpaceUsed found: the first version whose extents overlap
+// another's, if any.
+struct MarkedSpace {
+  Status status;
+  const Inode *inode = nullptr;
+  uint64_t gen = 0;
+};
+
+// Marks the extents of every version of `inodes` used, in order; stops at
+// the first that overlaps.
+MarkedSpace MarkSpaceUsed(SpaceManager *space, const std::vector<Inode *> &inodes) {
+  MarkedSpace out;
+  for (const Inode *inode : inodes)
+    for (const Version *v : {inode->current ? &*inode->current : nullptr,
+                             inode->pending ? &*inode->pending : nullptr}) {
+      if (!v) continue;
+      out.status = space->MarkUsed(v->extents);
+      if (!out.status.ok()) {
+        out.inode = inode;
+        out.gen = v->gen;
+        return out;
+      }
+    }
+  return out;
+}
+
+// Decodes records [from, to) into out[from, to); the first corrupt one's
+// index, or `to`.
+size_t DecodeRange(const Records<schema::Inode> &records, size_t from, size_t to,
+                   std::unique_ptr<Inode> *out) {
+  schema::Inode r;  // reused: one record decoded at a time
+  for (size_t i = from; i < to; ++i) {
+    if (!records.Parse(i, &r)) return i;
+    out[i] = std::make_unique<Inode>(FromRecord(r));
+  }
+  return to;
+}
+
+// Decodes every record into out[]; the first corrupt one's index, or the
+// number of records. Most of a load's work, and each record on its own: a
+// large load is cut into one part per core (up to 4), each part's inodes
+// still made in order.
+size_t DecodeInodes(const Records<schema::Inode> &records, std::unique_ptr<Inode> *out) {
+  constexpr size_t kPerPartMin = 1 << 16;
+  const size_t n = records.size();
+  const size_t parts = std::clamp<size_t>(
+      std::min<size_t>(std::thread::hardware_concurrency(), n / kPerPartMin), 1, 4);
+  std::vector<size_t> bad(parts, n);
+  std::vector<std::thread> helpers;
+  for (size_t p = 1; p < parts; ++p)
+    helpers.emplace_back([&, p] {
+      const size_t to = n * (p + 1) / parts, got = DecodeRange(records, n * p / parts, to, out);
+      if (got < to) bad[p] = got;
+    });
+  if (size_t got = DecodeRange(records, 0, n / parts, out); got < n / parts) bad[0] = got;
+  for (std::thread &t : helpers) t.join();
+  return *std::min_element(bad.begin(), bad.end());
+}
+
+}  // namespace
+
 Status MetaEngine::Load() {
   PhaseClock clock;
   Result<std::unique_ptr<MetaDb>> db = MetaDb::Open(options_.db_dir, options_.sync_writes);
@@ -81,8 +152,20 @@ Status MetaEngine::RestoreInodes(MetaDb::Contents &contents, MetaDb::Batch *batc
   const int64_t now = RealtimeNs();
   MARU_RETURN_IF_ERROR(AdoptRecords(contents, batch, now, adopted));
   clock->Lap("adopt");
+  // The space every version holds is marked on another core while the tree
+  // is linked (linking is the main thread's alone, and the marking reads
+  // nothing but the extents): in number order, which is the order they were
+  // made in, so their extents come off the free space in order (no
+  // scattering of free runs).
+  MarkedSpace marked;
+  std::thread marker([&] { marked = MarkSpaceUsed(&space_, *adopted); });
   MoveOrphansToLostFound(*adopted, batch, now);
-  clock->Lap("link");
+  marker.join();
+  clock->Lap("link and space");
+  if (!marked.status.ok())
+    return Overlapping(
+        tree_.PathOf(*marked.inode) + " (generation " + std::to_string(marked.gen) + ")",
+        marked.status);
   // The tree is complete and changes no more during the start: the index
   // (which reads nothing else) is made on another core meanwhile.
   if (options_.index) {
@@ -90,62 +173,15 @@ Status MetaEngine::RestoreInodes(MetaDb::Contents &contents, MetaDb::Batch *batc
     *index = std::async(std::launch::async,
                         [this, adopted, units] { return MakeIndex(*adopted, units); });
   }
-  // In number order, which is the order they were made in: their extents
-  // come off the free space in order (no scattering of free runs), and the
-  // eviction order starts as the order they were made in. (The directories
-  // made here hold no chunk.)
+  // In number order: the eviction order starts as the order they were made
+  // in. (The directories made here hold no chunk.)
   evictor_->Reserve(adopted->size());
-  for (Inode *inode : *adopted) MARU_RETURN_IF_ERROR(RestoreChunk(*inode));
-  clock->Lap("space and eviction");
+  for (Inode *inode : *adopted) RestoreChunk(*inode);
+  clock->Lap("eviction");
   MARU_RETURN_IF_ERROR(RestoreRetired(contents));
   clock->Lap("retired");
   return Status::Ok();
 }
-
-namespace {
-
-// Two versions claiming one extent: serving on would hand one's bytes to
-// the other's readers as soon as either is freed. Stop, loudly.
-Status Overlapping(const std::string &what, const Status &s) {
-  LOG_ERROR("%s: %s; refusing to start: run `maructl fsck` to see what overlaps", what.c_str(),
-            s.ToString().c_str());
-  return Status::Error(EUCLEAN, what + ": " + s.ToString() + "; run maructl fsck");
-}
-
-// Decodes records [from, to) into out[from, to); the first corrupt one's
-// index, or `to`.
-size_t DecodeRange(const Records<schema::Inode> &records, size_t from, size_t to,
-                   std::unique_ptr<Inode> *out) {
-  schema::Inode r;  // reused: one record decoded at a time
-  for (size_t i = from; i < to; ++i) {
-    if (!records.Parse(i, &r)) return i;
-    out[i] = std::make_unique<Inode>(FromRecord(r));
-  }
-  return to;
-}
-
-// Decodes every record into out[]; the first corrupt one's index, or the
-// number of records. Most of a load's work, and each record on its own: a
-// large load is cut into one part per core (up to 4), each part's inodes
-// still made in order.
-size_t DecodeInodes(const Records<schema::Inode> &records, std::unique_ptr<Inode> *out) {
-  constexpr size_t kPerPartMin = 1 << 16;
-  const size_t n = records.size();
-  const size_t parts = std::clamp<size_t>(
-      std::min<size_t>(std::thread::hardware_concurrency(), n / kPerPartMin), 1, 4);
-  std::vector<size_t> bad(parts, n);
-  std::vector<std::thread> helpers;
-  for (size_t p = 1; p < parts; ++p)
-    helpers.emplace_back([&, p] {
-      const size_t to = n * (p + 1) / parts, got = DecodeRange(records, n * p / parts, to, out);
-      if (got < to) bad[p] = got;
-    });
-  if (size_t got = DecodeRange(records, 0, n / parts, out); got < n / parts) bad[0] = got;
-  for (std::thread &t : helpers) t.join();
-  return *std::min_element(bad.begin(), bad.end());
-}
-
-}  // namespace
 
 // Every inode into the tree (a fresh root if there was none), and the
 // counters past every number in use.
@@ -204,16 +240,10 @@ void MetaEngine::MoveOrphansToLostFound(const std::vector<Inode *> &adopted, Met
   LOG_WARN("%zu inodes had no directory; moved them to /lost+found", orphans.size());
 }
 
-// What one inode holds: its space, its place in eviction, its pin, and
-// the reservation of a writer from before the restart.
-Status MetaEngine::RestoreChunk(Inode &inode) {
-  for (const Version *v :
-       {inode.current ? &*inode.current : nullptr, inode.pending ? &*inode.pending : nullptr}) {
-    if (!v) continue;
-    Status s = space_.MarkUsed(v->extents);
-    if (!s.ok())
-      return Overlapping(tree_.PathOf(inode) + " (generation " + std::to_string(v->gen) + ")", s);
-  }
+// What one inode holds besides its space (marked already): its place in
+// eviction, its pin, and the reservation of a writer from before the
+// restart.
+void MetaEngine::RestoreChunk(Inode &inode) {
   evictor_->Restored(inode);
   if (inode.pinned) ++pins_;
   if (inode.pinned && inode.pin_expiry_ns)
@@ -224,7 +254,6 @@ Status MetaEngine::RestoreChunk(Inode &inode) {
     space_.Ref(inode.pending->gen);
     reserved_bytes_ += TotalLength(inode.pending->extents);
   }
-  return Status::Ok();
 }
 
 Status MetaEngine::RestoreRetired(const MetaDb::Contents &contents) {
