@@ -15,6 +15,7 @@
 #include "maru_direct.h"
 #include "maru_direct.hpp"
 #include "pattern.h"
+#include "store_pattern.h"
 
 namespace {
 
@@ -46,13 +47,7 @@ class BatchTest : public ::testing::Test {
   }
 
   int Store(const std::string &path, uint64_t size = kChunk) {
-    maru_chunk_t *c;
-    int rc = maru_create(m_, path.c_str(), size, &c);
-    if (rc) return rc;
-    FillPattern(maru_chunk_data(c), size, path);
-    rc = maru_seal(c);
-    maru_release(c);
-    return rc;
+    return maru_test::StorePattern(m_, path, size);
   }
 
   uint64_t Free() {

@@ -20,6 +20,7 @@
 #include "maru_direct.h"
 #include "maru_direct.hpp"
 #include "pattern.h"
+#include "store_pattern.h"
 
 namespace {
 
@@ -31,13 +32,7 @@ using maru_test::FillPattern;
 using maru_test::RunClient;
 
 int Store(maru_t *m, const std::string &path, uint64_t size) {
-  maru_chunk_t *c;
-  int rc = maru_create(m, path.c_str(), size, &c);
-  if (rc) return rc;
-  FillPattern(maru_chunk_data(c), size, path);
-  rc = maru_seal(c);
-  maru_release(c);
-  return rc;
+  return maru_test::StorePattern(m, path, size);
 }
 
 // 0 if the chunk holds its pattern and lies in the pool mapping.

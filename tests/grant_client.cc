@@ -78,25 +78,13 @@ struct Grants {
   }
 };
 
-// A client that does not drain: floods the agent at `address` with grant
-// requests (each answered with many keys) and never progresses its worker,
-// so the replies pile up in the network.
-int Stall(const std::string &address, const std::string &grant, const std::string &go,
-          bool odd_ids) {
-  auto ucx = UcxWorker::Create();
+// An endpoint to the agent at `address` on `ucx`'s worker.
+ucp_ep_h Connect(UcxWorker &ucx, const std::string &address) {
   Result<Address> a = ParseAddress(address);
-  if (!ucx.ok() || !a.ok()) return fprintf(stderr, "bad agent address %s\n", address.c_str()), 2;
-  // Replies that arrive while sending are thrown away.
-  Status handled = (*ucx)->SetHandler(
-      wire::kGrantReplyId,
-      [](void *, const void *, size_t, void *, size_t, const ucp_am_recv_param_t *) {
-        return UCS_OK;
-      },
-      nullptr);
-  if (!handled.ok()) return 2;
   addrinfo hints{}, *res = nullptr;
   hints.ai_socktype = SOCK_STREAM;
-  if (getaddrinfo(a->host.c_str(), std::to_string(a->port).c_str(), &hints, &res) != 0) return 2;
+  if (!a.ok() || getaddrinfo(a->host.c_str(), std::to_string(a->port).c_str(), &hints, &res) != 0)
+    return nullptr;
   ucp_ep_params_t ep{};
   ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
                   UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
@@ -106,9 +94,30 @@ int Stall(const std::string &address, const std::string &grant, const std::strin
   ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   ep.sockaddr.addr = res->ai_addr;
   ep.sockaddr.addrlen = res->ai_addrlen;
-  ucp_ep_h handle;
-  if (ucp_ep_create((*ucx)->worker(), &ep, &handle) != UCS_OK) return 2;
+  ucp_ep_h handle = nullptr;
+  if (ucp_ep_create(ucx.worker(), &ep, &handle) != UCS_OK) handle = nullptr;
   freeaddrinfo(res);
+  return handle;
+}
+
+// A client that does not drain: floods the agent at `address` with grant
+// requests (each answered with many keys) and never progresses its worker,
+// so the replies pile up in the network.
+int Stall(const std::string &address, const std::string &grant, const std::string &go,
+          bool odd_ids) {
+  auto ucx = UcxWorker::Create();
+  if (!ucx.ok() || !ParseAddress(address).ok())
+    return fprintf(stderr, "bad agent address %s\n", address.c_str()), 2;
+  // Replies that arrive while sending are thrown away.
+  Status handled = (*ucx)->SetHandler(
+      wire::kGrantReplyId,
+      [](void *, const void *, size_t, void *, size_t, const ucp_am_recv_param_t *) {
+        return UCS_OK;
+      },
+      nullptr);
+  if (!handled.ok()) return 2;
+  ucp_ep_h handle = Connect(**ucx, address);
+  if (!handle) return 2;
   std::vector<uint8_t> msg(sizeof(wire::GrantRequest) + grant.size());
   wire::GrantRequest head{};
   head.grant_bytes = static_cast<uint32_t>(grant.size());
@@ -141,26 +150,6 @@ int Stall(const std::string &address, const std::string &grant, const std::strin
   fflush(stdout);
   while (access(go.c_str(), F_OK) != 0) usleep(10000);
   _exit(0);  // no goodbye to the agent either
-}
-
-// An endpoint to the agent at `address` on `ucx`'s worker.
-ucp_ep_h Connect(UcxWorker &ucx, const std::string &address) {
-  Result<Address> a = ParseAddress(address);
-  addrinfo hints{}, *res = nullptr;
-  hints.ai_socktype = SOCK_STREAM;
-  if (!a.ok() || getaddrinfo(a->host.c_str(), std::to_string(a->port).c_str(), &hints, &res) != 0)
-    return nullptr;
-  ucp_ep_params_t ep{};
-  ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
-                  UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-  ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-  ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-  ep.sockaddr.addr = res->ai_addr;
-  ep.sockaddr.addrlen = res->ai_addrlen;
-  ucp_ep_h handle = nullptr;
-  if (ucp_ep_create(ucx.worker(), &ep, &handle) != UCS_OK) handle = nullptr;
-  freeaddrinfo(res);
-  return handle;
 }
 
 // Waits for `r` on `ep`; closes the endpoint if it hangs. Returns an errno.

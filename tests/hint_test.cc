@@ -11,6 +11,7 @@
 #include "harness.h"
 #include "maru_direct.h"
 #include "pattern.h"
+#include "store_pattern.h"
 
 namespace {
 
@@ -38,13 +39,7 @@ class HintTest : public ::testing::Test {
   }
 
   int Store(const std::string &path, uint64_t size = kChunk) {
-    maru_chunk_t *c;
-    int rc = maru_create(m_, path.c_str(), size, &c);
-    if (rc) return rc;
-    FillPattern(maru_chunk_data(c), size, path);
-    rc = maru_seal(c);
-    maru_release(c);
-    return rc;
+    return maru_test::StorePattern(m_, path, size);
   }
   // Whether `path` is still stored (not evicted); looks without reading,
   // which would count as a use.

@@ -293,15 +293,21 @@ bool UcxAgent::AdmitData(ucp_ep_h ep) {
   return false;
 }
 
+bool UcxAgent::TakeDataRequest(const void *header, size_t header_length,
+                               const ucp_am_recv_param_t *param, wire::DataRequest *req) {
+  if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ||
+      header_length != sizeof(wire::DataRequest) || !AdmitData(param->reply_ep))
+    return false;
+  memcpy(req, header, sizeof(*req));
+  return true;
+}
+
 ucs_status_t UcxAgent::OnRead(void *arg, const void *header, size_t header_length, void *, size_t,
                               const ucp_am_recv_param_t *param) {
   auto *self = static_cast<UcxAgent *>(arg);
   // Data sent with a read is not taken (UCX releases it on UCS_OK).
-  if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ||
-      header_length != sizeof(wire::DataRequest) || !self->AdmitData(param->reply_ep))
-    return UCS_OK;
   wire::DataRequest req;
-  memcpy(&req, header, sizeof(req));
+  if (!self->TakeDataRequest(header, header_length, param, &req)) return UCS_OK;
   uint8_t *at = nullptr;
   const int error = self->Locate(param->reply_ep, req.ticket, req.offset, req.length, false, &at);
   self->answers_.push_back({param->reply_ep,
@@ -323,11 +329,8 @@ struct WriteInFlight {
 ucs_status_t UcxAgent::OnWrite(void *arg, const void *header, size_t header_length, void *data,
                                size_t length, const ucp_am_recv_param_t *param) {
   auto *self = static_cast<UcxAgent *>(arg);
-  if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ||
-      header_length != sizeof(wire::DataRequest) || !self->AdmitData(param->reply_ep))
-    return UCS_OK;
   wire::DataRequest req;
-  memcpy(&req, header, sizeof(req));
+  if (!self->TakeDataRequest(header, header_length, param, &req)) return UCS_OK;
   uint8_t *at = nullptr;
   int error = self->Locate(param->reply_ep, req.ticket, req.offset, req.length, true, &at);
   if (!error && req.length != length) error = EINVAL;

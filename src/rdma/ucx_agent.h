@@ -102,6 +102,10 @@ class UcxAgent {
              uint8_t **at);
   // Admits a data request: false (and the client is dropped) past its backlog.
   bool AdmitData(ucp_ep_h ep);
+  // A read's or write's header, from a client that may send one (it can
+  // be answered, and it is within its window), into `req`.
+  bool TakeDataRequest(const void *header, size_t header_length, const ucp_am_recv_param_t *param,
+                       wire::DataRequest *req);
   void SendDataAnswers();
   uint64_t NewTicket(const rpc::Grant &grant, ucp_ep_h ep);
   static void OnEndpointError(void *arg, ucp_ep_h ep, ucs_status_t status);
