@@ -14,49 +14,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build}
 rounds=${2:-3}
-prev=${PREV_FUSE:-/work/main/build/src/fs/maru-fuse}
-scripts/build.sh "$build" >/dev/null
-
-param=/sys/module/fuse/parameters/enable_uring
-[ -w $param ] && echo Y >$param
-echo "fuse.enable_uring: $(cat $param 2>/dev/null || echo absent)"
-
-work=$(mktemp -d /tmp/maru-bench-meta.XXXXXX)
-pool=/dev/shm/maru-bench-meta-$$.pool
-sock=unix://$work/maru.sock
-server_pid=
-declare -A dir=([ring]=$work/ring [devfuse]=$work/devfuse [prev]=$work/prev)
-cleanup() {
-  for m in ring devfuse prev; do
-    mountpoint -q "${dir[$m]}" 2>/dev/null && { fusermount3 -u "${dir[$m]}" || fusermount3 -uz "${dir[$m]}"; }
-  done
-  [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
-  rm -rf "$work"
-  rm -f "$pool"
-}
-trap cleanup EXIT
-
-$build/tools/maructl mkpool "$pool" --size 256M >/dev/null
-$build/src/meta/maru-server --pool "$pool" --db "$work/db" --listen "$sock" --log-level warn >"$work/server.log" 2>&1 &
-server_pid=$!
-for _ in $(seq 200); do $build/tools/maructl df --server "$sock" >/dev/null 2>&1 && break; sleep 0.05; done
-
-mount_one() {
-  local name=$1 bin=$2
-  shift 2
-  mkdir "${dir[$name]}"
-  "$bin" "$sock" "${dir[$name]}" -f "$@" >"$work/$name.log" 2>&1 &
-  for _ in $(seq 200); do mountpoint -q "${dir[$name]}" && return; sleep 0.05; done
-  echo "$name did not mount" >&2
-  exit 1
-}
-mount_one ring "$build/src/fs/maru-fuse"
-mount_one devfuse "$build/src/fs/maru-fuse" -o uring=0
-modes="ring devfuse"
-if [ -x "$prev" ]; then
-  mount_one prev "$prev"
-  modes="$modes prev"
-fi
+bench=meta
+source bench/fio/mounts.sh
 head -c 65536 /dev/zero >"${dir[ring]}/sealed"
 
 # run MODE open|lookup|plookup4 -> operations per second (all processes)
