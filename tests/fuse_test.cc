@@ -961,6 +961,64 @@ TEST_F(FuseTest, SplicedReadRepliesWorkWithTheRing) {
   EXPECT_TRUE(Slurp(spliced / "f") == data);
 }
 
+// Whether `pid` holds a PM QoS CPU latency request (cpu_wake_latency.h).
+bool HoldsCpuLatencyRequest(pid_t pid) {
+  const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+  DIR *d = opendir(dir.c_str());
+  if (!d) return false;
+  bool holds = false;
+  while (dirent *e = readdir(d)) {
+    char target[256];
+    const ssize_t n = readlink((dir + "/" + e->d_name).c_str(), target, sizeof(target) - 1);
+    if (n > 0) holds |= std::string(target, n) == "/dev/cpu_dma_latency";
+  }
+  closedir(d);
+  return holds;
+}
+
+TEST_F(FuseTest, IdleCpusAreAskedToPollWhileRequestsComeAndOnlyThen) {
+  if (access("/dev/cpu_dma_latency", W_OK) != 0) GTEST_SKIP() << "no PM QoS device to hold";
+  FuseMount polling(server_.address()), quiet(server_.address(), "idle_poll=0");
+  ASSERT_TRUE(polling.Start());
+  ASSERT_TRUE(quiet.Start());
+  std::string data(64 << 10, '\0');
+  maru_test::FillPattern(data.data(), data.size(), "qos");
+  WriteFile(polling / "f", data);
+  int fd = open((polling / "f").c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  char buf[4096];
+  // Reads keep it held (the daemon checks every 25 ms that requests came).
+  ASSERT_TRUE(maru_test::WaitFor([&] {
+    EXPECT_EQ(pread(fd, buf, sizeof(buf), 8192), 4096);
+    return HoldsCpuLatencyRequest(polling.pid());
+  })) << "reads went on and the request was never made";
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(pread(fd, buf, sizeof(buf), 4096 * (i % 16)), 4096);
+  close(fd);
+  // Without requests it goes (50 ms after the last).
+  EXPECT_TRUE(maru_test::WaitFor([&] { return !HoldsCpuLatencyRequest(polling.pid()); }))
+      << "held with no request coming";
+  // And comes back with the next requests.
+  fd = open((polling / "f").c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  EXPECT_TRUE(maru_test::WaitFor([&] {
+    EXPECT_EQ(pread(fd, buf, sizeof(buf), 0), 4096);
+    return HoldsCpuLatencyRequest(polling.pid());
+  }));
+  close(fd);
+
+  // -o idle_poll=0 never holds it, however many reads come.
+  fd = open((quiet / "f").c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  for (int i = 0; i < 2000; ++i) {
+    ASSERT_EQ(pread(fd, buf, sizeof(buf), 4096 * (i % 16)), 4096);
+    if (i % 100 == 0) {
+      ASSERT_FALSE(HoldsCpuLatencyRequest(quiet.pid())) << "after " << i << " reads";
+    }
+  }
+  ASSERT_EQ(memcmp(buf, data.data() + 4096 * (1999 % 16), sizeof(buf)), 0);
+  close(fd);
+}
+
 TEST_F(FuseTest, OverIoUringRequestsWaitingOnTheServerHoldUpNoReadOfTheirCpu) {
   // The kernel gives a request to the queue of the CPU it was made on. Its
   // threads hand what waits on the server to the workers and register

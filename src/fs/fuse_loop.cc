@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <memory>
 
+#include "fs/cpu_wake_latency.h"
 #include "util/log.h"
 
 namespace maru {
@@ -115,13 +116,14 @@ SignalsBlocked::~SignalsBlocked() {
   pthread_sigmask(SIG_SETMASK, &saved_, nullptr);
 }
 
-int RunFuseLoop(fuse_session *se, FuseWorkers *workers) {
+int RunFuseLoop(fuse_session *se, FuseWorkers *workers, CpuWakeLatency *wake) {
   fuse_buf buf{};
   int rc = 0;
   while (!fuse_session_exited(se)) {
     rc = fuse_session_receive_buf(se, &buf);
     if (rc == -EINTR) continue;
     if (rc <= 0) break;  // 0: unmounted, or a signal ended the session
+    wake->NoteRequest();
     const auto *in = static_cast<const fuse_in_header *>(buf.mem);
     if (!ServedInline(in->opcode)) {
       workers->Push(buf);

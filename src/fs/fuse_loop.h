@@ -29,6 +29,8 @@
 
 namespace maru {
 
+class CpuWakeLatency;
+
 // The requests a loop serves on its own thread (reads, writes, and what
 // libfuse answers without the file system); every other one may wait on
 // the server.
@@ -73,9 +75,9 @@ class FuseWorkers {
 };
 
 // Runs until the session exits (unmount, signal); 0, or a negative errno.
-// Call on the thread the signal handlers should interrupt
-// (fuse_set_signal_handlers): the workers block signals.
-int RunFuseLoop(fuse_session *se, FuseWorkers *workers);
+// Tells `wake` of each request. Call on the thread the signal handlers
+// should interrupt (fuse_set_signal_handlers): the workers block signals.
+int RunFuseLoop(fuse_session *se, FuseWorkers *workers, CpuWakeLatency *wake);
 
 // Blocks the signals a session handles in threads created while it lives,
 // so that they reach the loop's thread and end its wait on /dev/fuse.

@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "fs/cpu_wake_latency.h"
 #include "fs/fuse_init.h"
 #include "fs/fuse_loop.h"
 #include "fs/fuse_ring.h"
@@ -34,6 +35,7 @@ struct Options {
   int cached_writes = 0;
   int cached_reads = 0;
   int uring = 1;
+  int idle_poll = 1;
   double attr_timeout = 1.0;
   double entry_timeout = 1.0;
   char *checksum = nullptr;  // strings are allocated by fuse_opt_parse
@@ -56,6 +58,7 @@ const fuse_opt kOptions[] = {MARU_OPT("timeout_ms=%d", timeout_ms),
                              MARU_OPT("cached_writes", cached_writes),
                              MARU_OPT("cached_reads", cached_reads),
                              MARU_OPT("uring=%d", uring),
+                             MARU_OPT("idle_poll=%d", idle_poll),
                              MARU_OPT("attr_timeout=%lf", attr_timeout),
                              MARU_OPT("entry_timeout=%lf", entry_timeout),
                              MARU_OPT("checksum=%s", checksum),
@@ -95,6 +98,9 @@ void Usage() {
       "                         from /dev/fuse (default 16)\n"
       "  -o uring=0|1           serve requests over io_uring, a queue per CPU, where\n"
       "                         the kernel offers it (fuse.enable_uring=1; default 1)\n"
+      "  -o idle_poll=0|1       while requests come, and 50 ms after, idle CPUs poll\n"
+      "                         instead of sleeping, so that replies wake callers at\n"
+      "                         once (a PM QoS request; root only; default 1)\n"
       "  -o direct_io           all reads and writes bypass the page cache, also on\n"
       "                         kernels before 6.6 (where mmap then fails)\n"
       "  -o log_level=LEVEL     error, warn, info, debug (default warn)\n"
@@ -252,11 +258,12 @@ int Serve(MaruFs *fs, fuse_args *args, const Options &o) {
   LOG_INFO("reads of sealed files %s the page cache", fs->DirectReads() ? "bypass" : "go through");
   // What may wait on the server, from /dev/fuse and from the ring.
   auto workers = std::make_unique<FuseWorkers>(se, static_cast<unsigned>(o.threads));
+  CpuWakeLatency wake(o.idle_poll != 0);
   std::unique_ptr<FuseRing> uring;
   if (granted & kFuseOverIoUring) {
     // Two threads a CPU: a request that waits on another of its CPU (a
     // writeback under an invalidation) still finds one free.
-    Result<std::unique_ptr<FuseRing>> started = FuseRing::Start(se, 2, workers.get());
+    Result<std::unique_ptr<FuseRing>> started = FuseRing::Start(se, 2, workers.get(), &wake);
     if (started.ok())
       uring = std::move(*started);
     else
@@ -265,7 +272,7 @@ int Serve(MaruFs *fs, fuse_args *args, const Options &o) {
   LOG_INFO("requests are served over %s", uring ? "io_uring" : "/dev/fuse");
   // /dev/fuse: everything without the ring, and FORGETs, interrupts and
   // the replies to notifications with it.
-  int rc = RunFuseLoop(se, workers.get());
+  int rc = RunFuseLoop(se, workers.get(), &wake);
   // The ring's threads hand on to the workers, whose jobs serve its
   // entries: the threads stop first, the entries go last.
   if (uring) uring->Stop();

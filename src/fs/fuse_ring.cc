@@ -4,6 +4,7 @@
 
 #include <cerrno>
 
+#include "fs/cpu_wake_latency.h"
 #include "fs/fuse_loop.h"
 #include "util/log.h"
 
@@ -100,6 +101,7 @@ struct FuseRing::Entry {
 struct FuseRing::Queue {
   fuse_session *se = nullptr;
   FuseWorkers *workers = nullptr;
+  CpuWakeLatency *wake = nullptr;
   unsigned qid = 0;
   io_uring ring{};
   bool ring_ok = false;
@@ -316,6 +318,7 @@ bool FuseRing::Queue::AddEntry() {
 }
 
 void FuseRing::Queue::Serve(Entry *e) {
+  wake->NoteRequest();
   if (!e->Rebuild()) {
     e->SetReply(-EIO, 0);
     return Send(e, kCmdCommitAndFetch);
@@ -406,7 +409,7 @@ void FuseRing::Queue::Run() {
 }
 
 Result<std::unique_ptr<FuseRing>> FuseRing::Start(fuse_session *se, unsigned per_queue,
-                                                  FuseWorkers *workers) {
+                                                  FuseWorkers *workers, CpuWakeLatency *wake) {
   const fuse_custom_io io = {RingWritev, RingRead, nullptr, nullptr};
   if (int rc = fuse_session_custom_io(se, &io, fuse_session_fd(se)); rc < 0)
     return Status::Error(-rc, "cannot take over the session's I/O");
@@ -419,6 +422,7 @@ Result<std::unique_ptr<FuseRing>> FuseRing::Start(fuse_session *se, unsigned per
       auto queue = std::make_unique<Queue>();
       queue->se = se;
       queue->workers = workers;
+      queue->wake = wake;
       queue->qid = q;
       if (int rc = queue->Init(); rc < 0) return Status::Error(-rc, "cannot set up an io_uring");
       r->queues_.push_back(std::move(queue));
@@ -460,7 +464,8 @@ bool FuseRing::Serving() {
 
 void FuseRing::Stop() {}
 
-Result<std::unique_ptr<FuseRing>> FuseRing::Start(fuse_session *, unsigned, FuseWorkers *) {
+Result<std::unique_ptr<FuseRing>> FuseRing::Start(fuse_session *, unsigned, FuseWorkers *,
+                                                  CpuWakeLatency *) {
   return Status::Error(EOPNOTSUPP, "built without liburing");
 }
 

@@ -44,6 +44,7 @@
 
 namespace maru {
 
+class CpuWakeLatency;
 class FuseWorkers;
 
 // FUSE_OVER_IO_URING of <linux/fuse.h> 7.42, absent from older headers.
@@ -58,9 +59,10 @@ class FuseRing {
   // kFuseOverIoUring, before the /dev/fuse loop starts. `per_queue`
   // threads serve each CPU's queue (more than one, so that a request whose
   // handling waits on another request of the same CPU, as a writeback does,
-  // is served), handing on to `workers`, which must outlive the threads.
+  // is served), handing on to `workers`, and telling `wake` of each
+  // request; both must outlive the threads.
   static Result<std::unique_ptr<FuseRing>> Start(fuse_session *se, unsigned per_queue,
-                                                 FuseWorkers *workers);
+                                                 FuseWorkers *workers, CpuWakeLatency *wake);
   // Stops and joins the threads; requests the ring still holds fail. The
   // workers are then to be stopped before the ring is destroyed: they may
   // still be serving its entries.

@@ -1,0 +1,86 @@
+#include "fs/cpu_wake_latency.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+
+#include "util/log.h"
+
+namespace maru {
+namespace {
+
+constexpr char kQosDevice[] = "/dev/cpu_dma_latency";
+
+// The request lives as long as the descriptor: closing it (or dying)
+// drops it. -1 if it cannot be made.
+int HoldZeroLatency() {
+  const int fd = open(kQosDevice, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  const int32_t zero_us = 0;
+  if (write(fd, &zero_us, sizeof(zero_us)) != sizeof(zero_us)) {
+    const int saved = errno;
+    close(fd);
+    errno = saved;
+    return -1;
+  }
+  return fd;
+}
+
+}  // namespace
+
+CpuWakeLatency::CpuWakeLatency(bool enabled) {
+  if (!enabled) return;
+  // Tried once here, so that a daemon that may not hold it says so at start.
+  const int fd = HoldZeroLatency();
+  if (fd < 0) {
+    LOG_INFO("idle CPUs will not poll while requests come: %s: %s", kQosDevice, strerror(errno));
+    return;
+  }
+  close(fd);
+  held_.store(false);
+  thread_ = std::thread([this] { Run(); });
+}
+
+CpuWakeLatency::~CpuWakeLatency() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+void CpuWakeLatency::Want() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    wanted_ = true;
+  }
+  cv_.notify_one();
+}
+
+void CpuWakeLatency::Run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stop_ || wanted_; });
+    if (stop_) return;
+    const int fd = HoldZeroLatency();
+    if (fd < 0) {
+      LOG_WARN("idle CPUs no longer poll while requests come: %s: %s", kQosDevice, strerror(errno));
+      held_.store(true, std::memory_order_relaxed);  // so that nobody wants it
+      return;
+    }
+    held_.store(true, std::memory_order_relaxed);
+    // Held for as long as each half of kRelease saw a request.
+    busy_.store(true, std::memory_order_relaxed);
+    while (!stop_ && busy_.exchange(false, std::memory_order_relaxed))
+      cv_.wait_for(lock, kRelease / 2, [&] { return stop_; });
+    close(fd);
+    held_.store(false, std::memory_order_relaxed);
+    wanted_ = false;
+  }
+}
+
+}  // namespace maru
