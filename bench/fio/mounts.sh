@@ -4,6 +4,7 @@
 #   ring      this build, default options (FUSE over io_uring where the
 #             kernel offers it: fuse.enable_uring is turned on here)
 #   devfuse   this build, -o uring=0 (/dev/fuse)
+#   nopoll    this build, -o idle_poll=0 (idle CPUs sleep while it serves)
 #   prev      PREV_FUSE (default: /work/main/build/src/fs/maru-fuse), if it
 #             exists, default options
 # Leaves `work`, `dir[MODE]`, `pid[MODE]` (the daemons) and `modes`; at exit
@@ -21,10 +22,10 @@ pool=/dev/shm/maru-bench-$bench-$$.pool
 sock=unix://$work/maru.sock
 server_pid=
 extra_cleanup=${extra_cleanup:-}
-declare -A dir=([ring]=$work/ring [devfuse]=$work/devfuse [prev]=$work/prev)
+declare -A dir=([ring]=$work/ring [devfuse]=$work/devfuse [nopoll]=$work/nopoll [prev]=$work/prev)
 declare -A pid=()
 cleanup() {
-  for m in ring devfuse prev; do
+  for m in ring devfuse nopoll prev; do
     mountpoint -q "${dir[$m]}" 2>/dev/null && { fusermount3 -u "${dir[$m]}" || fusermount3 -uz "${dir[$m]}"; }
   done
   [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
@@ -52,7 +53,8 @@ mount_one() {
 }
 mount_one ring "$build/src/fs/maru-fuse"
 mount_one devfuse "$build/src/fs/maru-fuse" -o uring=0
-modes="ring devfuse"
+mount_one nopoll "$build/src/fs/maru-fuse" -o idle_poll=0
+modes="ring devfuse nopoll"
 if [ -x "$prev" ]; then
   mount_one prev "$prev"
   modes="$modes prev"
