@@ -1,7 +1,12 @@
 // MetaEngine without the RPC layer: namespace rules, permissions, leases,
 // reservations, sessions, and what survives a reload from RocksDB.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 
+#include <functional>
+#include <map>
 #include <random>
 
 #include <rocksdb/db.h>
@@ -12,6 +17,7 @@
 #include "meta/meta_engine.h"
 #include "meta/metrics_server.h"
 #include "meta/part_table.h"
+#include "proto/index_layout.h"
 
 namespace maru {
 namespace {
@@ -1285,6 +1291,103 @@ TEST_F(OwnershipTest, OverlappingExtentsAtLoadStopTheServer) {
   Result<std::unique_ptr<MetaEngine>> e = MetaEngine::Open(options);
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.status().ToString().find("maructl fsck"), std::string::npos) << e.status().ToString();
+}
+
+// The index's entries for `inos`: how many each has, and how many are under
+// `path` (for the inode that path should name).
+struct IndexEntries {
+  std::map<uint64_t, int> of;  // ino -> entries
+  int under_path = 0, under_path_for_others = 0;
+};
+IndexEntries ReadIndexEntries(const std::string &index_path, const std::string &path,
+                              uint64_t ino) {
+  IndexEntries out;
+  int fd = open(index_path.c_str(), O_RDONLY | O_CLOEXEC);
+  EXPECT_GE(fd, 0) << index_path;
+  if (fd < 0) return out;
+  struct stat st;
+  fstat(fd, &st);
+  void *base = mmap(nullptr, st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+  close(fd);
+  EXPECT_NE(base, MAP_FAILED);
+  if (base == MAP_FAILED) return out;
+  const auto &header = *static_cast<const index::Header *>(base);
+  uint64_t key[2];
+  index::PathKey(header.key, path, key);
+  const index::Entry *entries = index::Entries(base, header);
+  for (uint64_t i = 0; i < header.entries; ++i) {
+    index::EntryData e{};
+    uint64_t seq;
+    EXPECT_TRUE(index::ReadEntry(entries[i], &e, &seq));
+    if (!(e.flags & index::kUsed)) continue;
+    ++out.of[e.ino];
+    if (e.key[0] == key[0] && e.key[1] == key[1])
+      ++(e.ino == ino ? out.under_path : out.under_path_for_others);
+  }
+  munmap(base, st.st_size);
+  return out;
+}
+
+// Inodes whose directory is gone, or whose name another took, go to
+// /lost+found at a start. The index, made beside the linking from each
+// inode's name and parent as recorded, is made anew then: an orphan's entry
+// is under its new path, and the path it lost names the inode that kept it.
+TEST_F(EngineTest, OrphansGoToLostFoundAndTheIndexHasThemThere) {
+  const std::string index_path = pool_.path() + ".index";
+  rpc::ChunkReply gone = Create("/gone/f", 4096, root_, session_);
+  ASSERT_EQ(Seal(gone, root_, session_).error(), 0);
+  rpc::ChunkReply kept = Create("/kept/g", 4096, root_, session_);
+  ASSERT_EQ(Seal(kept, root_, session_).error(), 0);
+  rpc::ChunkReply clash = Create("/other/g", 4096, root_, session_);
+  ASSERT_EQ(Seal(clash, root_, session_).error(), 0);
+  // Edits the database while the engine is down: `edit` returns the
+  // records to write (or deletes through the batch).
+  auto edit_database =
+      [&](const std::function<void(const MetaDb::Contents &, MetaDb::Batch *)> &edit) {
+        engine_.reset();
+        Result<std::unique_ptr<MetaDb>> db = MetaDb::Open(dir_.path() + "/db", false);
+        ASSERT_TRUE(db.ok()) << db.status().ToString();
+        Result<MetaDb::Contents> contents = (*db)->Load();
+        ASSERT_TRUE(contents.ok());
+        MetaDb::Batch batch;
+        edit(*contents, &batch);
+        ASSERT_FALSE(batch.empty());
+        ASSERT_TRUE((*db)->Write(batch).ok());
+      };
+
+  // A directory record lost: its file goes to a /lost+found made for it.
+  edit_database([](const MetaDb::Contents &contents, MetaDb::Batch *batch) {
+    for (const schema::Inode &r : contents.inodes)
+      if (r.name() == "gone") batch->DeleteInode(r.ino());
+  });
+  Reopen();
+  const std::string moved = "/lost+found/#" + std::to_string(gone.attr().ino());
+  rpc::ChunkReply opened = Open(moved, root_, session_);
+  ASSERT_EQ(opened.error(), 0);
+  EXPECT_EQ(opened.attr().ino(), gone.attr().ino());
+  EXPECT_EQ(Open("/gone/f", root_, session_).error(), ENOENT);
+  IndexEntries seen = ReadIndexEntries(index_path, moved, gone.attr().ino());
+  EXPECT_EQ(seen.under_path, 1);
+  EXPECT_EQ(seen.of[gone.attr().ino()], 1);
+
+  // Two records naming one place: the later one goes to /lost+found (which
+  // is there now), and the index does not give it the earlier one's path.
+  edit_database([&](const MetaDb::Contents &contents, MetaDb::Batch *batch) {
+    for (schema::Inode r : contents.inodes)
+      if (r.ino() == clash.attr().ino()) {
+        r.set_parent(kept.attr().parent());
+        batch->PutInode(r);
+      }
+  });
+  Reopen();
+  const std::string clash_moved = "/lost+found/#" + std::to_string(clash.attr().ino());
+  EXPECT_EQ(Open(clash_moved, root_, session_).attr().ino(), clash.attr().ino());
+  EXPECT_EQ(Open("/kept/g", root_, session_).attr().ino(), kept.attr().ino());
+  seen = ReadIndexEntries(index_path, "/kept/g", kept.attr().ino());
+  EXPECT_EQ(seen.under_path, 1);
+  EXPECT_EQ(seen.under_path_for_others, 0) << "the index gave a path to an inode that lost it";
+  EXPECT_EQ(ReadIndexEntries(index_path, clash_moved, clash.attr().ino()).under_path, 1);
+  EXPECT_EQ(seen.of[clash.attr().ino()], 1);
 }
 
 // A large database is read as two halves of the inode numbers (meta_db.cc):

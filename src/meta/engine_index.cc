@@ -10,18 +10,26 @@
 
 namespace maru {
 
-Result<std::unique_ptr<ShmIndex>> MetaEngine::MakeIndex(const std::vector<Inode *> &order,
-                                                        uint64_t pool_units) const {
+Result<std::unique_ptr<ShmIndex>> MetaEngine::CreateIndex() const {
   PhaseClock clock;
   IndexOptions o = options_.index_options;
   if (o.path.empty()) o.path = DefaultIndexPath(options_.pool_paths.front(), pool_uuid_);
+  const uint64_t units = space_.unit() ? space_.capacity() / space_.unit() : 0;
   Result<std::unique_ptr<ShmIndex>> made =
-      ShmIndex::Create(o, options_.pool_paths.front(), pool_units, tree_);
+      ShmIndex::Create(o, options_.pool_paths.front(), units, tree_);
+  if (made.ok())
+    LOG_INFO("shared-memory index at %s made in %.0f ms (cpu %.0f)", (*made)->path().c_str(),
+             clock.total_ms(), clock.total_cpu_ms());
+  return made;
+}
+
+Result<std::unique_ptr<ShmIndex>> MetaEngine::FillIndex(Result<std::unique_ptr<ShmIndex>> made,
+                                                        const std::vector<Inode *> &order) const {
   if (!made.ok()) return made;
+  PhaseClock clock;
   (*made)->PublishAll(order);
-  LOG_INFO("shared-memory index at %s (%zu chunks entered in %.0f ms, cpu %.0f)",
-           (*made)->path().c_str(), (*made)->entries_used(), clock.total_ms(),
-           clock.total_cpu_ms());
+  LOG_INFO("shared-memory index: %zu chunks entered in %.0f ms (cpu %.0f)", (*made)->entries_used(),
+           clock.total_ms(), clock.total_cpu_ms());
   return made;
 }
 

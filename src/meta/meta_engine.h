@@ -163,15 +163,18 @@ class MetaEngine {
 
   // --- Start (recovery.cc) ---
   Status Load();
-  // Fills `adopted` (in number order), and starts making the index in
-  // `index` once the tree is complete.
+  // Fills `adopted` (in number order). `index`, if valid, is an index
+  // being created (CreateIndex): it is filled once every inode is adopted.
   Status RestoreInodes(MetaDb::Contents &contents, MetaDb::Batch *batch, PhaseClock *clock,
                        std::vector<Inode *> *adopted,
                        std::future<Result<std::unique_ptr<ShmIndex>>> *index);
-  // Fills `adopted` in record (inode number) order.
-  Status AdoptRecords(const MetaDb::Contents &contents, MetaDb::Batch *batch, int64_t now,
-                      std::vector<Inode *> *adopted);
-  void MoveOrphansToLostFound(const std::vector<Inode *> &adopted, MetaDb::Batch *batch,
+  // Adopts the `decoded` records of `contents`, filling `adopted` in
+  // record (inode number) order.
+  void AdoptInodes(const MetaDb::Contents &contents, std::vector<std::unique_ptr<Inode>> &decoded,
+                   MetaDb::Batch *batch, int64_t now, std::vector<Inode *> *adopted);
+  // Links `orphans` (what NamespaceTree::LinkAll could not) into
+  // /lost+found, made if need be.
+  void MoveOrphansToLostFound(const std::vector<Inode *> &orphans, MetaDb::Batch *batch,
                               int64_t now);
   void RestoreChunk(Inode &inode);
   Status RestoreRetired(const MetaDb::Contents &contents);
@@ -180,10 +183,13 @@ class MetaEngine {
   // --- The shared-memory index (engine_index.cc) ---
   // Makes the index, enters every sealed file, and has space_ consult its
   // lease slots. A failure only leaves clients on messages.
-  // MakeIndex reads only the tree (and options), so that it runs beside
-  // the rest of a start; InstallIndex puts it to use.
-  Result<std::unique_ptr<ShmIndex>> MakeIndex(const std::vector<Inode *> &order,
-                                              uint64_t pool_units) const;
+  // Each runs beside the rest of a start: CreateIndex reads the options
+  // and the space's size (known once the pool's identity is); FillIndex
+  // enters the files of `order`, reading only the inodes of the tree (not
+  // the links between them). InstallIndex puts it to use.
+  Result<std::unique_ptr<ShmIndex>> CreateIndex() const;
+  Result<std::unique_ptr<ShmIndex>> FillIndex(Result<std::unique_ptr<ShmIndex>> made,
+                                              const std::vector<Inode *> &order) const;
   void InstallIndex(Result<std::unique_ptr<ShmIndex>> made);
   void AssignIndexRegion(const Caller &c, Session *s, rpc::OpenSessionReply *rep);
   // CheckLease, counting the leases the session holds in its index slots too.

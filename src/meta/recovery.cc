@@ -150,34 +150,58 @@ Status MetaEngine::RestoreInodes(MetaDb::Contents &contents, MetaDb::Batch *batc
                                  PhaseClock *clock, std::vector<Inode *> *adopted,
                                  std::future<Result<std::unique_ptr<ShmIndex>>> *index) {
   const int64_t now = RealtimeNs();
-  MARU_RETURN_IF_ERROR(AdoptRecords(contents, batch, now, adopted));
+  const size_t n = contents.inodes.size();
+  std::vector<std::unique_ptr<Inode>> decoded(n);
+  if (size_t bad = DecodeInodes(contents.inodes, decoded.data()); bad < n)
+    return Status::Error(EIO, "corrupted metadata record (inode record " + std::to_string(bad) +
+                                  " of " + std::to_string(n) + ")");
+  clock->Lap("decode");
+  // The index's memory is made ready (2 GiB at 16Mi entries) while this
+  // thread alone adopts the inodes.
+  if (options_.index) *index = std::async(std::launch::async, [this] { return CreateIndex(); });
+  AdoptInodes(contents, decoded, batch, now, adopted);
   clock->Lap("adopt");
-  // The space every version holds is marked on another core while the tree
-  // is linked (linking is the main thread's alone, and the marking reads
-  // nothing but the extents): in number order, which is the order they were
-  // made in, so their extents come off the free space in order (no
-  // scattering of free runs).
+  // Three jobs from here on, each on a core while there are cores:
+  // - the index reads each inode's number, name, parent and version, all
+  //   in place once it is adopted, not the links between them;
+  // - the space every version holds is marked, then the eviction order
+  //   restored: neither reads what linking writes (directories' entries);
+  // - this thread links the tree.
+  // Marked in number order, which is the order they were made in, so that
+  // their extents come off the free space in order (no scattering of free
+  // runs); the eviction order also starts as that order.
+  auto fill_index = [&](std::future<Result<std::unique_ptr<ShmIndex>>> created) {
+    *index =
+        std::async(std::launch::async, [this, adopted, created = std::move(created)]() mutable {
+          return FillIndex(created.get(), *adopted);
+        });
+  };
+  if (index->valid()) fill_index(std::move(*index));
   MarkedSpace marked;
-  std::thread marker([&] { marked = MarkSpaceUsed(&space_, *adopted); });
-  MoveOrphansToLostFound(*adopted, batch, now);
-  marker.join();
-  clock->Lap("link and space");
+  std::thread restorer([&] {
+    marked = MarkSpaceUsed(&space_, *adopted);
+    if (!marked.status.ok()) return;
+    evictor_->Reserve(adopted->size());
+    for (Inode *inode : *adopted) RestoreChunk(*inode);
+  });
+  std::vector<Inode *> orphans = tree_.LinkAll(*adopted);
+  restorer.join();
+  clock->Lap("link, space and eviction");
   if (!marked.status.ok())
     return Overlapping(
         tree_.PathOf(*marked.inode) + " (generation " + std::to_string(marked.gen) + ")",
         marked.status);
-  // The tree is complete and changes no more during the start: the index
-  // (which reads nothing else) is made on another core meanwhile.
-  if (options_.index) {
-    const uint64_t units = space_.unit() ? space_.capacity() / space_.unit() : 0;
-    *index = std::async(std::launch::async,
-                        [this, adopted, units] { return MakeIndex(*adopted, units); });
+  if (!orphans.empty()) {
+    // Their paths change, and a directory is adopted: the index made from
+    // the old paths is dropped and made anew (rare: a damaged database).
+    if (index->valid()) {
+      index->get();
+      MoveOrphansToLostFound(orphans, batch, now);
+      fill_index(std::async(std::launch::async, [this] { return CreateIndex(); }));
+    } else {
+      MoveOrphansToLostFound(orphans, batch, now);
+    }
   }
-  // In number order: the eviction order starts as the order they were made
-  // in. (The directories made here hold no chunk.)
-  evictor_->Reserve(adopted->size());
-  for (Inode *inode : *adopted) RestoreChunk(*inode);
-  clock->Lap("eviction");
   MARU_RETURN_IF_ERROR(RestoreRetired(contents));
   clock->Lap("retired");
   return Status::Ok();
@@ -185,16 +209,12 @@ Status MetaEngine::RestoreInodes(MetaDb::Contents &contents, MetaDb::Batch *batc
 
 // Every inode into the tree (a fresh root if there was none), and the
 // counters past every number in use.
-Status MetaEngine::AdoptRecords(const MetaDb::Contents &contents, MetaDb::Batch *batch, int64_t now,
-                                std::vector<Inode *> *adopted) {
+void MetaEngine::AdoptInodes(const MetaDb::Contents &contents,
+                             std::vector<std::unique_ptr<Inode>> &decoded, MetaDb::Batch *batch,
+                             int64_t now, std::vector<Inode *> *adopted) {
   uint64_t max_ino = kRootIno, max_gen = 0;
-  const size_t n = contents.inodes.size();
-  std::vector<std::unique_ptr<Inode>> decoded(n);
-  if (size_t bad = DecodeInodes(contents.inodes, decoded.data()); bad < n)
-    return Status::Error(EIO, "corrupted metadata record (inode record " + std::to_string(bad) +
-                                  " of " + std::to_string(n) + ")");
-  tree_.Reserve(n + 2);  // and a root, and lost+found
-  adopted->reserve(n);
+  tree_.Reserve(decoded.size() + 2);  // and a root, and lost+found
+  adopted->reserve(decoded.size());
   for (std::unique_ptr<Inode> &inode : decoded) {
     max_ino = std::max(max_ino, inode->ino);
     if (inode->current) max_gen = std::max(max_gen, inode->current->gen);
@@ -214,13 +234,10 @@ Status MetaEngine::AdoptRecords(const MetaDb::Contents &contents, MetaDb::Batch 
   next_ino_ = std::max(max_ino + 1, contents.counters.ino_limit());
   next_gen_ = std::max(max_gen + 1, contents.counters.gen_limit());
   ino_limit_ = gen_limit_ = 0;  // the first allocation writes new limits
-  return Status::Ok();
 }
 
-void MetaEngine::MoveOrphansToLostFound(const std::vector<Inode *> &adopted, MetaDb::Batch *batch,
+void MetaEngine::MoveOrphansToLostFound(const std::vector<Inode *> &orphans, MetaDb::Batch *batch,
                                         int64_t now) {
-  std::vector<Inode *> orphans = tree_.LinkAll(adopted);
-  if (orphans.empty()) return;
   Inode *root = tree_.root();
   Inode *lost = tree_.Child(*root, "lost+found");
   if (!lost || !lost->is_dir()) {

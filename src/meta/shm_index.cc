@@ -57,6 +57,20 @@ bool PathOpen(const NamespaceTree &tree, const Inode &inode) {
   return true;
 }
 
+// Makes every page of the mapping: entering a million chunks touches every
+// page anyway, and one fault a page costs more than making them all at
+// once. A piece at a time, because making pages holds the process's mapping
+// lock: a start's other threads, which grow the heap meanwhile, would wait
+// for all 2 GiB of it (MAP_POPULATE) rather than for a piece. Where the
+// kernel cannot (before 5.14), pages are made as they are touched.
+void Populate(void *base, size_t bytes) {
+  constexpr size_t kPiece = 32 << 20;
+  for (size_t at = 0; at < bytes; at += kPiece)
+    if (madvise(static_cast<char *>(base) + at, std::min(kPiece, bytes - at),
+                MADV_POPULATE_WRITE) != 0)
+      return;
+}
+
 }  // namespace
 
 std::string DefaultIndexPath(const std::string &pool_path, const std::string &pool_uuid) {
@@ -100,12 +114,10 @@ Result<std::unique_ptr<ShmIndex>> ShmIndex::Create(const IndexOptions &options,
   if (fchmod(fd, mode) != 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0 ||
       fstat(fd, &made) != 0)
     s = Errno("size " + tmp);
-  // Populated: entering a million chunks touches every page of it anyway,
-  // and one fault a page costs more than making them all at once.
-  else if ((base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd,
-                        0)) == MAP_FAILED)
+  else if ((base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED)
     s = Errno("map " + tmp);
   close(fd);
+  if (s.ok()) Populate(base, bytes);
   if (!s.ok()) {
     unlink(tmp.c_str());
     return s;

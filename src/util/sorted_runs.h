@@ -27,6 +27,15 @@ class SortedRuns {
       ++size_;
       return true;
     }
+    // Past the end, without a search (a start restores millions in order).
+    if (Run &last = std::prev(runs_.end())->second; last.back() < v) {
+      if (last.size() < kRun)
+        last.push_back(v);
+      else
+        runs_.emplace_hint(runs_.end(), v, NewRun(v));
+      ++size_;
+      return true;
+    }
     auto it = RunFor(v);
     Run *r = &it->second;
     auto pos = std::lower_bound(r->begin(), r->end(), v);
