@@ -9,9 +9,12 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "meta/inode_slab.h"
 #include "meta/namespace_tree.h"
 #include "util/path.h"
 
@@ -413,4 +416,47 @@ TEST(DirEntries, MatchesAMap) {
 }
 
 }  // namespace
+// Inodes come from slot arenas; threads take slots from runs of their own.
+TEST(SlotArena, ThreadsTakeDistinctSlotsAndReleasedOnesComeBack) {
+  SlotArena<64, 64> arena;
+  constexpr int kThreads = 4, kEach = 10000;
+  std::vector<std::vector<void *>> taken(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kEach; ++i) {
+        void *p = arena.Allocate();
+        memset(p, t + 1, 64);
+        taken[t].push_back(p);
+      }
+    });
+  for (std::thread &t : threads) t.join();
+  std::set<void *> all;
+  for (int t = 0; t < kThreads; ++t)
+    for (void *p : taken[t]) {
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 64, 0u);
+      EXPECT_EQ(*static_cast<unsigned char *>(p), t + 1) << "a slot written by two threads";
+      all.insert(p);
+    }
+  EXPECT_EQ(all.size(), size_t{kThreads * kEach});
+  // A released slot is the next one taken on this thread, when its run is
+  // used up; one of its own run first.
+  arena.Release(taken[0][5]);
+  std::set<void *> again;
+  for (int i = 0; i < 65; ++i) again.insert(arena.Allocate());
+  EXPECT_EQ(again.count(taken[0][5]), 1u);
+}
+
+TEST(SlotArena, WhatAThreadLeavesOfItsRunComesBackWhenItEnds) {
+  // A thread that takes one slot leaves 63 of its run: were they lost,
+  // a thousand such threads would spread over 64000 slots.
+  SlotArena<64, 64> arena;
+  std::vector<uintptr_t> slots;
+  for (int i = 0; i < 1000; ++i)
+    std::thread([&] { slots.push_back(reinterpret_cast<uintptr_t>(arena.Allocate())); }).join();
+  std::sort(slots.begin(), slots.end());
+  EXPECT_EQ(std::unique(slots.begin(), slots.end()), slots.end());
+  EXPECT_LT(slots.back() - slots.front(), uintptr_t{2 * 1000 * 64});
+}
+
 }  // namespace maru
