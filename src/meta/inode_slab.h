@@ -31,7 +31,7 @@ class SlotArena {
   // Every thread but this one must be done with it.
   ~SlotArena() {
     if (t_run.arena == this) t_run = Run{};
-    for (void *block : blocks_) ::operator delete(block, std::align_val_t{kAlign});
+    for (void *block : blocks_) ::operator delete (block, std::align_val_t{kAlign});
   }
   SlotArena(const SlotArena &) = delete;
   SlotArena &operator=(const SlotArena &) = delete;
