@@ -174,6 +174,22 @@ struct Inode {
 };
 static_assert(sizeof(Inode) <= 232, "an inode grew: most of a chunk's memory");
 
+// Calls `visit` on each of `inodes` in order, fetching the inode a few
+// places ahead from memory meanwhile: a start walks ten million inodes, a
+// few times, and each is a cache miss otherwise.
+template <typename Inodes, typename Visit>
+void ForEachInode(const Inodes &inodes, Visit &&visit) {
+  constexpr size_t kAhead = 8;
+  const size_t n = inodes.size();
+  for (size_t i = 0; i < n; ++i) {
+    if (i + kAhead < n) {
+      const char *ahead = reinterpret_cast<const char *>(&*inodes[i + kAhead]);
+      for (size_t at = 0; at < sizeof(Inode); at += 64) __builtin_prefetch(ahead + at);
+    }
+    visit(inodes[i]);
+  }
+}
+
 inline SlotArena<sizeof(Inode), alignof(Inode)> &InodeArena() {
   // Never destroyed: inodes may outlive static destructors at exit.
   static auto *arena = new SlotArena<sizeof(Inode), alignof(Inode)>();

@@ -50,15 +50,13 @@ std::vector<Inode *> NamespaceTree::LinkAll() {
 std::vector<Inode *> NamespaceTree::LinkAll(const std::vector<Inode *> &inodes) {
   std::vector<Inode *> orphans;
   Inode *dir = nullptr;  // the last one: siblings mostly come together
-  for (Inode *inode : inodes) {
-    if (inode->ino == kRootIno) continue;
+  ForEachInode(inodes, [&](Inode *inode) {
+    if (inode->ino == kRootIno) return;
     if (!dir || dir->ino != inode->parent) dir = Find(inode->parent);
-    if (!dir || !dir->is_dir() || !dir->children.Add(inode->name, inode->ino)) {
-      orphans.push_back(inode);
-      continue;
-    }
+    if (!dir || !dir->is_dir() || !dir->children.Add(inode->name, inode->ino))
+      return orphans.push_back(inode);
     if (inode->is_dir()) ++dir->subdirs;
-  }
+  });
   return orphans;
 }
 

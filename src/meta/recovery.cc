@@ -45,17 +45,17 @@ struct MarkedSpace {
 // the first that overlaps.
 MarkedSpace MarkSpaceUsed(SpaceManager *space, const std::vector<Inode *> &inodes) {
   MarkedSpace out;
-  for (const Inode *inode : inodes)
+  ForEachInode(inodes, [&](const Inode *inode) {
     for (const Version *v : {inode->current ? &*inode->current : nullptr,
                              inode->pending ? &*inode->pending : nullptr}) {
-      if (!v) continue;
+      if (!v || !out.status.ok()) continue;  // (after an overlap: nothing more)
       out.status = space->MarkUsed(v->extents);
       if (!out.status.ok()) {
         out.inode = inode;
         out.gen = v->gen;
-        return out;
       }
     }
+  });
   return out;
 }
 
@@ -182,7 +182,7 @@ Status MetaEngine::RestoreInodes(MetaDb::Contents &contents, MetaDb::Batch *batc
     marked = MarkSpaceUsed(&space_, *adopted);
     if (!marked.status.ok()) return;
     evictor_->Reserve(adopted->size());
-    for (Inode *inode : *adopted) RestoreChunk(*inode);
+    ForEachInode(*adopted, [&](Inode *inode) { RestoreChunk(*inode); });
   });
   std::vector<Inode *> orphans = tree_.LinkAll(*adopted);
   restorer.join();

@@ -212,30 +212,27 @@ void ShmIndex::PublishAll(const std::vector<Inode *> &order) {
     for (size_t i = 0; i < pending; ++i) Enter(*batch[i].file, batch[i].key, batch[i].path_open);
     pending = 0;
   };
-  for (const Inode *inode : order) {
+  ForEachInode(order, [&](const Inode *inode) {
     if (inode->is_dir()) {
       dirs_[inode->ino] = DirState{inode->parent, inode->mode, inode->name};
-      continue;
+      return;
     }
-    if (!inode->is_file() || !inode->current) continue;
+    if (!inode->is_file() || !inode->current) return;
     if (!dir || dir->ino != inode->parent) {
       dir = tree_.Find(inode->parent);
-      if (!dir) continue;  // not in the tree: nothing to enter
+      if (!dir) return;  // not in the tree: nothing to enter
       dir_path = tree_.PathOf(*dir);
       if (dir_path != "/") dir_path += '/';
       dir_open = (dir->mode & S_IXOTH) && PathOpen(tree_, *dir);
     }
-    if (by_gen_.size() + pending >= room) {
-      header_->overflow.fetch_add(1);
-      continue;
-    }
+    if (by_gen_.size() + pending >= room) return (void)header_->overflow.fetch_add(1);
     path.assign(dir_path).append(inode->name);
     Pending &p = batch[pending++];
     p.file = inode;
     index::PathKey(header_->key, path, p.key);
     p.path_open = dir_open;
     if (pending == std::size(batch)) flush();
-  }
+  });
   flush();
   if (order.size() != tree_.size())  // what `order` left out
     tree_.ForEach([&](const Inode &inode) {
