@@ -38,6 +38,20 @@ class EngineTest : public ::testing::Test {
     session_ = NewSession(root_);
   }
 
+  // Changes the database while the engine is down (it stays down): `edit`
+  // puts what it changes into the batch, which must not stay empty.
+  void EditDatabase(const std::function<void(const MetaDb::Contents &, MetaDb::Batch *)> &edit) {
+    engine_.reset();
+    Result<std::unique_ptr<MetaDb>> db = MetaDb::Open(dir_.path() + "/db", false);
+    ASSERT_TRUE(db.ok()) << db.status().ToString();
+    Result<MetaDb::Contents> contents = (*db)->Load();
+    ASSERT_TRUE(contents.ok());
+    MetaDb::Batch batch;
+    edit(*contents, &batch);
+    ASSERT_FALSE(batch.empty());
+    ASSERT_TRUE((*db)->Write(batch).ok());
+  }
+
   uint64_t NewSession(const Caller &c) {
     rpc::OpenSessionRequest req;
     rpc::OpenSessionReply rep;
@@ -1268,23 +1282,15 @@ TEST_F(OwnershipTest, AWritersSessionIdIsShownOnlyToItsOwnerAndRoot) {
 
 TEST_F(OwnershipTest, OverlappingExtentsAtLoadStopTheServer) {
   ASSERT_EQ(Seal(Create("/a", 4096, root_, session_), root_, session_).error(), 0);
-  engine_.reset();
-  {
-    Result<std::unique_ptr<MetaDb>> db = MetaDb::Open(dir_.path() + "/db", false);
-    ASSERT_TRUE(db.ok()) << db.status().ToString();
-    Result<MetaDb::Contents> contents = (*db)->Load();
-    ASSERT_TRUE(contents.ok());
-    MetaDb::Batch batch;
-    for (schema::Inode r : contents->inodes) {
+  EditDatabase([](const MetaDb::Contents &contents, MetaDb::Batch *batch) {
+    for (schema::Inode r : contents.inodes) {
       if (r.name() != "a") continue;
       r.set_ino(r.ino() + 1000);  // a second file claiming the same extents
       r.set_name("b");
       r.mutable_current()->set_gen(r.current().gen() + 1000);
-      batch.PutInode(r);
+      batch->PutInode(r);
     }
-    ASSERT_FALSE(batch.empty());
-    ASSERT_TRUE((*db)->Write(batch).ok());
-  }
+  });
   EngineOptions options;
   options.pool_paths = {pool_.path()};
   options.db_dir = dir_.path() + "/db";
@@ -1340,23 +1346,9 @@ TEST_F(EngineTest, OrphansGoToLostFoundAndTheIndexHasThemThere) {
   ASSERT_EQ(Seal(kept, root_, session_).error(), 0);
   rpc::ChunkReply clash = Create("/other/g", 4096, root_, session_);
   ASSERT_EQ(Seal(clash, root_, session_).error(), 0);
-  // Edits the database while the engine is down: `edit` returns the
-  // records to write (or deletes through the batch).
-  auto edit_database =
-      [&](const std::function<void(const MetaDb::Contents &, MetaDb::Batch *)> &edit) {
-        engine_.reset();
-        Result<std::unique_ptr<MetaDb>> db = MetaDb::Open(dir_.path() + "/db", false);
-        ASSERT_TRUE(db.ok()) << db.status().ToString();
-        Result<MetaDb::Contents> contents = (*db)->Load();
-        ASSERT_TRUE(contents.ok());
-        MetaDb::Batch batch;
-        edit(*contents, &batch);
-        ASSERT_FALSE(batch.empty());
-        ASSERT_TRUE((*db)->Write(batch).ok());
-      };
 
   // A directory record lost: its file goes to a /lost+found made for it.
-  edit_database([](const MetaDb::Contents &contents, MetaDb::Batch *batch) {
+  EditDatabase([](const MetaDb::Contents &contents, MetaDb::Batch *batch) {
     for (const schema::Inode &r : contents.inodes)
       if (r.name() == "gone") batch->DeleteInode(r.ino());
   });
@@ -1372,7 +1364,7 @@ TEST_F(EngineTest, OrphansGoToLostFoundAndTheIndexHasThemThere) {
 
   // Two records naming one place: the later one goes to /lost+found (which
   // is there now), and the index does not give it the earlier one's path.
-  edit_database([&](const MetaDb::Contents &contents, MetaDb::Batch *batch) {
+  EditDatabase([&](const MetaDb::Contents &contents, MetaDb::Batch *batch) {
     for (schema::Inode r : contents.inodes)
       if (r.ino() == clash.attr().ino()) {
         r.set_parent(kept.attr().parent());
