@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <deque>
 #include <map>
 #include <memory>
@@ -173,6 +174,46 @@ TEST_F(NamespaceTreeTest, LinkAllInOrderTakesNamesInAnyOrder) {
   }
   EXPECT_EQ(listed, (std::vector<std::string>{"c00", "c01", "c02", "c03", "c05", "c09"}));
   EXPECT_EQ(tree_.root()->subdirs, 1u);
+}
+
+// What several writers made at once in one directory comes to a load as
+// ascending runs of names interleaved (writer 0's batch, writer 1's, ...),
+// with now and then a name out of its runs and a clash: all are linked in
+// name order, each clash to the lower number.
+TEST_F(NamespaceTreeTest, LinkAllTakesInterleavedRunsOfNames) {
+  std::vector<Inode *> order{Add(2, kRootIno, "d", S_IFDIR | 0755)};
+  std::vector<std::string> names;
+  constexpr int kWriters = 4, kBatch = 16, kNames = 4000;
+  char name[16];
+  for (int first = 0; first < kNames; first += kWriters * kBatch)
+    for (int w = 0; w < kWriters; ++w)
+      for (int i = first + w; i < first + kWriters * kBatch && i < kNames; i += kWriters) {
+        snprintf(name, sizeof(name), "c%05d", i);
+        names.push_back(name);
+        if (i % 97 == 0) names.push_back("c00000");  // a clash, far back
+        if (i % 89 == 0) {
+          snprintf(name, sizeof(name), "c%05d", i + 3);  // a clash ahead (made again later)
+          names.push_back(name);
+        }
+      }
+  uint64_t ino = 10;
+  std::map<std::string, uint64_t> first_of;
+  for (const std::string &n : names) {
+    order.push_back(Add(ino, 2, n, S_IFREG | 0644));
+    first_of.try_emplace(n, ino++);
+  }
+  std::vector<Inode *> orphans = tree_.LinkAll(order);
+  EXPECT_EQ(orphans.size(), names.size() - first_of.size());
+  for (Inode *o : orphans) EXPECT_NE(first_of[o->name], o->ino) << o->name;
+  std::vector<std::string> listed;
+  for (const auto &[n, i] : tree_.Find(2)->children) {
+    listed.emplace_back(n);
+    EXPECT_EQ(i, first_of[std::string(n)]) << n;
+  }
+  std::vector<std::string> expected;
+  for (const auto &[n, i] : first_of) expected.push_back(n);
+  EXPECT_EQ(listed, expected);
+  EXPECT_EQ(InoOf(Path("/d/c03999")), first_of["c03999"]);
 }
 
 TEST_F(NamespaceTreeTest, ResolvesPathsNamesAndInodes) {

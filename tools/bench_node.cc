@@ -213,12 +213,15 @@ bool Node::StartServer(const std::vector<std::string> &flags, std::string *error
   std::string out;
   bool exited = false;
   // A big namespace takes a while to load (ten million chunks on a loaded
-  // host: minutes); a server that exits is not waited for.
+  // host: minutes); a server that exits is not waited for. Asked for the
+  // root's attributes: `df` would add its walk of every inode (its table of
+  // top-level directories, most of a second at ten million) to the start.
   const bool up = WaitUntil(
       [&] {
         exited = procs_->Exited(server_);
-        return exited || Processes::Run({Sibling("maructl", "tools"), "df", "--server", address()},
-                                        &out) == 0;
+        return exited ||
+               Processes::Run({Sibling("maructl", "tools"), "stat", "/", "--server", address()},
+                              &out) == 0;
       },
       1800);
   if (up && !exited) {

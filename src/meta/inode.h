@@ -71,7 +71,8 @@ class Boxed {
 // entries sit side by side in nodes (about 26 bytes an entry when names
 // come in order, as a load and most fills bring them) where std::map pays a
 // 64-byte heap node each; at ten million chunks, 350 MB less. Its
-// iterators do not survive an insert or an erase: nothing here keeps one.
+// iterators do not survive an insert or an erase: nothing here keeps one
+// but Near, which each Add that takes it renews.
 class DirEntries {
  public:
   using Map = absl::btree_map<std::string_view, uint64_t, std::less<>>;
@@ -114,6 +115,35 @@ class DirEntries {
       return true;
     }
     return map_->try_emplace(name, ino).second;
+  }
+  // Where the last Add(name, ino, &near) of one directory put its name.
+  struct Near {
+    const void *map = nullptr;
+    const_iterator at;
+  };
+  // Add, for names that come as several ascending runs interleaved (a load
+  // of what several writers made at once in one directory): a name a few
+  // places after the last one added goes in there, found among names just
+  // compared (in the cache) rather than by a search from the root, whose
+  // keys point into inodes all over memory. `near` starts empty, is kept
+  // by the caller for this directory, and is good until anything else
+  // changes the directory.
+  bool Add(std::string_view name, uint64_t ino, Near *near) {
+    constexpr int kSteps = 8;
+    if (!map_) map_ = std::make_unique<Map>();
+    Map &m = *map_;
+    if (near->map == &m && near->at != m.end() && near->at->first < name) {
+      const_iterator at = std::next(near->at);
+      for (int i = 0; i < kSteps && at != m.end() && at->first < name; ++i) ++at;
+      if (at == m.end() || name < at->first) {
+        near->at = m.emplace_hint(at, name, ino);
+        return true;
+      }
+      if (at->first == name) return false;
+    }
+    auto [it, added] = m.try_emplace(name, ino);
+    if (added) *near = Near{&m, it};
+    return added;
   }
   void erase(const_iterator it) {
     map_->erase(it);

@@ -50,10 +50,14 @@ std::vector<Inode *> NamespaceTree::LinkAll() {
 std::vector<Inode *> NamespaceTree::LinkAll(const std::vector<Inode *> &inodes) {
   std::vector<Inode *> orphans;
   Inode *dir = nullptr;  // the last one: siblings mostly come together
+  DirEntries::Near near;
   ForEachInode(inodes, [&](Inode *inode) {
     if (inode->ino == kRootIno) return;
-    if (!dir || dir->ino != inode->parent) dir = Find(inode->parent);
-    if (!dir || !dir->is_dir() || !dir->children.Add(inode->name, inode->ino))
+    if (!dir || dir->ino != inode->parent) {
+      dir = Find(inode->parent);
+      near = {};
+    }
+    if (!dir || !dir->is_dir() || !dir->children.Add(inode->name, inode->ino, &near))
       return orphans.push_back(inode);
     if (inode->is_dir()) ++dir->subdirs;
   });
