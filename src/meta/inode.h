@@ -106,40 +106,33 @@ class DirEntries {
     map_->erase(it);
     map_->try_emplace(name, ino);
   }
-  // Set, unless `name` is taken; false then. Names that come in order (a
-  // load in the order they were made) go in at the end, without a search.
-  bool Add(std::string_view name, uint64_t ino) {
-    if (!map_) map_ = std::make_unique<Map>();
-    if (!map_->empty() && map_->rbegin()->first < name) {
-      map_->emplace_hint(map_->end(), name, ino);
-      return true;
-    }
-    return map_->try_emplace(name, ino).second;
-  }
-  // Where the last Add(name, ino, &near) of one directory put its name.
+  // Where the last Add of one directory put its name.
   struct Near {
     const void *map = nullptr;
     const_iterator at;
   };
-  // Add, for names that come as several ascending runs interleaved (a load
-  // of what several writers made at once in one directory): a name a few
-  // places after the last one added goes in there, found among names just
-  // compared (in the cache) rather than by a search from the root, whose
-  // keys point into inodes all over memory. `near` starts empty, is kept
-  // by the caller for this directory, and is good until anything else
-  // changes the directory.
+  // Set, unless `name` is taken; false then. Made for a load, without a
+  // search from the root where it can: names that come in order (made one
+  // after another) go in at the end, and names that come as several
+  // ascending runs interleaved (several writers in one directory at once)
+  // a few places after the last one added, found among names just compared
+  // (in the cache) rather than among keys that point into inodes all over
+  // memory. `near` starts empty, is kept by the caller for this directory,
+  // and is good until anything else changes the directory.
   bool Add(std::string_view name, uint64_t ino, Near *near) {
     constexpr int kSteps = 8;
     if (!map_) map_ = std::make_unique<Map>();
     Map &m = *map_;
+    const_iterator at = m.end();
     if (near->map == &m && near->at != m.end() && near->at->first < name) {
-      const_iterator at = std::next(near->at);
+      at = std::next(near->at);
       for (int i = 0; i < kSteps && at != m.end() && at->first < name; ++i) ++at;
-      if (at == m.end() || name < at->first) {
-        near->at = m.emplace_hint(at, name, ino);
-        return true;
-      }
-      if (at->first == name) return false;
+    }
+    const bool fits = at == m.end() ? m.empty() || m.rbegin()->first < name
+                                    : name < at->first && std::prev(at)->first < name;
+    if (fits) {
+      *near = Near{&m, m.emplace_hint(at, name, ino)};
+      return true;
     }
     auto [it, added] = m.try_emplace(name, ino);
     if (added) *near = Near{&m, it};

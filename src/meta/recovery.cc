@@ -194,13 +194,10 @@ Status MetaEngine::RestoreInodes(MetaDb::Contents &contents, MetaDb::Batch *batc
   if (!orphans.empty()) {
     // Their paths change, and a directory is adopted: the index made from
     // the old paths is dropped and made anew (rare: a damaged database).
-    if (index->valid()) {
-      index->get();
-      MoveOrphansToLostFound(orphans, batch, now);
-      fill_index(std::async(std::launch::async, [this] { return CreateIndex(); }));
-    } else {
-      MoveOrphansToLostFound(orphans, batch, now);
-    }
+    const bool indexed = index->valid();
+    if (indexed) index->get();
+    MoveOrphansToLostFound(orphans, batch, now);
+    if (indexed) fill_index(std::async(std::launch::async, [this] { return CreateIndex(); }));
   }
   MARU_RETURN_IF_ERROR(RestoreRetired(contents));
   clock->Lap("retired");

@@ -42,11 +42,6 @@ class SortedRuns {
     if (pos != r->end() && *pos == v) return false;
     ++size_;
     if (r->size() == kRun) {
-      if (pos == r->end() && std::next(it) == runs_.end()) {
-        // Past the end of a full last run: a new run, leaving this one full.
-        runs_.emplace_hint(runs_.end(), v, NewRun(v));
-        return true;
-      }
       it = Split(it, v);
       r = &it->second;
       pos = std::lower_bound(r->begin(), r->end(), v);
