@@ -409,9 +409,10 @@ int maru_unlink_batch(maru_t *m, const char *const *paths, size_t n, int *result
  *   MARU_HINT_KEEP  a reader is expected: the chunk is on a conversation
  *                   (session) that is still open, whose next turn reads its
  *                   prefix again. Stays until the next hint;
- *   MARU_HINT_DROP  no reader is expected: the conversation ended. Undone
- *                   by the next read of the chunk (a shared prefix someone
- *                   else still reads is not dropped).
+ *   MARU_HINT_DROP  no reader is expected: the conversation ended. Taken
+ *                   only by a chunk that no chain but dropped ones extends
+ *                   (a shared system prompt under an ended conversation
+ *                   keeps its place), and undone by the next read.
  * Connectors hint a conversation's chain after storing a turn (KEEP) and
  * when the session closes (DROP): see docs/integrations.md. */
 #define MARU_HINT_NONE 0
@@ -425,7 +426,9 @@ int maru_hint(maru_t *m, const char *path, int hint);
 /* maru_hint() of n paths in one round trip, as maru_pin_batch(): results[i]
  * gets 0 or a negative errno for paths[i]; returns 0 when the call went
  * through, else a negative errno for the whole call (-EINVAL for a bad hint,
- * -E2BIG, -ENOTCONN). */
+ * -E2BIG, -ENOTCONN). The paths are hinted last first, so a chain given
+ * prefix first is dropped from its tail up to where another chain branches
+ * off; a chain longer than one batch goes tail batch first. */
 int maru_hint_batch(maru_t *m, const char *const *paths, size_t n, int hint, int *results);
 
 typedef struct maru_pool_info {

@@ -590,6 +590,55 @@ TEST_F(HintOrderTest, AKeptChunkStillGoesOnceItIsOldEnough) {
   EXPECT_EQ(Order().front(), 1u);
 }
 
+// A shared prefix 1 under two conversations, A (2, 3) and B (4, 5), and
+// 7, stored before B's next turn reads 1: 1 goes before 7 only if it took
+// a drop.
+class DropBranchTest : public HintOrderTest {
+ protected:
+  void SetUp() override {
+    Seal(1);
+    Seal(2, 1);
+    Seal(3, 2);
+    Seal(4, 1);
+    Seal(5, 4);            // keys 1, 0, -1, 2, 1 (depth takes 2 a chunk)
+    Seal(7);               // key 6
+    policy_->OnAccess(1);  // 7
+  }
+  void Drop(std::initializer_list<uint64_t> tail_first) {
+    for (uint64_t ino : tail_first) policy_->OnHint(ino, RetentionHint::kDrop);
+  }
+};
+
+TEST_F(DropBranchTest, ADropStopsWhereALiveChainBranchesOff) {
+  policy_->OnAccess(4);  // B read it: 8 - 2 = 6
+  Drop({3, 2, 1});       // A ended (6 held): 3 -> -7, 2 -> -6; 1 keeps 7
+  EXPECT_EQ(Order(), (std::vector<uint64_t>{3, 2, 5, 4, 7, 1}));
+  Drop({5, 4, 1});  // B ended too: 5 -> -5, 4 -> 0, and now 1 -> 1
+  EXPECT_EQ(Order(), (std::vector<uint64_t>{3, 2, 5, 4, 1, 7}));
+}
+
+TEST_F(DropBranchTest, BranchesNeverReadDoNotStopIt) {
+  Drop({3, 2, 1});  // 4 and 5 were never read: 1 -> 1
+  EXPECT_EQ(Order(), (std::vector<uint64_t>{3, 2, 1, 5, 4, 7}));
+}
+
+TEST_F(DropBranchTest, AChunkBeingWrittenUnderItStopsIt) {
+  chains_.SetParent(9, 1);  // created under 1, not sealed: not in the order
+  Drop({5, 4, 3, 2, 1});
+  EXPECT_EQ(Order(), (std::vector<uint64_t>{3, 2, 5, 4, 7, 1}));
+}
+
+TEST_F(DropBranchTest, AWidelySharedPrefixNeverTakesOne) {
+  for (uint64_t ino = 10; ino < 10 + FrequencyEviction::kDropFanout; ++ino) {
+    Seal(ino, 1);
+    policy_->OnHint(ino, RetentionHint::kDrop);
+  }
+  Drop({3, 2, 5, 4, 1});  // every extension dropped, but more than kDropFanout
+  const std::vector<uint64_t> order = Order();
+  EXPECT_EQ(order.back(), 1u);
+  EXPECT_EQ(order[order.size() - 2], 7u);
+}
+
 TEST_F(HintOrderTest, AHintLeavesAParkedChunkParked) {
   for (uint64_t ino = 1; ino <= 4; ++ino) Seal(ino);
   policy_->Park(1);

@@ -248,9 +248,13 @@ TEST(Lifecycle, ReplayMatchesTheOfflineLruSimulation) {
 // The server's policy, live with one client, does what the offline
 // simulator (maru-bench policies) says it does on the same trace and
 // capacity: the simulator drives the very policy class as the Evictor does.
+// With retention hints too, also those given requests after the request
+// they are about (a conversation's late drop).
 TEST(Lifecycle, ReplayMatchesTheOfflineSimulationOfTheServersPolicy) {
-  for (const std::string policy : {"frequency", "prefix"}) {
-    SCOPED_TRACE(policy);
+  const std::pair<std::string, std::string> runs[] = {
+      {"frequency", ""}, {"prefix", ""}, {"frequency", "keep+drop:late-20"}};
+  for (const auto &[policy, hints] : runs) {
+    SCOPED_TRACE(policy + " " + hints);
     TestPool pool(12ull << 20);
     Server server(pool.path(),
                   {"--high-watermark", "1", "--low-watermark", "1", "--eviction", policy});
@@ -260,7 +264,7 @@ TEST(Lifecycle, ReplayMatchesTheOfflineSimulationOfTheServersPolicy) {
     std::string out;
     int rc = maru_test::Run(maru_test::BinDir("tools/maru-bench") + " replay --trace " + trace +
                                 " --server " + server.address() + " --clients 1 --policy " +
-                                policy + " --json",
+                                policy + (hints.empty() ? "" : " --hints " + hints) + " --json",
                             &out);
     ASSERT_EQ(rc, 0) << out;
     const std::string last = out.substr(out.rfind('{'));
@@ -270,6 +274,7 @@ TEST(Lifecycle, ReplayMatchesTheOfflineSimulationOfTheServersPolicy) {
       return strtod(last.c_str() + at + name.size() + 3, nullptr);
     };
     EXPECT_GT(field("hit_ratio"), 0) << last;
+    EXPECT_EQ(field("errors"), 0) << last;
     EXPECT_NEAR(field("hit_ratio"), field("offline_policy_hit_ratio"), 0.005) << last;
   }
 }

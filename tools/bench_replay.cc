@@ -105,11 +105,12 @@ int RunRedisClient(int port, const std::string &dir, const std::vector<TraceRequ
 }
 
 // One client process: takes requests in trace order from a shared counter.
-// `hints` (empty: none): after each request, the retention hint the
-// engine gives its blocks (trace_hints.h), as a connector would.
+// `hints` (empty: none): after each request, the retention hints the
+// engine gives (trace_hints.h), as a connector would.
 int RunClient(const std::string &server, const std::string &dir,
-              const std::vector<TraceRequest> &trace, const std::vector<RetentionHint> &hints,
-              uint64_t block_bytes, Shared *shared) {
+              const std::vector<TraceRequest> &trace,
+              const std::vector<std::vector<HintEvent>> &hints, uint64_t block_bytes,
+              Shared *shared) {
   maru_t *m;
   if (int rc = maru_connect(server.c_str(), &m))
     return Fail("connect: " + std::string(maru_strerror(rc)));
@@ -166,11 +167,15 @@ int RunClient(const std::string &server, const std::string &dir,
         shared->stored++;
       maru_release(c);
     }
-    // One round trip for the whole chain; blocks not stored answer ENOENT.
-    if (!hints.empty() && hints[i] != RetentionHint::kNone) {
+    // One round trip per hint on a whole chain; blocks not stored answer ENOENT.
+    for (const HintEvent &e : hints.empty() ? std::vector<HintEvent>() : hints[i]) {
+      names.clear();
+      paths.clear();
+      for (uint64_t b : trace[e.request].blocks) names.push_back(BlockPath(dir, b));
+      for (auto &n : names) paths.push_back(n.c_str());
       hinted.resize(paths.size());
-      if (maru_hint_batch(m, paths.data(), paths.size(), static_cast<int>(hints[i]),
-                          hinted.data()) < 0)
+      if (maru_hint_batch(m, paths.data(), paths.size(), static_cast<int>(e.hint), hinted.data()) <
+          0)
         shared->errors++;
     }
     shared->done++;
@@ -204,11 +209,11 @@ int RunReplay(int argc, char **argv) {
   flags.String("policy", &policy,
                "also simulate this eviction policy offline (the server's --eviction, to "
                "compare; see maru-bench policies)");
-  flags.String(
-      "hints", &hint_model,
-      "give retention hints derived from the trace: keep or keep+drop, then "
-      "optionally :miss-PCT and :wrong-PCT (for the default --eviction frequency; the offline "
-      "--policy gets the same hints)");
+  flags.String("hints", &hint_model,
+               "give retention hints derived from the trace: keep or keep+drop, then "
+               "optionally :late-N (drops N requests after a conversation's last turn), :miss-PCT "
+               "and :wrong-PCT (for the default --eviction frequency; the offline "
+               "--policy gets the same hints)");
   flags.Bool("json", &json, "end with one JSON line of the figures");
   flags.Bool("progress", &progress, "show progress on stderr while it runs");
   flags.Int("redis", &redis_port,
@@ -226,7 +231,7 @@ int RunReplay(int argc, char **argv) {
   if (!trace.ok()) return Fail(trace.status().message());
   if (trace->empty()) return Fail(trace_path + " holds no requests");
   const uint64_t block_bytes = kTokensPerBlock * static_cast<uint64_t>(bytes_per_token);
-  std::vector<RetentionHint> hints;
+  std::vector<std::vector<HintEvent>> hints;
   if (!hint_model.empty()) {
     Result<std::pair<std::string, HintModel>> parsed = ParseHintedName("live:" + hint_model);
     if (!parsed.ok()) return Fail("--hints: " + parsed.status().message());

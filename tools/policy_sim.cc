@@ -100,7 +100,7 @@ Result<PolicyFigures> SimulatePolicy(const std::vector<TraceRequest> &trace, uin
   Result<std::pair<std::string, HintModel>> parsed = ParseHintedName(hinted_name);
   if (!parsed.ok()) return parsed.status();
   const std::string &name = parsed->first;
-  const std::vector<RetentionHint> hints = TraceHints(trace, parsed->second);
+  const std::vector<std::vector<HintEvent>> hints = TraceHints(trace, parsed->second);
   ChunkChains chains;
   Result<std::unique_ptr<SimPolicy>> made = MakeAnyPolicy(trace, name, chains, capacity);
   if (!made.ok()) return made.status();
@@ -155,10 +155,13 @@ Result<PolicyFigures> SimulatePolicy(const std::vector<TraceRequest> &trace, uin
       cached.insert(b);
       policy.Insert(b, parent);
     }
-    // The engine's hint, once the request is served, on its blocks held.
-    if (hints[r] != RetentionHint::kNone)
-      for (uint64_t id : req.blocks)
-        if (cached.count(id + 1)) policy.Hint(id + 1, hints[r]);
+    // The engine's hints, once the request is served, on the blocks held,
+    // last first as the server applies a batch (hint_ops.cc).
+    for (const HintEvent &e : hints[r]) {
+      const std::vector<uint64_t> &blocks = trace[e.request].blocks;
+      for (auto id = blocks.rbegin(); id != blocks.rend(); ++id)
+        if (cached.count(*id + 1)) policy.Hint(*id + 1, e.hint);
+    }
   }
   return f;
 }

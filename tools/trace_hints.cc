@@ -19,8 +19,8 @@ double Draw(uint64_t i, uint64_t salt) {
 
 Status BadSuffix(const std::string &part) {
   return Status::Error(EINVAL, "hints: '" + part +
-                                   "' is not keep, keep+drop, miss-PCT or wrong-PCT "
-                                   "(POLICY:keep[+drop][:miss-P][:wrong-P])");
+                                   "' is not keep, keep+drop, late-N, miss-PCT or wrong-PCT "
+                                   "(POLICY:keep[+drop][:late-N][:miss-P][:wrong-P])");
 }
 
 }  // namespace
@@ -39,6 +39,14 @@ Result<std::pair<std::string, HintModel>> ParseHintedName(const std::string &nam
       model.drop = part == "keep+drop";
       continue;
     }
+    if (part.rfind("late-", 0) == 0) {
+      const std::string n = part.substr(5);
+      char *end = nullptr;
+      const unsigned long long v = strtoull(n.c_str(), &end, 10);
+      if (n.empty() || n[0] == '-' || *end || v > (1ULL << 32)) return BadSuffix(part);
+      model.late = static_cast<size_t>(v);
+      continue;
+    }
     double *to = part.rfind("miss-", 0) == 0    ? &model.missing
                  : part.rfind("wrong-", 0) == 0 ? &model.wrong
                                                 : nullptr;
@@ -50,13 +58,14 @@ Result<std::pair<std::string, HintModel>> ParseHintedName(const std::string &nam
     *to = v;
   }
   if (!model.keep && (model.missing > 0 || model.wrong > 0)) return BadSuffix(name);
+  if (model.late > 0 && !model.drop) return BadSuffix(name);
   return std::make_pair(name.substr(0, colon), model);
 }
 
-std::vector<RetentionHint> TraceHints(const std::vector<TraceRequest> &trace,
-                                      const HintModel &model) {
-  std::vector<RetentionHint> hints(trace.size(), RetentionHint::kNone);
-  if (!model.keep) return hints;
+std::vector<std::vector<HintEvent>> TraceHints(const std::vector<TraceRequest> &trace,
+                                               const HintModel &model) {
+  std::vector<std::vector<HintEvent>> events(trace.size());
+  if (!model.keep) return events;
   // Scanning backwards: the blocks some later request holds.
   std::unordered_map<uint64_t, bool> later;
   for (size_t i = trace.size(); i-- > 0;) {
@@ -71,11 +80,18 @@ std::vector<RetentionHint> TraceHints(const std::vector<TraceRequest> &trace,
         h = h == RetentionHint::kKeep ? other : RetentionHint::kKeep;
       }
       if (Draw(i, 0) < model.missing) h = RetentionHint::kNone;
-      hints[i] = h;
+      if (h == RetentionHint::kDrop && model.late > 0) {
+        // Open when served; known to have ended only later.
+        events[i].push_back({i, RetentionHint::kKeep});
+        const size_t at = i + model.late;
+        if (at < trace.size()) events[at].push_back({i, RetentionHint::kDrop});
+      } else if (h != RetentionHint::kNone) {
+        events[i].push_back({i, h});
+      }
     }
     for (uint64_t block : b) later[block] = true;
   }
-  return hints;
+  return events;
 }
 
 }  // namespace maru::bench

@@ -124,8 +124,10 @@ class PagedEngine:
     # --- one request, in vLLM's order ---------------------------------------
 
     def generate(self, prompt: Sequence[int], n_decode: int,
-                 hook: Optional[LayerHook] = None) -> Result:
-        req = Request(f"req-{next(self._ids)}", list(prompt))
+                 hook: Optional[LayerHook] = None,
+                 kv_transfer_params: Optional[Dict[str, Any]] = None) -> Result:
+        req = Request(f"req-{next(self._ids)}", list(prompt),
+                      kv_transfer_params=kv_transfer_params)
         table: List[int] = []
         loaded = 0
         try:

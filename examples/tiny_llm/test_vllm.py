@@ -301,3 +301,42 @@ def test_bad_configs_are_refused(model, node, ns):
             worker.build_connector_meta(None)
     finally:
         worker.shutdown()
+
+
+def test_retention_hints_from_requests_reorder_eviction(model, caplog):
+    """``kv_transfer_params={"maru_retain": ...}``: when a request ends, its
+    chunks get the hint; under the default policy a dropped conversation's
+    chunks go first and a kept one's stay. A bad value is logged and the
+    request served and stored as without it."""
+    from maru.vllm.paged import PagedLayout
+
+    cfg = model.cfg
+    blocks = 4
+    chunk = PagedLayout(cfg.n_layers, BLOCK * cfg.d_model * 4, 1).chunk_bytes
+    pool = 8 * blocks * chunk + (1 << 20)
+    dropped, kept, *plain = (prompt(300 + i, blocks * BLOCK + 3) for i in range(7))
+    with MaruNode(pool_size=pool, extra=["--high-watermark", "1", "--low-watermark", "1"]) as small:
+        eng = engine(model, small, "retain")
+        try:
+            eng.generate(dropped, N_DECODE, kv_transfer_params={"maru_retain": "drop"})
+            eng.generate(kept, N_DECODE, kv_transfer_params={"maru_retain": "keep"})
+            for p, bad in zip(plain, (42, "KEEP", "x" * 10000, None, {"other": 1})):
+                params = bad if isinstance(bad, dict) else {"maru_retain": bad}
+                eng.generate(p, N_DECODE, kv_transfer_params=params)
+            assert eng.sched._scheduler.hinted == 2 * blocks
+            assert "maru_retain 42 is not one of keep, drop, none" in caplog.text
+            assert "x" * 41 not in caplog.text  # a huge value is cut in the log
+            with maru.Client(small.url) as c:
+                def stored(p):
+                    return c.count_prefix(chunk_paths_of("retain", p))
+
+                assert [stored(p) for p in [dropped, kept] + plain] == [blocks] * 7
+                n = 0
+                while stored(plain[0]) == blocks:  # fill until an unhinted one goes
+                    assert n < 64, "the pool never evicted"
+                    eng.generate(prompt(400 + n, blocks * BLOCK + 3), N_DECODE)
+                    n += 1
+                assert stored(dropped) == 0
+                assert stored(kept) == blocks
+        finally:
+            eng.close()

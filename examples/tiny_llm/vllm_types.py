@@ -52,6 +52,7 @@ class Request:
     request_id: str
     prompt_token_ids: List[int]
     num_computed_tokens: int = 0
+    kv_transfer_params: Optional[Dict[str, Any]] = None  # the API request's field
 
 
 @dataclass

@@ -288,6 +288,20 @@ class Client:
         paths = list(paths)
         return _errors(self._conn.hint_batch(paths, _hint_value(hint)), paths)
 
+    def hint_all(self, paths: Sequence[str], hint: Union[Hint, int]) -> int:
+        """:meth:`hint_batch` on any number of chunks (a chain, prefix
+        first), one round trip per ``maru.BATCH_MAX``, the tail's batch
+        first as the server takes a batch (so a drop goes from the tail up
+        to a shared prefix): how many took the hint (chunks missing, being
+        written or named twice in a batch do not). OSError: EINVAL (not a
+        hint), or what the connection raises (a lost server), before or
+        between batches."""
+        value, paths = _hint_value(hint), list(paths)
+        taken = 0
+        for start in reversed(range(0, len(paths), _maru.BATCH_MAX)):
+            taken += self._conn.hint_batch(paths[start:start + _maru.BATCH_MAX], value).count(0)
+        return taken
+
     def pool_info(self) -> PoolInfo:
         """``maru_pool_info``: capacity and usage of the pool."""
         return PoolInfo(**self._conn.pool_info())

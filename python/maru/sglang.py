@@ -367,24 +367,20 @@ class MaruHiCacheStorage(_Base):  # type: ignore[misc,valid-type]
     # --- retention hints (Maru's own; SGLang does not call this) --------
 
     def hint_pages(self, keys: Sequence[str], hint: Union[Hint, int]) -> int:
-        """``Client.hint_batch`` on pages ``keys`` (a session's prefix, in
+        """``Client.hint_all`` on pages ``keys`` (a session's prefix, in
         order): :attr:`maru.Hint.KEEP` after a turn of an open SGLang session
         is stored, :attr:`maru.Hint.DROP` at its ``close_session``; one round
         trip per ``maru.BATCH_MAX`` keys. Returns how many pages took it
         (pages already evicted do not). A bad hint raises OSError(EINVAL);
-        a lost server is logged and ends the call. Takes effect under
+        a lost server is logged and the call returns 0. Takes effect under
         the server's default eviction policy (docs/integrations.md)."""
-        taken = 0
-        for part in _batches(list(keys)):
-            try:
-                errors = self._client.hint_batch([self.path(k) for k in part], hint)
-            except OSError as e:
-                if e.errno == errno.EINVAL:
-                    raise
-                logger.warning("maru.sglang: hint_pages: %s", e)
-                break
-            taken += sum(err is None for err in errors)
-        return taken
+        try:
+            return self._client.hint_all([self.path(k) for k in keys], hint)
+        except OSError as e:
+            if e.errno == errno.EINVAL:
+                raise
+            logger.warning("maru.sglang: hint_pages: %s", e)
+            return 0
 
     # --- lifecycle -------------------------------------------------------
 

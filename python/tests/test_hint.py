@@ -47,6 +47,22 @@ def test_hint_batch_per_path_errors(client, ns):
     assert e.value.errno == errno.EINVAL
 
 
+def test_hint_all_takes_any_number(client, ns):
+    """hint_all: one hint_batch per BATCH_MAX paths; counts those that took it."""
+    paths = [f"/{ns}/c{i}" for i in range(3)]
+    for p in paths:
+        client.put(p, b"c")
+    many = paths + [f"/{ns}/missing{i}" for i in range(maru.BATCH_MAX)] + paths[:1]
+    assert client.hint_all(many, maru.Hint.KEEP) == 4  # the last one is a batch of its own
+    with pytest.raises(OSError) as e:
+        client.hint_batch(many, maru.Hint.KEEP)
+    assert e.value.errno == errno.E2BIG
+    assert client.hint_all([], maru.Hint.DROP) == 0
+    with pytest.raises(OSError) as e:
+        client.hint_all(paths, 7)
+    assert e.value.errno == errno.EINVAL
+
+
 def test_hints_reorder_eviction(make_server, ns):
     server = make_server(pool_size=16 << 20,
                          extra=["--high-watermark", "1", "--low-watermark", "1"])
@@ -69,6 +85,40 @@ def test_hints_reorder_eviction(make_server, ns):
             n += 1
         assert not stored(f"/{ns}/dropped")
         assert stored(f"/{ns}/kept")
+
+
+def test_a_chains_drop_stops_at_a_prefix_another_chain_reads(make_server, ns):
+    """hint_batch of a chain, prefix first, with DROP: the server takes it
+    tail first (a chain read to its end is dropped whole), up to the chunk
+    another (read) chain extends, and after the reads made before it
+    (through the shared-memory index: no message), which do not undo it."""
+    server = make_server(pool_size=16 << 20,
+                         extra=["--high-watermark", "1", "--low-watermark", "1"])
+    size = 1 << 20
+    shared, mine, theirs = f"/{ns}/shared", f"/{ns}/mine", f"/{ns}/theirs"
+    with maru.Client(server.url) as c:
+        c.put(shared, b"s" * size)
+        c.put(mine, b"m" * size, parent=shared)
+        c.put(theirs, b"t" * size, parent=shared)
+        solo = [f"/{ns}/solo0", f"/{ns}/solo1"]
+        c.put(solo[0], b"0" * size)
+        c.put(solo[1], b"1" * size, parent=solo[0])
+        c.put(f"/{ns}/plain", b"p" * size)
+        for chain in ([shared, theirs], solo):  # read to their ends
+            for chunk in c.lookup_prefix(chain):
+                chunk.release()
+        assert c.hint_batch([shared, mine], maru.Hint.DROP) == [None, None]
+        assert c.hint_batch(solo, maru.Hint.DROP) == [None, None]
+
+        def stored(path: str) -> bool:
+            return c.count_prefix([path]) == 1
+
+        n = 0
+        while any(stored(p) for p in [mine] + solo):  # the dropped go first
+            assert n < 64, "the pool never evicted"
+            c.put(f"/{ns}/new{n}", b"n" * size)
+            n += 1
+        assert c.count_prefix([shared, theirs]) == 2 and stored(f"/{ns}/plain")
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a client as another user")

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <unordered_set>
 
 namespace maru {
 
@@ -92,9 +93,20 @@ void FrequencyEviction::OnAccess(uint64_t ino) {
   Use(ino, s);
 }
 
+bool FrequencyEviction::ExtendedByLiveChain(uint64_t ino) const {
+  const std::unordered_set<uint64_t> &extensions = chains_.Extensions(ino);
+  if (extensions.size() > kDropFanout) return true;
+  for (uint64_t e : extensions) {
+    const State *s = state_.find(e);  // none: still being written
+    if (!s || (s->reads > 0 && s->hint != static_cast<uint16_t>(RetentionHint::kDrop))) return true;
+  }
+  return false;
+}
+
 void FrequencyEviction::OnHint(uint64_t ino, RetentionHint hint) {
   State *s = state_.find(ino);
   if (!s) return;
+  if (hint == RetentionHint::kDrop && ExtendedByLiveChain(ino)) return;
   // Not a use: the key moves by the offsets' difference, nothing else,
   // and a parked chunk stays parked (under its new key).
   const bool placed = order_.erase({s->key, ino});

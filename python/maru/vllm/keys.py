@@ -43,3 +43,9 @@ def chunk_paths(namespace: str, keys: Sequence[str], tp_rank: int = 0) -> List[s
     rank stores its own heads, under ``/<namespace>/<key>.r<rank>``."""
     base = check_namespace(namespace)
     return [f"{base}/{k}.r{tp_rank}" for k in keys]
+
+
+def rank_path(path: str, tp_rank: int) -> str:
+    """Rank ``tp_rank``'s name of a chunk named for another rank."""
+    base, _, _ = path.rpartition(".r")
+    return f"{base}.r{tp_rank}"

@@ -4,17 +4,33 @@ vLLM calls, per step: ``get_num_new_matched_tokens`` for each waiting
 request (side-effect free; may be called again), ``update_state_after_alloc``
 once its blocks are allocated, ``build_connector_meta`` once the step is
 scheduled, and ``request_finished`` when a request ends.
+
+A request may carry a retention hint for its chunks in vLLM's
+``kv_transfer_params`` (the OpenAI server's request field of that name):
+``{"maru_retain": "keep"}`` while its conversation is open, ``"drop"``
+once the front end knows it ended, ``"none"`` to forget an earlier one.
+When the request ends, every chunk of its prompt (all tensor-parallel
+ranks', the loaded prefix too) gets that hint in one round trip per
+``maru.BATCH_MAX`` chunks (docs/integrations.md#retention-hints).
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from ..client import Hint
 from .config import ConnectorConfig
-from .keys import chain_keys, chunk_paths, model_tag
+from .keys import chain_keys, chunk_paths, model_tag, rank_path
 from .metadata import ChunkSpec, LoadSpec, MaruConnectorMetadata, SaveSpec
 from .store import ChunkStore
+
+
+logger = logging.getLogger(__name__)
+
+#: Values of ``kv_transfer_params["maru_retain"]`` and the hints they give.
+RETAIN_HINTS = {"keep": Hint.KEEP, "drop": Hint.DROP, "none": Hint.NONE}
 
 
 @dataclass
@@ -37,14 +53,17 @@ class SchedulerSide:
         self.tag = model_tag(cfg.model, cfg.dtype, cfg.block_size, cfg.chunk_blocks, cfg.tp_size)
         self.requests: Dict[str, _Request] = {}
         self.pending_loads: List[LoadSpec] = []
+        self.hinted = 0  # chunks that took a retention hint
 
     def _state(self, req_id: str, tokens: Sequence[int]) -> _Request:
         st = self.requests.get(req_id)
         if st is None:
-            keys = chain_keys(self.tag, tokens, self.cfg.chunk_tokens)
-            st = _Request(chunk_paths(self.cfg.namespace, keys))
-            self.requests[req_id] = st
+            st = self.requests[req_id] = _Request(self._paths(tokens))
         return st
+
+    def _paths(self, tokens: Sequence[int]) -> List[str]:
+        keys = chain_keys(self.tag, tokens, self.cfg.chunk_tokens)
+        return chunk_paths(self.cfg.namespace, keys)
 
     def get_num_new_matched_tokens(self, request: Any,
                                    num_computed_tokens: int) -> Tuple[Optional[int], bool]:
@@ -125,10 +144,36 @@ class SchedulerSide:
             st.saved = done
 
     def request_finished(self, request: Any, block_ids: Sequence[int]) -> Tuple[bool, None]:
-        """Forgets the request. Saves copy out of the blocks before the step
-        ends, so the blocks may be freed at once: (False, None)."""
-        self.requests.pop(request.request_id, None)
+        """Gives the request's chunks its retention hint, if it carries one,
+        and forgets it. Saves copy out of the blocks before the step ends,
+        so the blocks may be freed at once: (False, None)."""
+        st = self.requests.pop(request.request_id, None)
+        hint = retain_hint(request)
+        if hint is not None:
+            self._hint(st.paths if st is not None else self._paths(_tokens(request)), hint)
         return False, None
+
+    def _hint(self, paths: Sequence[str], hint: Hint) -> None:
+        everyone = [rank_path(p, r) for r in range(self.cfg.tp_size) for p in paths]
+        try:
+            self.hinted += self.store.hint(everyone, hint)
+        except OSError as e:  # advisory: the request has ended either way
+            logger.warning("maru.vllm: retention hint not given: %s", e)
+
+
+def retain_hint(request: Any) -> Optional[Hint]:
+    """The hint ``request`` asks for in ``kv_transfer_params["maru_retain"]``;
+    None if it asks for none, or for one that is not in
+    :data:`RETAIN_HINTS` (logged: a request is never failed for it)."""
+    params = getattr(request, "kv_transfer_params", None)
+    if not isinstance(params, dict) or "maru_retain" not in params:
+        return None
+    value = params["maru_retain"]
+    hint = RETAIN_HINTS.get(value) if isinstance(value, str) else None
+    if hint is None:
+        logger.warning("maru.vllm: request %s: maru_retain %.40r is not one of %s; no hint",
+                       getattr(request, "request_id", "?"), value, ", ".join(RETAIN_HINTS))
+    return hint
 
 
 def _resumed(cached: Any, i: int, req_id: str) -> bool:

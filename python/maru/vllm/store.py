@@ -14,7 +14,7 @@ from concurrent.futures import Future
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from ..chunk import Chunk
-from ..client import Client
+from ..client import Client, Hint
 
 #: (chunk, buffer, offset in the chunk): one copy of a batch.
 CopyOp = Tuple[Chunk, Any, int]
@@ -91,6 +91,11 @@ class ChunkStore:
     def publish(self, chunk: Chunk, layer: int) -> None:
         """Makes parts [0, layer] of ``chunk`` readable to waiting readers."""
         chunk.publish_part(layer)
+
+    def hint(self, paths: Sequence[str], hint: Hint) -> int:
+        """Gives ``paths`` a retention hint; how many took it (chunks
+        evicted, never stored or still being written do not)."""
+        return self.client.hint_all(paths, hint)
 
     def seal(self, chunks: Sequence[Chunk]) -> List[Optional[OSError]]:
         """Seals the chunks in one round trip (publishing what is left)."""

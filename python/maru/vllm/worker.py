@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from .config import ConnectorConfig
+from .keys import rank_path
 from .loader import LoadJob
 from .metadata import MaruConnectorMetadata
 from .paged import PagedLayout, layer_ops
@@ -54,8 +55,7 @@ class WorkerSide:
 
     def rank_path(self, path: str) -> str:
         """This rank's name of a chunk the scheduler named for rank 0."""
-        base, _, _ = path.rpartition(".r")
-        return f"{base}.r{self.cfg.tp_rank}"
+        return rank_path(path, self.cfg.tp_rank)
 
     def register_kv_caches(self, kv_caches: Dict[str, Any]) -> None:
         """Takes the per-layer caches, in layer order (vLLM's dict order)."""
