@@ -25,7 +25,9 @@ namespace {
 // and hint then, the sealed chunks then, and the weight its evidence gave
 // then), moved by each hint since by the difference of the hints' offsets
 // (at the sealed chunks then), least first; a read clears a drop hint, a
-// first seal or new parent any hint. The evidence: a read counts for the
+// first seal or new parent any hint; a drop is refused by a chunk that more
+// than kDropFanout chunks extend, or one not sealed, or one read and not
+// dropped. The evidence: a read counts for the
 // chunk's class (read before or not) with its age, a chunk that goes
 // (removed, or re-parented) counts as gone in its class.
 class Reference {
@@ -63,10 +65,23 @@ class Reference {
   }
   // A client's hint on sealed `ino`: not a use.
   void Hinted(uint64_t ino, RetentionHint hint) {
+    if (hint == RetentionHint::kDrop && ExtendedByLiveChain(ino)) return;
     Frequency &f = frequency.at(ino);
     f.key += FrequencyEviction::HintOffset(hint, last_use.size()) -
              FrequencyEviction::HintOffset(f.hint, last_use.size());
     f.hint = hint;
+  }
+  bool ExtendedByLiveChain(uint64_t ino) const {
+    size_t extensions = 0;
+    bool live = false;
+    for (const auto &[chunk, p] : parent) {
+      if (p != ino) continue;
+      ++extensions;
+      auto f = frequency.find(chunk);
+      live |=
+          f == frequency.end() || (f->second.reads > 0 && f->second.hint != RetentionHint::kDrop);
+    }
+    return live || extensions > FrequencyEviction::kDropFanout;
   }
   // Sealed `ino` goes (the policy forgets it): evidence of its class.
   void Gone(uint64_t ino) {
