@@ -409,10 +409,12 @@ int maru_unlink_batch(maru_t *m, const char *const *paths, size_t n, int *result
  *   MARU_HINT_KEEP  a reader is expected: the chunk is on a conversation
  *                   (session) that is still open, whose next turn reads its
  *                   prefix again. Stays until the next hint;
- *   MARU_HINT_DROP  no reader is expected: the conversation ended. Taken
- *                   only by a chunk that no chain but dropped ones extends
- *                   (a shared system prompt under an ended conversation
- *                   keeps its place), and undone by the next read.
+ *   MARU_HINT_DROP  no reader is expected: the conversation ended. Undone
+ *                   by the next read, and refused (the call still succeeds)
+ *                   by a chunk that another chain in use extends: one being
+ *                   written, one read and not dropped, or more than four; so
+ *                   a shared system prompt under an ended conversation
+ *                   keeps its place.
  * Connectors hint a conversation's chain after storing a turn (KEEP) and
  * when the session closes (DROP): see docs/integrations.md. */
 #define MARU_HINT_NONE 0
@@ -428,7 +430,7 @@ int maru_hint(maru_t *m, const char *path, int hint);
  * through, else a negative errno for the whole call (-EINVAL for a bad hint,
  * -E2BIG, -ENOTCONN). The paths are hinted last first, so a chain given
  * prefix first is dropped from its tail up to where another chain branches
- * off; a chain longer than one batch goes tail batch first. */
+ * off; a caller splitting a longer chain should send its tail's batch first. */
 int maru_hint_batch(maru_t *m, const char *const *paths, size_t n, int hint, int *results);
 
 typedef struct maru_pool_info {

@@ -26,8 +26,8 @@ namespace {
 // then), moved by each hint since by the difference of the hints' offsets
 // (at the sealed chunks then), least first; a read clears a drop hint, a
 // first seal or new parent any hint; a drop is refused by a chunk that more
-// than kDropFanout chunks extend, or one not sealed, or one read and not
-// dropped. The evidence: a read counts for the
+// than kDropFanout chunks extend, or another one not sealed, or another one
+// read and not dropped. The evidence: a read counts for the
 // chunk's class (read before or not) with its age, a chunk that goes
 // (removed, or re-parented) counts as gone in its class.
 class Reference {
@@ -75,7 +75,7 @@ class Reference {
     size_t extensions = 0;
     bool live = false;
     for (const auto &[chunk, p] : parent) {
-      if (p != ino) continue;
+      if (p != ino || chunk == ino) continue;
       ++extensions;
       auto f = frequency.find(chunk);
       live |=

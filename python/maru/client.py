@@ -292,10 +292,11 @@ class Client:
         """:meth:`hint_batch` on any number of chunks (a chain, prefix
         first), one round trip per ``maru.BATCH_MAX``, the tail's batch
         first as the server takes a batch (so a drop goes from the tail up
-        to a shared prefix): how many took the hint (chunks missing, being
-        written or named twice in a batch do not). OSError: EINVAL (not a
-        hint), or what the connection raises (a lost server), before or
-        between batches."""
+        to a shared prefix): how many the server accepted (chunks missing,
+        being written or named twice in a batch are not; an accepted drop
+        may still be refused by the policy, see ``maru_hint``). OSError:
+        EINVAL (not a hint), or what the connection raises (a lost server),
+        before or between batches."""
         value, paths = _hint_value(hint), list(paths)
         taken = 0
         for start in reversed(range(0, len(paths), _maru.BATCH_MAX)):

@@ -370,8 +370,8 @@ class MaruHiCacheStorage(_Base):  # type: ignore[misc,valid-type]
         """``Client.hint_all`` on pages ``keys`` (a session's prefix, in
         order): :attr:`maru.Hint.KEEP` after a turn of an open SGLang session
         is stored, :attr:`maru.Hint.DROP` at its ``close_session``; one round
-        trip per ``maru.BATCH_MAX`` keys. Returns how many pages took it
-        (pages already evicted do not). A bad hint raises OSError(EINVAL);
+        trip per ``maru.BATCH_MAX`` keys. Returns how many pages the server
+        accepted it for (pages already evicted are not). A bad hint raises OSError(EINVAL);
         a lost server is logged and the call returns 0. Takes effect under
         the server's default eviction policy (docs/integrations.md)."""
         try:

@@ -121,6 +121,29 @@ def test_a_chains_drop_stops_at_a_prefix_another_chain_reads(make_server, ns):
         assert c.count_prefix([shared, theirs]) == 2 and stored(f"/{ns}/plain")
 
 
+def test_an_aborted_extension_does_not_stop_a_drop(make_server, ns):
+    """A chunk created under a prefix and never sealed stops a drop on the
+    prefix while it is written, and no longer once aborted."""
+    server = make_server(pool_size=16 << 20,
+                         extra=["--high-watermark", "1", "--low-watermark", "1"])
+    size = 1 << 20
+    prefix, child = f"/{ns}/prefix", f"/{ns}/child"
+    with maru.Client(server.url) as c:
+        c.put(prefix, b"p" * size)
+        c.put(f"/{ns}/plain", b"q" * size)
+        with c.create(child, size, parent=prefix):
+            pass  # released unsealed: aborted
+        for chunk in c.lookup_prefix([prefix]):
+            chunk.release()
+        c.hint(prefix, maru.Hint.DROP)
+        n = 0
+        while c.count_prefix([prefix]) == 1:  # the dropped one goes first
+            assert n < 64, "the pool never evicted"
+            c.put(f"/{ns}/new{n}", b"n" * size)
+            n += 1
+        assert c.count_prefix([f"/{ns}/plain"]) == 1
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a client as another user")
 def test_hint_of_another_uids_chunk_is_permission_error(server, client, ns):
     path = f"/{ns}/roots"

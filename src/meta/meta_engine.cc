@@ -266,6 +266,7 @@ void MetaEngine::DropPending(Txn &txn, Inode *inode, bool keep_inode_record) {
   if (Inode *dir = tree_.Find(inode->parent)) TouchDir(txn, dir);
   if (inode->pinned) --pins_;
   quotas_.Forget(inode->ino);
+  evictor_->Removed(*inode);  // it was named in the chains at its create
   tree_.Unlink(inode);
   txn.Deleted(inode->ino);
   tree_.Release(inode->ino);
@@ -702,6 +703,8 @@ MetaEngine::TxnOp MetaEngine::CreateOp(const Caller &c, const rpc::CreateRequest
     }
     Result<uint64_t> parent_chunk = ParentChunk(c, req.parent_chunk());
     if (!parent_chunk.ok()) return parent_chunk.status();
+    if (inode && *parent_chunk == inode->ino)
+      return Status::Error(EINVAL, "a chunk cannot extend itself");
     if (int err = PartTable::CheckParts(req.size(), req.parts()))
       return Status::Error(err, "parts must divide the size (at most 4096 of them)");
     if (int err = CheckReservation(options_.limits, *session))

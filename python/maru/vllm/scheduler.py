@@ -53,7 +53,7 @@ class SchedulerSide:
         self.tag = model_tag(cfg.model, cfg.dtype, cfg.block_size, cfg.chunk_blocks, cfg.tp_size)
         self.requests: Dict[str, _Request] = {}
         self.pending_loads: List[LoadSpec] = []
-        self.hinted = 0  # chunks that took a retention hint
+        self.hinted = 0  # chunks whose retention hint the server accepted
 
     def _state(self, req_id: str, tokens: Sequence[int]) -> _Request:
         st = self.requests.get(req_id)
@@ -150,25 +150,26 @@ class SchedulerSide:
         st = self.requests.pop(request.request_id, None)
         hint = retain_hint(request)
         if hint is not None:
-            self._hint(st.paths if st is not None else self._paths(_tokens(request)), hint)
+            self._hint(request, st, hint)
         return False, None
 
-    def _hint(self, paths: Sequence[str], hint: Hint) -> None:
-        everyone = [rank_path(p, r) for r in range(self.cfg.tp_size) for p in paths]
+    def _hint(self, request: Any, st: Optional[_Request], hint: Hint) -> None:
         try:
+            paths = st.paths if st is not None else self._paths(_tokens(request))
+            everyone = [rank_path(p, r) for r in range(self.cfg.tp_size) for p in paths]
             self.hinted += self.store.hint(everyone, hint)
-        except OSError as e:  # advisory: the request has ended either way
+        except Exception as e:  # advisory: never raised into vLLM's scheduler
             logger.warning("maru.vllm: retention hint not given: %s", e)
 
 
 def retain_hint(request: Any) -> Optional[Hint]:
     """The hint ``request`` asks for in ``kv_transfer_params["maru_retain"]``;
-    None if it asks for none, or for one that is not in
+    None if it asks for none (absent or null), or for one that is not in
     :data:`RETAIN_HINTS` (logged: a request is never failed for it)."""
     params = getattr(request, "kv_transfer_params", None)
-    if not isinstance(params, dict) or "maru_retain" not in params:
+    value = params.get("maru_retain") if isinstance(params, dict) else None
+    if value is None:  # absent, or JSON null
         return None
-    value = params["maru_retain"]
     hint = RETAIN_HINTS.get(value) if isinstance(value, str) else None
     if hint is None:
         logger.warning("maru.vllm: request %s: maru_retain %.40r is not one of %s; no hint",

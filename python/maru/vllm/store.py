@@ -93,8 +93,8 @@ class ChunkStore:
         chunk.publish_part(layer)
 
     def hint(self, paths: Sequence[str], hint: Hint) -> int:
-        """Gives ``paths`` a retention hint; how many took it (chunks
-        evicted, never stored or still being written do not)."""
+        """Gives ``paths`` a retention hint; how many the server accepted
+        (chunks evicted, never stored or still being written are not)."""
         return self.client.hint_all(paths, hint)
 
     def seal(self, chunks: Sequence[Chunk]) -> List[Optional[OSError]]:
