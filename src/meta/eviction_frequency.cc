@@ -97,7 +97,7 @@ bool FrequencyEviction::ExtendedByLiveChain(uint64_t ino) const {
   const std::unordered_set<uint64_t> &extensions = chains_.Extensions(ino);
   if (extensions.size() > kDropFanout) return true;
   for (uint64_t e : extensions) {
-    if (e == ino) continue;  // chains set by hand may loop
+    if (e == ino) continue;           // chains set by hand may loop
     const State *s = state_.find(e);  // none: still being written
     if (!s || (s->reads > 0 && s->hint != static_cast<uint16_t>(RetentionHint::kDrop))) return true;
   }
