@@ -275,8 +275,10 @@ class Client:
         :attr:`Hint.KEEP` while the conversation it belongs to is open,
         :attr:`Hint.DROP` once it ended, :attr:`Hint.NONE` to forget. A hint
         only reorders eviction (the default policy, ``frequency``; ``lru``
-        and ``prefix`` ignore hints); it never pins. OSError: EINVAL (not a hint), ENOENT, EISDIR, EACCES
-        (only the owner, root or a writer may hint), EBUSY (not sealed).
+        and ``prefix`` ignore hints); it never pins, and the policy refuses
+        a drop on a chunk another chain in use extends. OSError: EINVAL (not
+        a hint), ENOENT, EISDIR, EACCES (only the owner, root or a writer may
+        hint), EBUSY (not sealed).
         """
         err = self.hint_batch([path], hint)[0]
         if err is not None:
