@@ -134,6 +134,10 @@ int RunFuseLoop(fuse_session *se, FuseWorkers *workers, CpuWakeLatency *wake) {
     if (!ProcessWithoutWaiting(se, buf)) workers->Push(buf);
   }
   free(buf.mem);
+  // The kernel aborts the connection when a lazily unmounted mount's last
+  // user goes while requests are still queued: the mount is gone, as with
+  // ENODEV (libfuse turns only that one into an end).
+  if (rc == -ECONNABORTED) return 0;
   return rc < 0 ? rc : 0;
 }
 
