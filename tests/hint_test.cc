@@ -131,6 +131,28 @@ TEST_F(HintTest, KeepOutlastsOlderChunksAndDropGoesFirst) {
   EXPECT_TRUE(Stored("/h/kept"));      // older, but kept
 }
 
+TEST_F(HintTest, MaructlHintsAndSaysWhichPathsFailed) {
+  ASSERT_EQ(Store("/h/older"), 0);
+  ASSERT_EQ(Store("/h/dropped"), 0);
+  const std::string ctl = maru_test::MaructlBinary() + " hint ";
+  const std::string server = " --server " + server_.address() + " 2>&1";
+  std::string out;
+  EXPECT_EQ(maru_test::Run(ctl + "drop /h/dropped" + server, &out), 0) << out;
+  EXPECT_EQ(out, "");
+  EXPECT_NE(maru_test::Run(ctl + "keep /h/older /h/missing /h" + server, &out), 0);
+  EXPECT_NE(out.find("/h/missing: No such file or directory"), std::string::npos) << out;
+  EXPECT_NE(out.find("/h: Is a directory"), std::string::npos) << out;
+  EXPECT_NE(maru_test::Run(ctl + "forever /h/older" + server, &out), 0);
+  EXPECT_NE(out.find("'forever' is not keep, drop or none"), std::string::npos) << out;
+  EXPECT_NE(maru_test::Run(ctl + "drop" + server, &out), 0);
+  int stored = 0;
+  while (Stored("/h/dropped")) {
+    ASSERT_LT(stored, 64) << "the pool never evicted";
+    ASSERT_EQ(Store("/h/new" + std::to_string(stored++)), 0);
+  }
+  EXPECT_TRUE(Stored("/h/older"));  // kept, and LRU would have taken it first
+}
+
 TEST_F(HintOldNameTest, DropStillGoesFirst) {
   ASSERT_EQ(Store("/h/older"), 0);
   ASSERT_EQ(Store("/h/dropped"), 0);

@@ -64,6 +64,7 @@ void Usage() {
       "  stat PATH                 one file in full, with its extents\n"
       "  pin PATH [--ttl S]        keep a chunk from eviction\n"
       "  unpin PATH\n"
+      "  hint keep|drop|none PATH...   tell eviction whether chunks will be read again\n"
       "  evict PATH | --older-than S | --bytes SIZE\n"
       "  fsck                      check superblocks, extent maps and checksums\n"
       "  verify PATH               check one chunk against its checksum\n"
@@ -87,7 +88,7 @@ struct Entry {
 constexpr Entry kCommands[] = {
     {"mkpool", Mkpool},     {"pool", Pool},   {"df", Df},       {"ls", Ls},     {"stat", Stat},
     {"pin", Pin},           {"unpin", Unpin}, {"evict", Evict}, {"fsck", Fsck}, {"verify", Verify},
-    {"sessions", Sessions}, {"stats", Stats}, {"quota", Quota},
+    {"sessions", Sessions}, {"stats", Stats}, {"quota", Quota}, {"hint", Hint},
 };
 
 }  // namespace

@@ -50,6 +50,7 @@ int Ls(int argc, char **argv);
 int Stat(int argc, char **argv);
 int Pin(int argc, char **argv);
 int Unpin(int argc, char **argv);
+int Hint(int argc, char **argv);
 int Evict(int argc, char **argv);
 int Df(int argc, char **argv);
 int Fsck(int argc, char **argv);

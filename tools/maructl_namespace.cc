@@ -199,6 +199,29 @@ int Unpin(int argc, char **argv) {
   return PinCommand(argc, argv, false);
 }
 
+int Hint(int argc, char **argv) {
+  Command cmd("maructl hint keep|drop|none PATH... [--server ADDRESS]",
+              "Tells the server's eviction what to expect of chunks' reads (maru_hint(3)):\n"
+              "keep (a conversation still open), drop (it ended; a chain given prefix first is\n"
+              "dropped from its tail up to a prefix others still use), none (forget).");
+  if (int rc = cmd.Parse(argc, argv, 2); rc >= 0) return rc;
+  static const char *const kHints[] = {"none", "keep", "drop"};  // MARU_HINT_* order
+  if (cmd.args.size() < 2) return Fail("hint takes keep, drop or none and at least one PATH");
+  const auto *hint = std::find(std::begin(kHints), std::end(kHints), cmd.args[0]);
+  if (hint == std::end(kHints))
+    return Fail("hint: '" + cmd.args[0] + "' is not keep, drop or none");
+  if (int rc = cmd.Connect()) return rc;
+  rpc::HintRequest req;
+  req.set_hint(static_cast<uint32_t>(hint - std::begin(kHints)));
+  for (size_t i = 1; i < cmd.args.size(); ++i) req.add_paths(cmd.args[i]);
+  rpc::ErrorsReply rep;
+  if (int rc = cmd.Call(&Stub::Hint, req, &rep, "hint")) return rc;
+  int rc = 0;
+  for (int i = 0; i < rep.errors_size(); ++i)
+    if (rep.errors(i) != 0) rc = Fail(req.paths(i) + ": " + strerror(rep.errors(i)));
+  return rc;
+}
+
 int Evict(int argc, char **argv) {
   int64_t older_than = 0;
   uint64_t bytes = 0;
