@@ -507,6 +507,22 @@ class EvictionTest : public EngineTest {
   static constexpr uint64_t kChunk = 8 << 20;  // the pool holds 7 of them
 };
 
+TEST_F(EvictionTest, ARewriteMayNotNameTheChunkAsItsOwnParent) {
+  ASSERT_EQ(Store("/self", 4096), 0);
+  auto req = With<rpc::CreateRequest>(session_);
+  req.mutable_ref()->set_path("/self");
+  req.set_size(4096);
+  req.set_truncate(true);
+  req.set_parent_chunk("/self");
+  rpc::ChunkReply rep;
+  engine_->Create(root_, req, &rep);
+  EXPECT_EQ(rep.error(), EINVAL);
+  EXPECT_TRUE(Exists("/self"));  // nothing lost
+  req.set_parent_chunk("");      // a rewrite as such is fine
+  engine_->Create(root_, req, &rep);
+  EXPECT_EQ(rep.error(), 0);
+}
+
 TEST_F(EvictionTest, LruEvictsTheLeastRecentlyUsedWhenFull) {
   UsePolicy("lru");
   for (int i = 0; i < 7; ++i) ASSERT_EQ(Store("/c" + std::to_string(i), kChunk), 0);

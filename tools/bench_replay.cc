@@ -118,6 +118,7 @@ int RunClient(const std::string &server, const std::string &dir,
   std::vector<const char *> paths;
   std::vector<maru_chunk_t *> out;
   std::vector<int> hinted;
+  const std::vector<HintEvent> kNoHints;
   for (;;) {
     uint64_t i = shared->next_request.fetch_add(1);
     if (i >= trace.size()) break;
@@ -168,7 +169,7 @@ int RunClient(const std::string &server, const std::string &dir,
       maru_release(c);
     }
     // One round trip per hint on a whole chain; blocks not stored answer ENOENT.
-    for (const HintEvent &e : hints.empty() ? std::vector<HintEvent>() : hints[i]) {
+    for (const HintEvent &e : hints.empty() ? kNoHints : hints[i]) {
       names.clear();
       paths.clear();
       for (uint64_t b : trace[e.request].blocks) names.push_back(BlockPath(dir, b));
