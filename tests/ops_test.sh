@@ -53,7 +53,8 @@ out=$("$bin_ctl" df --server unix://$work/none.sock 2>&1); rc=$?
 [ $rc -ne 0 ] && [ "$(echo "$out" | wc -l)" -eq 1 ] || fail "maructl against no server: '$out' ($rc)"
 out=$("$bin_ctl" frobnicate 2>&1); rc=$?
 [ $rc -ne 0 ] && [ "$(echo "$out" | wc -l)" -eq 1 ] || fail "unknown command: '$out'"
-for bad in "share --consumers 0" "files" "scale --chunks 5 --wide 10" "fill --procs 0" "suite --bogus"; do
+for bad in "share --consumers 0" "files" "scale --chunks 5 --wide 10" "fill --procs 0" "suite --bogus" \
+  "policies --synthetic scan --policies frequency:fitted:late-5"; do
   out=$("$bin_bench" $bad 2>&1); rc=$?
   [ $rc -ne 0 ] && [ "$(echo "$out" | wc -l)" -eq 1 ] || fail "maru-bench $bad: '$out' ($rc)"
 done
@@ -67,6 +68,10 @@ printf '{"timestamp": 0, "hash_ids": [1, "two"]}\n' > $work/bad.jsonl
 out=$("$bin_bench" replay --trace $work/bad.jsonl 2>&1); rc=$?
 [ $rc -ne 0 ] && [ "$(echo "$out" | wc -l)" -eq 1 ] && grep -q 'bad.jsonl:1: .*"two"' <<<"$out" ||
   fail "maru-bench replay of a trace with a bad block number: '$out' ($rc)"
+printf '{"timestamp": 0, "output_length": -3, "hash_ids": [1]}\n' > $work/bad.jsonl
+out=$("$bin_bench" policies --trace $work/bad.jsonl 2>&1); rc=$?
+[ $rc -ne 0 ] && [ "$(echo "$out" | wc -l)" -eq 1 ] && grep -q 'bad.jsonl:1: "output_length" is not' <<<"$out" ||
+  fail "maru-bench policies of a trace with a negative output length: '$out' ($rc)"
 
 # --- man pages render without warnings ------------------------------------------
 for page in "$src"/man/*.[1-8]; do

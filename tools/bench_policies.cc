@@ -9,6 +9,7 @@
 #include "kv_trace.h"
 #include "policy_sim.h"
 #include "synthetic_trace.h"
+#include "trace_hints.h"
 
 namespace maru::bench {
 namespace {
@@ -79,6 +80,9 @@ int RunPolicies(int argc, char **argv) {
   if (traces.empty()) return Fail("no trace: give --trace or --synthetic");
   std::vector<std::string> policies =
       policies_list.empty() ? SimPolicyNames() : SplitList(policies_list);
+  for (const std::string &p : policies)
+    if (Result<std::pair<std::string, HintModel>> h = ParseHintedName(p); !h.ok())
+      return Fail(h.status().message());
   std::vector<double> fractions;
   for (const std::string &f : SplitList(fractions_list)) {
     char *end;

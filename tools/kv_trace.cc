@@ -37,11 +37,13 @@ Result<TraceRequest> ParseRequest(const std::string &line) {
     r.timestamp_ms =
         ts->is_number_float() ? static_cast<int64_t>(ts->get<double>()) : ts->get<int64_t>();
   }
-  auto length = j.find("input_length");
-  if (length != j.end()) {
+  for (auto [field, to] :
+       {std::pair{"input_length", &r.input_tokens}, std::pair{"output_length", &r.output_tokens}}) {
+    auto length = j.find(field);
+    if (length == j.end()) continue;
     if (!length->is_number_unsigned())
-      return Status::Error(EINVAL, "\"input_length\" is not a token count");
-    r.input_tokens = length->get<uint64_t>();
+      return Status::Error(EINVAL, "\"" + std::string(field) + "\" is not a token count");
+    *to = length->get<uint64_t>();
   }
   auto ids = j.find("hash_ids");
   if (ids == j.end() || !ids->is_array()) return Status::Error(EINVAL, "no \"hash_ids\" list");

@@ -13,7 +13,8 @@ namespace maru::bench {
 
 struct TraceRequest {
   int64_t timestamp_ms = 0;
-  uint64_t input_tokens = 0;  // the prompt's tokens ("input_length"; 0: not given)
+  uint64_t input_tokens = 0;   // the prompt's tokens ("input_length"; 0: not given)
+  uint64_t output_tokens = 0;  // tokens generated ("output_length"; 0: not given)
   std::vector<uint64_t> blocks;
 };
 

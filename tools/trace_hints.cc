@@ -20,7 +20,8 @@ double Draw(uint64_t i, uint64_t salt) {
 Status BadSuffix(const std::string &part) {
   return Status::Error(EINVAL, "hints: '" + part +
                                    "' is not keep, keep+drop, late-N, miss-PCT or wrong-PCT "
-                                   "(POLICY:keep[+drop][:late-N][:miss-P][:wrong-P])");
+                                   "(POLICY:keep[+drop][:late-N][:miss-P][:wrong-P] or "
+                                   "POLICY:fitted[-fine])");
 }
 
 }  // namespace
@@ -37,6 +38,11 @@ Result<std::pair<std::string, HintModel>> ParseHintedName(const std::string &nam
     if (part == "keep" || part == "keep+drop") {
       model.keep = true;
       model.drop = part == "keep+drop";
+      continue;
+    }
+    if (part == "fitted" || part == "fitted-fine") {
+      model.keep = model.drop = model.fitted = true;
+      model.classes = part == "fitted" ? FeatureClasses::kCoarse : FeatureClasses::kFine;
       continue;
     }
     if (part.rfind("late-", 0) == 0) {
@@ -59,6 +65,9 @@ Result<std::pair<std::string, HintModel>> ParseHintedName(const std::string &nam
   }
   if (!model.keep && (model.missing > 0 || model.wrong > 0)) return BadSuffix(name);
   if (model.late > 0 && !model.drop) return BadSuffix(name);
+  if (model.fitted && (model.late > 0 || model.missing > 0 || model.wrong > 0 ||
+                       name.find(":keep") != std::string::npos))
+    return Status::Error(EINVAL, "hints: '" + name + "': fitted[-fine] goes alone");
   return std::make_pair(name.substr(0, colon), model);
 }
 
@@ -66,30 +75,32 @@ std::vector<std::vector<HintEvent>> TraceHints(const std::vector<TraceRequest> &
                                                const HintModel &model) {
   std::vector<std::vector<HintEvent>> events(trace.size());
   if (!model.keep) return events;
-  // Scanning backwards: the blocks some later request holds.
-  std::unordered_map<uint64_t, bool> later;
+  if (model.fitted) {
+    const std::vector<RetentionHint> hints = FittedHints(trace, model.classes);
+    for (size_t i = 0; i < trace.size(); ++i)
+      if (hints[i] != RetentionHint::kNone) events[i].push_back({i, hints[i]});
+    return events;
+  }
+  const std::vector<bool> goes_on = ConversationGoesOn(trace);
+  // Backwards, so that a request's own hint comes before a late drop given with it.
   for (size_t i = trace.size(); i-- > 0;) {
-    const std::vector<uint64_t> &b = trace[i].blocks;
-    if (b.size() >= 2) {
-      const bool goes_on = later.count(b[b.size() - 2]) > 0;
-      RetentionHint h = goes_on      ? RetentionHint::kKeep
-                        : model.drop ? RetentionHint::kDrop
-                                     : RetentionHint::kNone;
-      if (Draw(i, 1) < model.wrong) {
-        const RetentionHint other = model.drop ? RetentionHint::kDrop : RetentionHint::kNone;
-        h = h == RetentionHint::kKeep ? other : RetentionHint::kKeep;
-      }
-      if (Draw(i, 0) < model.missing) h = RetentionHint::kNone;
-      if (h == RetentionHint::kDrop && model.late > 0) {
-        // Open when served; known to have ended only later.
-        events[i].push_back({i, RetentionHint::kKeep});
-        const size_t at = i + model.late;
-        if (at < trace.size()) events[at].push_back({i, RetentionHint::kDrop});
-      } else if (h != RetentionHint::kNone) {
-        events[i].push_back({i, h});
-      }
+    if (trace[i].blocks.size() < 2) continue;
+    RetentionHint h = goes_on[i]   ? RetentionHint::kKeep
+                      : model.drop ? RetentionHint::kDrop
+                                   : RetentionHint::kNone;
+    if (Draw(i, 1) < model.wrong) {
+      const RetentionHint other = model.drop ? RetentionHint::kDrop : RetentionHint::kNone;
+      h = h == RetentionHint::kKeep ? other : RetentionHint::kKeep;
     }
-    for (uint64_t block : b) later[block] = true;
+    if (Draw(i, 0) < model.missing) h = RetentionHint::kNone;
+    if (h == RetentionHint::kDrop && model.late > 0) {
+      // Open when served; known to have ended only later.
+      events[i].push_back({i, RetentionHint::kKeep});
+      const size_t at = i + model.late;
+      if (at < trace.size()) events[at].push_back({i, RetentionHint::kDrop});
+    } else if (h != RetentionHint::kNone) {
+      events[i].push_back({i, h});
+    }
   }
   return events;
 }
