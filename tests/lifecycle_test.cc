@@ -250,10 +250,12 @@ TEST(Lifecycle, ReplayMatchesTheOfflineLruSimulation) {
 // simulator (maru-bench policies) says it does on the same trace and
 // capacity: the simulator drives the very policy class as the Evictor does.
 // With retention hints too, also those given requests after the request
-// they are about (a conversation's late drop).
+// they are about (a conversation's late drop), and the fitted ones.
 TEST(Lifecycle, ReplayMatchesTheOfflineSimulationOfTheServersPolicy) {
-  const std::pair<std::string, std::string> runs[] = {
-      {"frequency", ""}, {"prefix", ""}, {"frequency", "keep+drop:late-20"}};
+  const std::pair<std::string, std::string> runs[] = {{"frequency", ""},
+                                                      {"prefix", ""},
+                                                      {"frequency", "keep+drop:late-20"},
+                                                      {"frequency", "fitted"}};
   for (const auto &[policy, hints] : runs) {
     SCOPED_TRACE(policy + " " + hints);
     TestPool pool(12ull << 20);
