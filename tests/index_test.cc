@@ -283,6 +283,57 @@ TEST_F(IndexTest, ThreadsTakeAndGiveBackEverySlot) {
   for (maru_chunk_t *c : again) maru_release(c);
 }
 
+// A batched lookup takes its slots at once and gives back those it did not
+// use (the keys after a miss); when the slots run out halfway, the rest of
+// the batch is asked of the server.
+TEST_F(IndexTest, BatchedLookupsGiveBackTheSlotsTheyDidNotUse) {
+  constexpr int kChunks = 48;
+  std::vector<std::string> names, with_miss;
+  for (int i = 0; i < kChunks; ++i) {
+    names.push_back("/bl/" + std::to_string(i));
+    ASSERT_EQ(Store(m_, names.back(), 4096), 0);
+    with_miss.push_back(i == 10 ? "/bl/none" : names.back());
+  }
+  std::vector<const char *> all, missing;
+  for (int i = 0; i < kChunks; ++i) {
+    all.push_back(names[i].c_str());
+    missing.push_back(with_miss[i].c_str());
+  }
+  std::vector<maru_chunk_t *> out(kChunks), held;
+  size_t hits = 0;
+  {
+    Frozen frozen(server_);
+    ASSERT_TRUE(frozen.ok());
+    // 38 slots unused a call: without giving them back, 27 calls use all 1008.
+    for (int r = 0; r < 100; ++r) {
+      ASSERT_EQ(maru_lookup_prefix(m_, missing.data(), kChunks, out.data(), &hits), 0);
+      ASSERT_EQ(hits, 10u);
+      for (size_t i = 0; i < hits; ++i) maru_release(out[i]);
+    }
+    // 20 x 48 = 960 leases through the index: nearly every slot.
+    for (int r = 0; r < 20; ++r) {
+      ASSERT_EQ(maru_lookup_prefix(m_, all.data(), kChunks, out.data(), &hits), 0)
+          << "lookup " << r << " through the index";
+      ASSERT_EQ(hits, static_cast<size_t>(kChunks));
+      held.insert(held.end(), out.begin(), out.end());
+    }
+  }
+  // 48 slots are left; 28 more held, and a batch of 48 runs out at its 21st key.
+  for (int i = 0; i < 28; ++i) {
+    maru_chunk_t *c = nullptr;
+    ASSERT_EQ(maru_open(m_, all[i], &c), 0);
+    held.push_back(c);
+  }
+  ASSERT_EQ(maru_lookup_prefix(m_, all.data(), kChunks, out.data(), &hits), 0);
+  ASSERT_EQ(hits, static_cast<size_t>(kChunks));
+  for (int i = 0; i < kChunks; ++i) {
+    EXPECT_TRUE(maru_test::CheckPattern(maru_chunk_data(out[i]), 4096, names[i])) << names[i];
+    EXPECT_EQ(maru_lease_check(out[i]), 0);
+    maru_release(out[i]);
+  }
+  for (maru_chunk_t *c : held) maru_release(c);
+}
+
 // Another uid that may map the pool (it is in the pool's group) reads the
 // index, but gets from it only what the server would give it.
 TEST_F(IndexTest, AChunkYouMayNotOpenYouCannotLookUp) {

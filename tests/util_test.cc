@@ -38,6 +38,29 @@ TEST(Path, RejectsBadPaths) {
   EXPECT_EQ(ValidateName(std::string("a\0b", 3)).errnum(), EINVAL);
 }
 
+// CheckPathNames says what SplitPathViews says, and whether the path is
+// already JoinPath's form (the index is keyed by that form).
+TEST(Path, ChecksWithoutSplittingAndTellsTheCanonicalForm) {
+  const char *paths[] = {"/a/b", "/a//b",   "/a/b/",  "//a", "/",         "",
+                         "rel",  "/a/../b", "/a/./b", "/x",  "/a/b.c@d%e"};
+  for (const char *path : paths) {
+    SCOPED_TRACE(path);
+    std::vector<std::string_view> parts;
+    const Status split = SplitPathViews(path, &parts);
+    size_t names = 99;
+    bool canonical = true;
+    const Status checked = CheckPathNames(path, &names, &canonical);
+    EXPECT_EQ(checked.errnum(), split.errnum());
+    if (!split.ok()) continue;
+    EXPECT_EQ(names, parts.size());
+    std::vector<std::string> owned(parts.begin(), parts.end());
+    EXPECT_EQ(canonical, !parts.empty() && JoinPath(owned) == path);
+  }
+  size_t names = 0;
+  EXPECT_EQ(CheckPathNames("/" + std::string(256, 'x'), &names, nullptr).errnum(), ENAMETOOLONG);
+  EXPECT_EQ(CheckPathNames(std::string("/a\0b", 4), &names, nullptr).errnum(), EINVAL);
+}
+
 TEST(Units, ParsesAndFormatsSizes) {
   EXPECT_EQ(*ParseSize("4096"), 4096u);
   EXPECT_EQ(*ParseSize("512M"), 512ull << 20);

@@ -7,8 +7,6 @@
 
 #include <algorithm>
 
-#include "util/clock.h"
-
 namespace maru {
 
 std::unique_ptr<IndexReader> IndexReader::Attach(const rpc::OpenSessionReply &session) {
@@ -154,29 +152,51 @@ int IndexReader::FreeSlot() {
   return -1;
 }
 
-int IndexReader::Take(const Hit &hit) {
-  const int found = FreeSlot();
-  if (found < 0) return -1;
-  const uint32_t slot = static_cast<uint32_t>(found);
+size_t IndexReader::FreeSlots(size_t n, int *out) {
+  size_t got = 0;
+  {
+    Shard &shard = shards_[ThreadShard(kShards)];
+    std::lock_guard<std::mutex> lock(shard.mu);
+    for (; got < n && !shard.free.empty(); ++got) {
+      out[got] = static_cast<int>(shard.free.back());
+      shard.free.pop_back();
+    }
+  }
+  for (; got < n; ++got) {
+    const int slot = FreeSlot();
+    if (slot < 0) break;
+    out[got] = slot;
+  }
+  return got;
+}
+
+void IndexReader::GiveBack(const int *slots, size_t n) {
+  if (n == 0) return;
+  Shard &shard = shards_[ThreadShard(kShards)];
+  std::lock_guard<std::mutex> lock(shard.mu);
+  for (size_t i = 0; i < n; ++i) shard.free.push_back(static_cast<uint32_t>(slots[i]));
+}
+
+bool IndexReader::Take(const Hit &hit, int slot, uint64_t stamp_ns) {
   const uint64_t gen = hit.entry.gen;
   uint64_t expected = 0;
   // A compare-exchange, not a store: if the region was handed to another
   // session, its slots are not ours to overwrite.
   if (!region_->slots[slot].compare_exchange_strong(expected, gen, std::memory_order_seq_cst))
-    return -1;  // the slot stays out of use
+    return false;  // the slot stays out of use
   std::atomic_thread_fence(std::memory_order_seq_cst);
   // The server takes a version out of the index before it scans the slots:
   // seeing the entry unchanged now means the scan will see this slot.
   const bool same = entries_[hit.pos].seq.load(std::memory_order_seq_cst) == hit.seq;
   if (same && Live()) {
-    NoteRead(hit);
-    return static_cast<int>(slot);
+    NoteRead(hit, stamp_ns);
+    return true;
   }
-  Drop(static_cast<int>(slot), gen);
-  return -1;
+  Drop(slot, gen);
+  return false;
 }
 
-void IndexReader::NoteRead(const Hit &hit) {
+void IndexReader::NoteRead(const Hit &hit, uint64_t stamp_ns) {
   // This thread's block of ring places (in this region: a block taken in
   // another reader's region is left, which only loses its unused places).
   thread_local struct {
@@ -191,7 +211,7 @@ void IndexReader::NoteRead(const Hit &hit) {
   index::ReadNote &n = index::Ring(region_)[block.next++ % index::kRingSize];
   n.pos.store(hit.pos, std::memory_order_relaxed);
   n.gen.store(hit.entry.gen, std::memory_order_relaxed);
-  n.stamp_ns.store(static_cast<uint64_t>(MonotonicNs()), std::memory_order_release);
+  n.stamp_ns.store(stamp_ns, std::memory_order_release);
 }
 
 void IndexReader::Drop(int slot, uint64_t gen) {

@@ -217,12 +217,17 @@ int MetaClient::Resume(uint64_t seen_epoch) {
   return 0;
 }
 
-uint64_t MetaClient::NewHandle(std::unique_lock<std::mutex> *lock, Tracked **tracked) {
+MetaClient::LeaseShard &MetaClient::ThreadShard() {
   static std::atomic<uint64_t> threads{0};
   thread_local const uint64_t mine = threads.fetch_add(1, std::memory_order_relaxed) % kLeaseShards;
-  LeaseShard &shard = lease_shards_[mine];
-  *lock = std::unique_lock<std::mutex>(shard.mu);
-  const uint64_t handle = shard.next++ * kLeaseShards + mine;
+  return lease_shards_[mine];
+}
+
+uint64_t MetaClient::NewHandle(std::unique_lock<std::mutex> *lock, Tracked **tracked) {
+  LeaseShard &shard = ThreadShard();
+  if (!lock->owns_lock()) *lock = std::unique_lock<std::mutex>(shard.mu);
+  const uint64_t handle =
+      shard.next++ * kLeaseShards + static_cast<uint64_t>(&shard - lease_shards_);
   *tracked = &shard.tracked[handle];
   return handle;
 }
@@ -238,16 +243,26 @@ uint64_t MetaClient::TrackLease(uint64_t lease, uint64_t ino, uint64_t gen) {
 }
 
 uint64_t MetaClient::TrackSlotLease(uint64_t ino, uint64_t gen, LeaseWatch *watch) {
-  watch->lapses = lapses_.load();
-  std::unique_lock<std::mutex> lock;
-  Tracked *t;
-  const uint64_t handle = NewHandle(&lock, &t);
-  // Handles are unique in this client: with the high bit, never a server's id.
-  t->lease.store((uint64_t{1} << 63) | handle);
-  t->ino = ino;
-  t->gen = gen;
-  watch->lease = &t->lease;
+  uint64_t handle;
+  const SlotLease one{ino, gen, &handle, watch};
+  TrackSlotLeases(&one, 1);
   return handle;
+}
+
+void MetaClient::TrackSlotLeases(const SlotLease *leases, size_t n) {
+  const uint64_t lapses = lapses_.load();
+  std::unique_lock<std::mutex> lock;
+  for (size_t i = 0; i < n; ++i) {
+    Tracked *t;
+    const uint64_t handle = NewHandle(&lock, &t);
+    // Handles are unique in this client: with the high bit, never a server's id.
+    t->lease.store((uint64_t{1} << 63) | handle);
+    t->ino = leases[i].ino;
+    t->gen = leases[i].gen;
+    *leases[i].handle = handle;
+    leases[i].watch->lapses = lapses;
+    leases[i].watch->lease = &t->lease;
+  }
 }
 
 MetaClient::LeaseWatch MetaClient::WatchLease(uint64_t handle) {

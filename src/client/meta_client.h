@@ -97,6 +97,13 @@ class MetaClient {
   // renews it as a granted lease, and watched from now (no answer granted
   // it). ReleaseLease() sends no release for it while it is a slot lease.
   uint64_t TrackSlotLease(uint64_t ino, uint64_t gen, LeaseWatch *watch);
+  // TrackSlotLease for each of `n` leases under one hold of the lock.
+  struct SlotLease {
+    uint64_t ino, gen;
+    uint64_t *handle;   // out
+    LeaseWatch *watch;  // out
+  };
+  void TrackSlotLeases(const SlotLease *leases, size_t n);
   // True for the id of a slot lease (not yet renewed as a granted one).
   static bool IsSlotLease(uint64_t lease) { return lease >> 63; }
   // Resumes so far: a reader of the index looks again after one.
@@ -169,6 +176,7 @@ class MetaClient {
   LeaseShard &ShardOf(uint64_t handle) { return lease_shards_[handle % kLeaseShards]; }
   // A new handle in this thread's shard, tracked (the shard's lock held).
   uint64_t NewHandle(std::unique_lock<std::mutex> *lock, Tracked **tracked);
+  LeaseShard &ThreadShard();
   LeaseShard lease_shards_[kLeaseShards];
   std::mutex lease_mu_;  // guards to_release_
   std::vector<uint64_t> to_release_;

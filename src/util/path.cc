@@ -13,8 +13,11 @@ Status ValidateName(std::string_view name) {
   return Status::Ok();
 }
 
-Status SplitPathViews(std::string_view path, std::vector<std::string_view> *out) {
-  out->clear();
+namespace {
+
+// SplitPathViews' walk: `each(name)` for each validated component.
+template <typename Each>
+Status ForEachName(std::string_view path, Each &&each) {
   if (path.empty()) return Status::Error(EINVAL, "empty path");
   if (path.front() != '/') return Status::Error(EINVAL, "path must be absolute");
   if (path.size() > kMaxPathLength) return Status::Error(ENAMETOOLONG, "path too long");
@@ -26,9 +29,28 @@ Status SplitPathViews(std::string_view path, std::vector<std::string_view> *out)
     if (end == std::string_view::npos) end = path.size();
     std::string_view name = path.substr(pos, end - pos);
     MARU_RETURN_IF_ERROR(ValidateName(name));
-    out->push_back(name);
+    each(name);
     pos = end;
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status SplitPathViews(std::string_view path, std::vector<std::string_view> *out) {
+  out->clear();
+  return ForEachName(path, [out](std::string_view name) { out->push_back(name); });
+}
+
+Status CheckPathNames(std::string_view path, size_t *names, bool *canonical) {
+  size_t n = 0, length = 0;
+  MARU_RETURN_IF_ERROR(ForEachName(path, [&](std::string_view name) {
+    ++n;
+    length += 1 + name.size();
+  }));
+  *names = n;
+  // The form JoinPath gives: one slash before each name and none after.
+  if (canonical) *canonical = n > 0 && length == path.size();
   return Status::Ok();
 }
 
