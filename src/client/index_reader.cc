@@ -177,7 +177,7 @@ void IndexReader::GiveBack(const int *slots, size_t n) {
   for (size_t i = 0; i < n; ++i) shard.free.push_back(static_cast<uint32_t>(slots[i]));
 }
 
-bool IndexReader::Take(const Hit &hit, int slot, uint64_t stamp_ns) {
+bool IndexReader::Take(const Hit &hit, int slot) {
   const uint64_t gen = hit.entry.gen;
   uint64_t expected = 0;
   // A compare-exchange, not a store: if the region was handed to another
@@ -188,10 +188,7 @@ bool IndexReader::Take(const Hit &hit, int slot, uint64_t stamp_ns) {
   // The server takes a version out of the index before it scans the slots:
   // seeing the entry unchanged now means the scan will see this slot.
   const bool same = entries_[hit.pos].seq.load(std::memory_order_seq_cst) == hit.seq;
-  if (same && Live()) {
-    NoteRead(hit, stamp_ns);
-    return true;
-  }
+  if (same && Live()) return true;
   Drop(slot, gen);
   return false;
 }

@@ -45,12 +45,11 @@ class IndexReader {
   };
   // `path` must be canonical ("/a/b": absolute, no empty or dot components).
   Found Lookup(std::string_view path, Hit *hit) const;
-  // Leases the version of `hit` in `slot` (one of FreeSlots'), noting the
-  // read as made at `stamp_ns` (MonotonicNs(); a batch reads the clock
-  // once, adding one per key): false when the entry changed meanwhile
-  // (the slot is then dropped, or left out of use if the region is no
-  // longer this session's; ask the server).
-  bool Take(const Hit &hit, int slot, uint64_t stamp_ns);
+  // Leases the version of `hit` in `slot` (one of FreeSlots'): false when
+  // the entry changed meanwhile (the slot is then dropped, or left out of
+  // use if the region is no longer this session's; ask the server). The
+  // caller then notes the read (NoteRead).
+  bool Take(const Hit &hit, int slot);
   void Drop(int slot, uint64_t gen);
   // Up to `n` free slots for this thread (fewer when every slot is in
   // use), taken under one hold of its shard's lock; those a caller does
@@ -58,7 +57,10 @@ class IndexReader {
   size_t FreeSlots(size_t n, int *out);
   void GiveBack(const int *slots, size_t n);
   // Tells the server's eviction order that `hit` was read at `stamp_ns`
-  // (a ring in the region, drained by the server before it picks victims).
+  // (a ring in the region, drained by the server before it picks victims;
+  // it takes a note only if its stamp is newer than the newest it took, so
+  // the stamp is read right before: MonotonicNs(), plus one per note of a
+  // batch written in one go).
   void NoteRead(const Hit &hit, uint64_t stamp_ns);
   // This is the server's current index and the region is still this
   // session's: leases in its slots hold.

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <unistd.h>
+#include <cassert>
 #include <cstring>
 
 #include "client/tcp_auth.h"
@@ -226,6 +227,7 @@ MetaClient::LeaseShard &MetaClient::ThreadShard() {
 uint64_t MetaClient::NewHandle(std::unique_lock<std::mutex> *lock, Tracked **tracked) {
   LeaseShard &shard = ThreadShard();
   if (!lock->owns_lock()) *lock = std::unique_lock<std::mutex>(shard.mu);
+  assert(lock->mutex() == &shard.mu);  // a batch holds this thread's shard
   const uint64_t handle =
       shard.next++ * kLeaseShards + static_cast<uint64_t>(&shard - lease_shards_);
   *tracked = &shard.tracked[handle];

@@ -26,8 +26,9 @@ Result<std::vector<std::string>> SplitPath(std::string_view path);
 Status SplitPathViews(std::string_view path, std::vector<std::string_view> *out);
 
 // The checks of SplitPathViews without the components: their number in
-// `*names`, and in `*canonical` (if not null) whether `path` is already
-// what JoinPath would make of them (no repeated or trailing slash).
+// `*names`, and in `*canonical` (if not null) whether `path` names at
+// least one and is already what JoinPath would make of them (no repeated
+// or trailing slash).
 Status CheckPathNames(std::string_view path, size_t *names, bool *canonical);
 
 // Joins components back into the canonical absolute path.
