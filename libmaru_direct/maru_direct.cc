@@ -101,12 +101,18 @@ int Fetch(maru_chunk_t *c) {
   return rc;
 }
 
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)  // clang's way to say it
+#define MARU_HAS_ASAN 1
+#endif
+#endif
+
 // Handles this thread released, kept for its next opens. A lookup of 128
 // keys makes 128 handles and their release frees them, more than malloc's
 // per-thread cache keeps of one size (7), so most went its slow way. Not
 // under AddressSanitizer, which must see a handle used after its release.
 struct ChunkCache {
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || defined(MARU_HAS_ASAN)
   static constexpr size_t kKeep = 0;
 #else
   static constexpr size_t kKeep = 256;  // ~64 KiB a thread
@@ -286,6 +292,8 @@ void ReleaseRead(maru_chunk_t *c) {
 
 // OpenFromIndex's answer when only the server can tell.
 constexpr int kAskServer = 1;
+// The largest batch whose working room a thread keeps between calls.
+constexpr size_t kKeptBatch = 256;
 
 // Finds `path` (`canonical`: as CheckPath found it) in the index: 0 with
 // its entry, -ENOENT or -EACCES when the index proves the server would
@@ -360,35 +368,51 @@ int LeaseFromIndex(maru_t *m, maru::IndexReader *ix, const maru::IndexReader::Hi
 // only if its stamp is newer than the newest it has taken.
 int OpenFromIndex(maru_t *m, maru::IndexReader *ix, const char *const *paths,
                   const uint8_t *canonical, size_t n, maru_chunk_t **out, size_t *opened) {
+  *opened = 0;
+  // Room for the whole batch first: nothing below allocates (or throws).
   thread_local std::vector<maru::IndexReader::Hit> hits;
   thread_local std::vector<int> slots;
   thread_local std::vector<MetaClient::SlotLease> leases;
-  hits.resize(n);
+  try {
+    hits.resize(n);
+    slots.resize(n);
+    leases.resize(n);
+  } catch (const std::bad_alloc &) {
+    return -ENOMEM;
+  }
   size_t found = 0;
   int rc = 0;
   for (; found < n; ++found) {
     rc = FindInIndex(ix, paths[found], canonical[found], &hits[found]);
     if (rc != 0) break;
   }
-  slots.resize(found);
-  const size_t free = ix->FreeSlots(found, slots.data());
-  if (free < found) rc = kAskServer;  // every slot is in use: the server
+  const size_t got = found ? ix->FreeSlots(found, slots.data()) : 0;
+  if (got < found) rc = kAskServer;  // every slot is in use: the server
   size_t leased = 0;
-  for (; leased < free; ++leased) {
+  for (; leased < got; ++leased) {
     const int r = LeaseFromIndex(m, ix, hits[leased], slots[leased], &out[leased]);
     if (r != 0) {
       rc = r;  // its own slot is dropped or given back; the ones after it here
-      ix->GiveBack(slots.data() + leased + 1, free - leased - 1);
+      ix->GiveBack(slots.data() + leased + 1, got - leased - 1);
       break;
     }
   }
-  const uint64_t now = static_cast<uint64_t>(maru::MonotonicNs());
-  leases.resize(leased);
-  for (size_t j = 0; j < leased; ++j) {
-    ix->NoteRead(hits[j], now + j);
-    leases[j] = {out[j]->ino, out[j]->gen, &out[j]->lease_handle, &out[j]->lease_watch};
+  if (leased > 0) {
+    uint64_t now = 0;
+    for (size_t j = 0; j < leased; ++j) {
+      // A fresh stamp every ring block: a note written long after its
+      // stamp was read may be older than one the server took meanwhile.
+      if (j % maru::index::kNoteBlock == 0) now = static_cast<uint64_t>(maru::MonotonicNs()) - j;
+      ix->NoteRead(hits[j], now + j);
+      leases[j] = {out[j]->ino, out[j]->gen, &out[j]->lease_handle, &out[j]->lease_watch};
+    }
+    m->client->TrackSlotLeases(leases.data(), leased);
   }
-  m->client->TrackSlotLeases(leases.data(), leased);
+  if (n > kKeptBatch) {  // a thread keeps room for a usual batch, not for its largest
+    hits = {};
+    slots = {};
+    leases = {};
+  }
   *opened = leased;
   return rc == kAskServer ? 0 : rc;
 }
@@ -606,7 +630,11 @@ int maru_lookup_prefix(maru_t *m, const char *const *paths, size_t n, maru_chunk
   // The index takes a batch the server would (each path as CheckPath found it).
   const bool by_index = n <= MARU_BATCH_MAX;
   thread_local std::vector<uint8_t> canonical;
-  canonical.resize(by_index ? n : 0);
+  try {
+    canonical.resize(by_index ? n : 0);
+  } catch (const std::bad_alloc &) {
+    return -ENOMEM;
+  }
   for (size_t i = 0; i < n; ++i) {
     bool as_is = false;
     if (int rc = CheckPath(paths[i], &as_is); rc < 0) return rc;
