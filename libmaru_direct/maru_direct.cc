@@ -118,27 +118,33 @@ struct ChunkCache {
   static constexpr size_t kKeep = 256;  // ~64 KiB a thread
 #endif
   std::vector<void *> blocks;
+  ChunkCache();
   ~ChunkCache();
 };
 thread_local bool chunk_cache_gone = false;  // trivial: readable after the cache went
+ChunkCache::ChunkCache() {
+  try {
+    blocks.reserve(kKeep);  // once: no allocation after (none kept if this fails)
+  } catch (const std::bad_alloc &) {
+  }
+}
 ChunkCache::~ChunkCache() {
   for (void *b : blocks) ::operator delete(b);
   chunk_cache_gone = true;
 }
-ChunkCache &ThisThreadsChunks() {
+// This thread's cache; null when there is none (off, or gone at thread exit).
+ChunkCache *ThisThreadsChunks() {
+  if (ChunkCache::kKeep == 0 || chunk_cache_gone) return nullptr;
   thread_local ChunkCache cache;
-  return cache;
+  return &cache;
 }
 
 // A new handle, from the cache if it holds one; null when out of memory.
 maru_chunk_t *NewChunk() {
   void *block = nullptr;
-  if (ChunkCache::kKeep > 0 && !chunk_cache_gone) {
-    ChunkCache &cache = ThisThreadsChunks();
-    if (!cache.blocks.empty()) {
-      block = cache.blocks.back();
-      cache.blocks.pop_back();
-    }
+  if (ChunkCache *cache = ThisThreadsChunks(); cache && !cache->blocks.empty()) {
+    block = cache->blocks.back();
+    cache->blocks.pop_back();
   }
   if (!block) block = ::operator new(sizeof(maru_chunk_t), std::nothrow);
   return block ? new (block) maru_chunk_t() : nullptr;
@@ -147,22 +153,10 @@ maru_chunk_t *NewChunk() {
 // Ends a handle from NewChunk() (which `delete` may end too).
 void FreeChunk(maru_chunk_t *c) {
   c->~maru_chunk();
-  if (ChunkCache::kKeep > 0 && !chunk_cache_gone) {
-    ChunkCache &cache = ThisThreadsChunks();
-    if (cache.blocks.size() < cache.blocks.capacity()) {
-      cache.blocks.push_back(c);
-      return;
-    }
-    if (cache.blocks.capacity() == 0) {
-      try {
-        cache.blocks.reserve(ChunkCache::kKeep);  // once: no allocation after
-      } catch (const std::bad_alloc &) {
-      }
-      if (cache.blocks.capacity() > 0) {
-        cache.blocks.push_back(c);
-        return;
-      }
-    }
+  if (ChunkCache *cache = ThisThreadsChunks();
+      cache && cache->blocks.size() < cache->blocks.capacity()) {
+    cache->blocks.push_back(c);
+    return;
   }
   ::operator delete(c);
 }
@@ -419,18 +413,9 @@ int OpenFromIndex(maru_t *m, maru::IndexReader *ix, const char *const *paths,
 
 // OpenFromIndex without the lease: 0 for a chunk the server would count.
 int CountFromIndex(maru::IndexReader *ix, const char *path) {
-  thread_local std::string scratch;
-  const std::string_view canonical = maru::CanonicalPath(path, &scratch);
-  if (canonical.empty()) return kAskServer;
   maru::IndexReader::Hit hit;
-  switch (ix->Lookup(canonical, &hit)) {
-    case maru::IndexReader::Found::kHit:
-      return 0;
-    case maru::IndexReader::Found::kAsk:
-      return kAskServer;
-    default:
-      return -ENOENT;
-  }
+  const int rc = FindInIndex(ix, path, false, &hit);
+  return rc == -EACCES ? -ENOENT : rc;  // not one this caller would count
 }
 
 // Releases out[0..n) and returns rc: a lookup takes all of its leases or none.

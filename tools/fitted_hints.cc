@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace maru::bench {
 namespace {
@@ -62,11 +63,11 @@ uint64_t ClassOf(const Observed &o, FeatureClasses classes) {
 
 std::vector<bool> ConversationGoesOn(const std::vector<TraceRequest> &trace) {
   std::vector<bool> goes_on(trace.size(), false);
-  std::unordered_map<uint64_t, bool> later;  // blocks some later request holds
+  std::unordered_set<uint64_t> later;  // blocks some later request holds
   for (size_t i = trace.size(); i-- > 0;) {
     const std::vector<uint64_t> &b = trace[i].blocks;
     goes_on[i] = b.size() >= 2 && later.count(b[b.size() - 2]) > 0;
-    for (uint64_t block : b) later[block] = true;
+    later.insert(b.begin(), b.end());
   }
   return goes_on;
 }

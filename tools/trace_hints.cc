@@ -1,7 +1,6 @@
 #include "trace_hints.h"
 
 #include <cstdlib>
-#include <unordered_map>
 
 namespace maru::bench {
 namespace {

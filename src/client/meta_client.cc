@@ -244,13 +244,6 @@ uint64_t MetaClient::TrackLease(uint64_t lease, uint64_t ino, uint64_t gen) {
   return handle;
 }
 
-uint64_t MetaClient::TrackSlotLease(uint64_t ino, uint64_t gen, LeaseWatch *watch) {
-  uint64_t handle;
-  const SlotLease one{ino, gen, &handle, watch};
-  TrackSlotLeases(&one, 1);
-  return handle;
-}
-
 void MetaClient::TrackSlotLeases(const SlotLease *leases, size_t n) {
   const uint64_t lapses = lapses_.load();
   std::unique_lock<std::mutex> lock;

@@ -92,12 +92,11 @@ class MetaClient {
   // the monotonic clock only: no lock, no round trip.
   bool LeaseHeld(const LeaseWatch &watch) const;
 
-  // A lease taken without a message, in a slot of the shared-memory index
-  // (client/index_reader.h): tracked like a granted one, so that a resume
-  // renews it as a granted lease, and watched from now (no answer granted
-  // it). ReleaseLease() sends no release for it while it is a slot lease.
-  uint64_t TrackSlotLease(uint64_t ino, uint64_t gen, LeaseWatch *watch);
-  // TrackSlotLease for each of `n` leases under one hold of the lock.
+  // Leases taken without a message, in slots of the shared-memory index
+  // (client/index_reader.h), all `n` under one hold of the lock: each is
+  // tracked like a granted one, so that a resume renews it as a granted
+  // lease, and watched from now (no answer granted it). ReleaseLease()
+  // sends no release for one while it is a slot lease.
   struct SlotLease {
     uint64_t ino, gen;
     uint64_t *handle;   // out
