@@ -139,10 +139,11 @@ ChunkCache *ThisThreadsChunks() {
   return &cache;
 }
 
-// A new handle, from the cache if it holds one; null when out of memory.
-maru_chunk_t *NewChunk() {
+// A new handle, from `cache` (this thread's, looked up once for a batch) if
+// it holds one; null when out of memory.
+maru_chunk_t *NewChunk(ChunkCache *cache = ThisThreadsChunks()) {
   void *block = nullptr;
-  if (ChunkCache *cache = ThisThreadsChunks(); cache && !cache->blocks.empty()) {
+  if (cache && !cache->blocks.empty()) {
     block = cache->blocks.back();
     cache->blocks.pop_back();
   }
@@ -289,12 +290,15 @@ constexpr int kAskServer = 1;
 // The largest batch whose working room a thread keeps between calls.
 constexpr size_t kKeptBatch = 256;
 
-// Finds `path` (`canonical`: as CheckPath found it) in the index: 0 with
-// its entry, -ENOENT or -EACCES when the index proves the server would
-// refuse, kAskServer when only the server can tell.
+// Finds `path` (`canonical`: as CheckPath found it, or not checked: see
+// OpenFromIndex) in the index: 0 with its entry, -ENOENT or -EACCES when
+// the index proves the server would refuse, kAskServer when only the
+// server can tell.
 int FindInIndex(maru::IndexReader *ix, const char *path, bool canonical,
                 maru::IndexReader::Hit *hit) {
+  if (!path) return kAskServer;
   std::string_view key(path);
+  if (canonical && key.size() > maru::kMaxPathLength) return kAskServer;  // no entry's
   if (!canonical) {
     thread_local std::string scratch;
     key = maru::CanonicalPath(path, &scratch);
@@ -313,13 +317,13 @@ int FindInIndex(maru::IndexReader *ix, const char *path, bool canonical,
   return 0;
 }
 
-// Leases `hit` in `slot` (from FreeSlots) as a handle in *out: 0, or
+// Leases `hit` in `slot` (from FreeSlots) as a handle (from `cache`) in *out: 0, or
 // kAskServer when the entry changed meanwhile (the slot is then dropped),
 // or -ENOMEM (the slot given back).
 int LeaseFromIndex(maru_t *m, maru::IndexReader *ix, const maru::IndexReader::Hit &hit, int slot,
-                   maru_chunk_t **out) {
+                   ChunkCache *cache, maru_chunk_t **out) {
   const maru::index::EntryData &e = hit.entry;
-  auto c = std::unique_ptr<maru_chunk_t>(NewChunk());
+  auto c = std::unique_ptr<maru_chunk_t>(NewChunk(cache));
   if (!c) {
     ix->GiveBack(&slot, 1);
     return -ENOMEM;
@@ -354,19 +358,27 @@ int LeaseFromIndex(maru_t *m, maru::IndexReader *ix, const maru::IndexReader::Hi
 // proves the server would refuse the next), or another negative errno
 // (the caller releases what was opened).
 //
+// With `canonical` null the paths are taken as given, unchecked: an entry
+// found proves its path valid and canonical (the server enters only such
+// paths, under a 128-bit keyed hash of each), but a refusal proves nothing
+// until the caller has checked the path.
+//
 // In three passes, so that a batch holds each lock once: the entries are
 // found first (and slots taken only for those found), then leased, then
-// their reads noted and their leases tracked. The notes read the clock
-// once (~40 ns a read on this VM's TSC: 14 % of a 128-key lookup when each
-// key read it), right before they are written: the server takes a note
-// only if its stamp is newer than the newest it has taken.
+// their reads noted (a clock read per ring block, not per key) and their
+// leases tracked. Thread-local state (this thread's handle cache, lock
+// shards and ring block) is looked up once a batch: each look-up is a call
+// into the dynamic linker from a shared library.
 int OpenFromIndex(maru_t *m, maru::IndexReader *ix, const char *const *paths,
                   const uint8_t *canonical, size_t n, maru_chunk_t **out, size_t *opened) {
   *opened = 0;
   // Room for the whole batch first: nothing below allocates (or throws).
-  thread_local std::vector<maru::IndexReader::Hit> hits;
-  thread_local std::vector<int> slots;
-  thread_local std::vector<MetaClient::SlotLease> leases;
+  thread_local struct {
+    std::vector<maru::IndexReader::Hit> hits;
+    std::vector<int> slots;
+    std::vector<MetaClient::SlotLease> leases;
+  } room;
+  auto &[hits, slots, leases] = room;
   try {
     hits.resize(n);
     slots.resize(n);
@@ -377,14 +389,15 @@ int OpenFromIndex(maru_t *m, maru::IndexReader *ix, const char *const *paths,
   size_t found = 0;
   int rc = 0;
   for (; found < n; ++found) {
-    rc = FindInIndex(ix, paths[found], canonical[found], &hits[found]);
+    rc = FindInIndex(ix, paths[found], !canonical || canonical[found], &hits[found]);
     if (rc != 0) break;
   }
   const size_t got = found ? ix->FreeSlots(found, slots.data()) : 0;
   if (got < found) rc = kAskServer;  // every slot is in use: the server
   size_t leased = 0;
+  ChunkCache *cache = ThisThreadsChunks();
   for (; leased < got; ++leased) {
-    const int r = LeaseFromIndex(m, ix, hits[leased], slots[leased], &out[leased]);
+    const int r = LeaseFromIndex(m, ix, hits[leased], slots[leased], cache, &out[leased]);
     if (r != 0) {
       rc = r;  // its own slot is dropped or given back; the ones after it here
       ix->GiveBack(slots.data() + leased + 1, got - leased - 1);
@@ -392,21 +405,12 @@ int OpenFromIndex(maru_t *m, maru::IndexReader *ix, const char *const *paths,
     }
   }
   if (leased > 0) {
-    uint64_t now = 0;
-    for (size_t j = 0; j < leased; ++j) {
-      // A fresh stamp every ring block: a note written long after its
-      // stamp was read may be older than one the server took meanwhile.
-      if (j % maru::index::kNoteBlock == 0) now = static_cast<uint64_t>(maru::MonotonicNs()) - j;
-      ix->NoteRead(hits[j], now + j);
+    ix->NoteReads(hits.data(), leased);
+    for (size_t j = 0; j < leased; ++j)
       leases[j] = {out[j]->ino, out[j]->gen, &out[j]->lease_handle, &out[j]->lease_watch};
-    }
     m->client->TrackSlotLeases(leases.data(), leased);
   }
-  if (n > kKeptBatch) {  // a thread keeps room for a usual batch, not for its largest
-    hits = {};
-    slots = {};
-    leases = {};
-  }
+  if (n > kKeptBatch) room = {};  // a thread keeps room for a usual batch, not for its largest
   *opened = leased;
   return rc == kAskServer ? 0 : rc;
 }
@@ -612,30 +616,43 @@ int maru_lookup_prefix(maru_t *m, const char *const *paths, size_t n, maru_chunk
   if (hits) *hits = 0;
   for (size_t i = 0; out && i < n; ++i) out[i] = nullptr;
   if (!m || (!paths && n) || (!out && n) || !hits) return -EINVAL;
-  // The index takes a batch the server would (each path as CheckPath found it).
-  const bool by_index = n <= MARU_BATCH_MAX;
+  if (n == 0) return 0;
+  // The index first, and from the first path it cannot answer, the server
+  // (the rest of the paths, in one message). The index takes a batch the
+  // server would.
+  maru::IndexReader *ix = n <= MARU_BATCH_MAX ? m->index->Current() : nullptr;
+  size_t first = 0;
+  int rc = 0;
+  if (ix) {
+    // The paths as given: the ones found need no check (a fifth of a
+    // lookup's time went to checking paths the index then found).
+    rc = OpenFromIndex(m, ix, paths, nullptr, n, out, &first);
+    if (rc < 0 && rc != -ENOENT && rc != -EACCES) return ReleaseAll(out, first, rc);
+  }
+  // The rest are checked as the server checks them: a bad one fails the
+  // call, even past a miss.
   thread_local std::vector<uint8_t> canonical;
   try {
-    canonical.resize(by_index ? n : 0);
+    canonical.resize(n - first);
   } catch (const std::bad_alloc &) {
-    return -ENOMEM;
+    return ReleaseAll(out, first, -ENOMEM);
   }
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = first; i < n; ++i) {
     bool as_is = false;
-    if (int rc = CheckPath(paths[i], &as_is); rc < 0) return rc;
-    if (by_index) canonical[i] = as_is;
+    if (int bad = CheckPath(paths[i], &as_is); bad < 0) return ReleaseAll(out, first, bad);
+    canonical[i - first] = as_is;
   }
-  if (n == 0) return 0;
-  // The index first; from the first path only the server can answer, the
-  // server (the rest of the paths, in one message).
-  size_t first = 0;
-  if (maru::IndexReader *ix = by_index ? m->index->Current() : nullptr) {
-    int rc = OpenFromIndex(m, ix, paths, canonical.data(), n, out, &first);
-    if (rc == -ENOENT || rc == -EACCES) {  // the server would stop here too
-      *hits = first;
-      return 0;
-    }
-    if (rc < 0) return ReleaseAll(out, first, rc);
+  if (ix && first < n && !canonical[0]) {
+    // Not found as given: its canonical form may be.
+    size_t more = 0;
+    rc = OpenFromIndex(m, ix, paths + first, canonical.data(), n - first, out + first, &more);
+    first += more;
+  }
+  if (n > kKeptBatch) canonical = {};  // a thread keeps room for a usual batch, not its largest
+  if (rc < 0 && rc != -ENOENT && rc != -EACCES) return ReleaseAll(out, first, rc);
+  if (rc == -ENOENT || rc == -EACCES) {  // the index proves the server would stop here too
+    *hits = first;
+    return 0;
   }
   if (first == n) {
     *hits = n;
@@ -647,7 +664,7 @@ int maru_lookup_prefix(maru_t *m, const char *const *paths, size_t n, maru_chunk
   auto &req = *google::protobuf::Arena::CreateMessage<maru::rpc::LookupPrefixRequest>(&arena);
   auto &rep = *google::protobuf::Arena::CreateMessage<maru::rpc::LookupPrefixReply>(&arena);
   for (size_t i = first; i < n; ++i) req.add_paths(paths[i]);
-  int rc = m->client->LookupPrefix(req, &rep);
+  rc = m->client->LookupPrefix(req, &rep);
   if (rc < 0) return ReleaseAll(out, first, rc);
   size_t i = 0;
   for (; i < static_cast<size_t>(rep.hits_size()); ++i) {

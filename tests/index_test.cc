@@ -334,6 +334,75 @@ TEST_F(IndexTest, BatchedLookupsGiveBackTheSlotsTheyDidNotUse) {
   for (maru_chunk_t *c : held) maru_release(c);
 }
 
+// A batched lookup hashes its paths as given and checks only those the
+// index did not find; its answers are still the server's, path for path: a
+// bad path anywhere fails the whole call (and leaves nothing leased), one
+// in another form than the index's is found in its canonical form.
+TEST_F(IndexTest, ABatchAnswersAsTheServerWhicheverPathsTheIndexFinds) {
+  for (const char *name : {"/pc/a", "/pc/b", "/pc/c"}) ASSERT_EQ(Store(m_, name, 4096), 0);
+  setenv("MARU_INDEX", "0", 1);
+  maru_t *by_message = nullptr;
+  const int connected = maru_connect(server_.address().c_str(), &by_message);
+  unsetenv("MARU_INDEX");
+  ASSERT_EQ(connected, 0);
+  const std::string long_name(300, 'n'), long_path = "/pc/" + std::string(5000, 'p');
+  const std::string past_name = "/pc/" + long_name;
+  const std::vector<std::vector<const char *>> batches = {
+      {"/pc/a", "/pc/b", "/pc/c"},
+      {"/pc/a", "//pc//b", "/pc/c/"},     // found in canonical form
+      {"/pc/a", "/pc/b", "/pc/./c"},      // a bad path after two hits
+      {"/pc/a", "/pc/none", "/pc/../c"},  // ... and past a miss
+      {"/pc/a", nullptr},
+      {"/pc/a", "pc/b"},
+      {"/pc/a", long_path.c_str()},
+      {"/pc/a", past_name.c_str()},
+      {"/pc/a", "/pc/b", "/pc/none", "/pc/c"},
+  };
+  struct Answer {
+    int rc;
+    size_t hits;
+  };
+  auto look_up = [](maru_t *m, const std::vector<const char *> &paths) {
+    std::vector<maru_chunk_t *> out(paths.size(), reinterpret_cast<maru_chunk_t *>(1));
+    size_t hits = 99;
+    const int rc = maru_lookup_prefix(m, paths.data(), paths.size(), out.data(), &hits);
+    for (size_t i = 0; i < paths.size(); ++i) {
+      if (i < hits) {
+        EXPECT_NE(out[i], nullptr);
+        EXPECT_TRUE(maru_test::CheckPattern(maru_chunk_data(out[i]), 4096,
+                                            std::string("/pc/") + "abc"[i]));
+        maru_release(out[i]);
+      } else {
+        EXPECT_EQ(out[i], nullptr) << "key " << i;  // a failed call leaves nothing
+      }
+    }
+    return Answer{rc, hits};
+  };
+  std::vector<Answer> expected;
+  for (const auto &batch : batches) expected.push_back(look_up(by_message, batch));
+  maru_disconnect(by_message);
+  EXPECT_EQ(expected[1].hits, 3u);
+  EXPECT_EQ(expected[2].rc, -EINVAL);
+  EXPECT_EQ(expected[6].rc, -ENAMETOOLONG);
+  EXPECT_EQ(expected[7].rc, -ENAMETOOLONG);
+  EXPECT_EQ(expected[8].hits, 2u);
+  {
+    Frozen frozen(server_);  // every answer below comes from the index
+    ASSERT_TRUE(frozen.ok());
+    for (size_t b = 0; b < batches.size(); ++b) {
+      // Twice: a leftover lease or slot would show as a wrong second answer.
+      for (int round = 0; round < 2; ++round) {
+        const Answer got = look_up(m_, batches[b]);
+        EXPECT_EQ(got.rc, expected[b].rc) << "batch " << b;
+        EXPECT_EQ(got.hits, expected[b].hits) << "batch " << b;
+      }
+    }
+  }
+  // Nothing stays leased: an unlink frees the bytes at once, deferring none.
+  for (const char *name : {"/pc/a", "/pc/b", "/pc/c"}) ASSERT_EQ(maru_unlink(m_, name), 0);
+  EXPECT_EQ(DeferredBytes(server_), 0u);
+}
+
 // Another uid that may map the pool (it is in the pool's group) reads the
 // index, but gets from it only what the server would give it.
 TEST_F(IndexTest, AChunkYouMayNotOpenYouCannotLookUp) {

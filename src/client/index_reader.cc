@@ -7,6 +7,8 @@
 
 #include <algorithm>
 
+#include "util/clock.h"
+
 namespace maru {
 
 std::unique_ptr<IndexReader> IndexReader::Attach(const rpc::OpenSessionReply &session) {
@@ -184,31 +186,42 @@ bool IndexReader::Take(const Hit &hit, int slot) {
   // session, its slots are not ours to overwrite.
   if (!region_->slots[slot].compare_exchange_strong(expected, gen, std::memory_order_seq_cst))
     return false;  // the slot stays out of use
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  // The server takes a version out of the index before it scans the slots:
-  // seeing the entry unchanged now means the scan will see this slot.
+  // The server takes a version out of the index, then a seq_cst fence, then
+  // scans the slots (LeaseSlots::Holds): seeing the entry unchanged now, in
+  // a seq_cst load after the seq_cst exchange, means the scan will see this
+  // slot. (No fence of our own is needed between the two: both are seq_cst
+  // operations, and on x86 the locked exchange is one already.)
   const bool same = entries_[hit.pos].seq.load(std::memory_order_seq_cst) == hit.seq;
   if (same && Live()) return true;
   Drop(slot, gen);
   return false;
 }
 
-void IndexReader::NoteRead(const Hit &hit, uint64_t stamp_ns) {
+void IndexReader::NoteReads(const Hit *hits, size_t n) {
   // This thread's block of ring places (in this region: a block taken in
   // another reader's region is left, which only loses its unused places).
   thread_local struct {
     const index::Region *region = nullptr;
     uint64_t next = 0, end = 0;
   } block;
-  if (block.region != region_ || block.next == block.end) {
-    block.region = region_;
-    block.next = region_->reads_head.fetch_add(index::kNoteBlock, std::memory_order_relaxed);
-    block.end = block.next + index::kNoteBlock;
+  auto &b = block;  // one look-up of the thread's copy for the batch
+  index::ReadNote *ring = index::Ring(region_);
+  uint64_t stamp = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (b.region != region_ || b.next == b.end) {
+      b.region = region_;
+      b.next = region_->reads_head.fetch_add(index::kNoteBlock, std::memory_order_relaxed);
+      b.end = b.next + index::kNoteBlock;
+      stamp = 0;
+    }
+    // A note written long after its stamp was read may be older than one
+    // the server took meanwhile: a fresh stamp for each block.
+    if (stamp == 0) stamp = static_cast<uint64_t>(MonotonicNs());
+    index::ReadNote &note = ring[b.next++ % index::kRingSize];
+    note.pos.store(hits[i].pos, std::memory_order_relaxed);
+    note.gen.store(hits[i].entry.gen, std::memory_order_relaxed);
+    note.stamp_ns.store(stamp++, std::memory_order_release);
   }
-  index::ReadNote &n = index::Ring(region_)[block.next++ % index::kRingSize];
-  n.pos.store(hit.pos, std::memory_order_relaxed);
-  n.gen.store(hit.entry.gen, std::memory_order_relaxed);
-  n.stamp_ns.store(stamp_ns, std::memory_order_release);
 }
 
 void IndexReader::Drop(int slot, uint64_t gen) {

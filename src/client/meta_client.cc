@@ -3,8 +3,8 @@
 #include <sys/stat.h>
 
 #include <unistd.h>
-#include <cassert>
 #include <cstring>
+#include <unordered_map>
 
 #include "client/tcp_auth.h"
 #include "fast_lane.h"
@@ -153,14 +153,14 @@ int MetaClient::OpenSession(bool resume) {
     // What is not held is dropped by the resume; queued releases would name
     // leases that no longer exist.
     to_release_.clear();
-    for (const LeaseShard &shard : lease_shards_)
-      for (const auto &[handle, t] : shard.tracked) {
-        if (t.lease == 0) continue;  // lost at an earlier resume: stays lost
+    for (LeaseShard &shard : lease_shards_)
+      shard.tracked.ForEach([&](const Tracked &t) {
+        if (t.lease == 0) return;  // lost at an earlier resume: stays lost
         rpc::HeldLease *h = req.add_held();
         h->set_lease(t.lease);
         h->set_ino(t.ino);
         h->set_gen(t.gen);
-      }
+      });
   }
   rpc::OpenSessionReply rep;
   // From the moment the server may drop a lease until the lease is marked
@@ -181,11 +181,11 @@ int MetaClient::OpenSession(bool resume) {
     }
     for (LeaseShard &shard : lease_shards_) {
       std::lock_guard<std::mutex> lock(shard.mu);
-      for (auto &[handle, t] : shard.tracked) {
-        if (t.lease == 0) continue;
+      shard.tracked.ForEach([&](Tracked &t) {
+        if (t.lease == 0) return;
         auto it = renewed.find(t.lease);
         t.lease.store(it == renewed.end() ? 0 : it->second);
-      }
+      });
     }
     resuming_.fetch_add(1);
   }
@@ -224,20 +224,17 @@ MetaClient::LeaseShard &MetaClient::ThreadShard() {
   return lease_shards_[mine];
 }
 
-uint64_t MetaClient::NewHandle(std::unique_lock<std::mutex> *lock, Tracked **tracked) {
-  LeaseShard &shard = ThreadShard();
-  if (!lock->owns_lock()) *lock = std::unique_lock<std::mutex>(shard.mu);
-  assert(lock->mutex() == &shard.mu);  // a batch holds this thread's shard
-  const uint64_t handle =
-      shard.next++ * kLeaseShards + static_cast<uint64_t>(&shard - lease_shards_);
-  *tracked = &shard.tracked[handle];
+uint64_t MetaClient::NewHandle(LeaseShard &shard, Tracked **tracked) {
+  uint64_t handle;
+  *tracked = shard.tracked.Add(static_cast<uint64_t>(&shard - lease_shards_), &handle);
   return handle;
 }
 
 uint64_t MetaClient::TrackLease(uint64_t lease, uint64_t ino, uint64_t gen) {
-  std::unique_lock<std::mutex> lock;
+  LeaseShard &shard = ThreadShard();
+  std::lock_guard<std::mutex> lock(shard.mu);
   Tracked *t;
-  const uint64_t handle = NewHandle(&lock, &t);
+  const uint64_t handle = NewHandle(shard, &t);
   t->lease.store(lease);
   t->ino = ino;
   t->gen = gen;
@@ -246,10 +243,11 @@ uint64_t MetaClient::TrackLease(uint64_t lease, uint64_t ino, uint64_t gen) {
 
 void MetaClient::TrackSlotLeases(const SlotLease *leases, size_t n) {
   const uint64_t lapses = lapses_.load();
-  std::unique_lock<std::mutex> lock;
+  LeaseShard &shard = ThreadShard();
+  std::lock_guard<std::mutex> lock(shard.mu);
   for (size_t i = 0; i < n; ++i) {
     Tracked *t;
-    const uint64_t handle = NewHandle(&lock, &t);
+    const uint64_t handle = NewHandle(shard, &t);
     // Handles are unique in this client: with the high bit, never a server's id.
     t->lease.store((uint64_t{1} << 63) | handle);
     t->ino = leases[i].ino;
@@ -268,9 +266,8 @@ MetaClient::LeaseWatch MetaClient::WatchLease(uint64_t handle) {
   if (answered && resuming_.load() != answered_resuming_) return watch;
   LeaseShard &shard = ShardOf(handle);
   std::lock_guard<std::mutex> lock(shard.mu);
-  // Nodes of an unordered_map stay put until erased (by ReleaseLease).
-  auto it = shard.tracked.find(handle);
-  if (it != shard.tracked.end()) watch.lease = &it->second.lease;
+  // Records stay put until erased (by ReleaseLease).
+  if (Tracked *t = shard.tracked.Find(handle)) watch.lease = &t->lease;
   return watch;
 }
 
@@ -302,10 +299,10 @@ void MetaClient::ReleaseLease(uint64_t handle) {
   {
     LeaseShard &shard = ShardOf(handle);
     std::lock_guard<std::mutex> lock(shard.mu);
-    auto it = shard.tracked.find(handle);
-    if (it == shard.tracked.end()) return;
-    const uint64_t lease = it->second.lease;
-    shard.tracked.erase(it);
+    Tracked *t = shard.tracked.Find(handle);
+    if (!t) return;
+    const uint64_t lease = t->lease;
+    shard.tracked.Erase(t);
     if (IsSlotLease(lease)) return;  // its slot was cleared: no message
     // Queued before the shard lets go: a resume sees it tracked or queued.
     std::lock_guard<std::mutex> queue(lease_mu_);
@@ -334,8 +331,8 @@ bool MetaClient::LeaseValid(uint64_t handle) {
   {
     LeaseShard &shard = ShardOf(handle);
     std::lock_guard<std::mutex> lock(shard.mu);
-    auto it = shard.tracked.find(handle);
-    if (it == shard.tracked.end() || it->second.lease == 0) return false;
+    const Tracked *t = shard.tracked.Find(handle);
+    if (!t || t->lease == 0) return false;
   }
   return MonotonicMs() - last_answer_ms_.load() < lease_trust_ms_.load();
 }

@@ -19,10 +19,10 @@
 #include <mutex>
 #include <string>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include "client/fast_lane_client.h"
+#include "client/lease_records.h"
 #include "fast_lane.h"
 #include "maru.grpc.pb.h"
 #include "util/clock.h"
@@ -116,10 +116,7 @@ class MetaClient {
   void set_on_resume(std::function<void()> f) { on_resume_ = std::move(f); }
 
  private:
-  struct Tracked {
-    std::atomic<uint64_t> lease{0};  // read without a lock by LeaseHeld()
-    uint64_t ino = 0, gen = 0;
-  };
+  using Tracked = LeaseRecords::Record;
 
   MetaClient(std::string address, ClientOptions options);
   int OpenSession(bool resume);
@@ -166,15 +163,14 @@ class MetaClient {
   // shard), so that threads opening and releasing through the index at once
   // do not queue on one lock. Lock order: shards (in index order), then
   // lease_mu_.
-  static constexpr uint64_t kLeaseShards = 8;
+  static constexpr uint64_t kLeaseShards = uint64_t{1} << LeaseRecords::kTagBits;
   struct alignas(64) LeaseShard {
     std::mutex mu;
-    uint64_t next = 1;  // handles made here: next * kLeaseShards + this shard's index
-    std::unordered_map<uint64_t, Tracked> tracked;
+    LeaseRecords tracked;  // handles tagged with this shard's index
   };
   LeaseShard &ShardOf(uint64_t handle) { return lease_shards_[handle % kLeaseShards]; }
-  // A new handle in this thread's shard, tracked (the shard's lock held).
-  uint64_t NewHandle(std::unique_lock<std::mutex> *lock, Tracked **tracked);
+  // A new handle in `shard` (this thread's, its lock held), tracked.
+  uint64_t NewHandle(LeaseShard &shard, Tracked **tracked);
   LeaseShard &ThreadShard();
   LeaseShard lease_shards_[kLeaseShards];
   std::mutex lease_mu_;  // guards to_release_
