@@ -249,7 +249,9 @@ void MetaClient::TrackSlotLeases(const SlotLease *leases, size_t n) {
     Tracked *t;
     const uint64_t handle = NewHandle(shard, &t);
     // Handles are unique in this client: with the high bit, never a server's id.
-    t->lease.store((uint64_t{1} << 63) | handle);
+    // Release: the lock orders it for the other threads that look it up;
+    // a seq_cst store is a locked exchange on x86, one per lease.
+    t->lease.store((uint64_t{1} << 63) | handle, std::memory_order_release);
     t->ino = leases[i].ino;
     t->gen = leases[i].gen;
     *leases[i].handle = handle;
