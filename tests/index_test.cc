@@ -369,8 +369,8 @@ TEST_F(IndexTest, ABatchAnswersAsTheServerWhicheverPathsTheIndexFinds) {
     for (size_t i = 0; i < paths.size(); ++i) {
       if (i < hits) {
         EXPECT_NE(out[i], nullptr);
-        EXPECT_TRUE(maru_test::CheckPattern(maru_chunk_data(out[i]), 4096,
-                                            std::string("/pc/") + "abc"[i]));
+        EXPECT_TRUE(
+            maru_test::CheckPattern(maru_chunk_data(out[i]), 4096, std::string("/pc/") + "abc"[i]));
         maru_release(out[i]);
       } else {
         EXPECT_EQ(out[i], nullptr) << "key " << i;  // a failed call leaves nothing

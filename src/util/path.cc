@@ -32,8 +32,8 @@ Status ForEachName(std::string_view path, Each &&each) {
   if (std::memchr(path.data(), '\0', path.size())) return BadByte();
   for (size_t start = 1; start < path.size();) {
     const void *slash = std::memchr(path.data() + start, '/', path.size() - start);
-    const size_t end = slash ? static_cast<size_t>(static_cast<const char *>(slash) - path.data())
-                             : path.size();
+    const size_t end =
+        slash ? static_cast<size_t>(static_cast<const char *>(slash) - path.data()) : path.size();
     if (end > start) {  // repeated and trailing slashes end no name
       const std::string_view name = path.substr(start, end - start);
       MARU_RETURN_IF_ERROR(CheckNameShape(name));
