@@ -290,20 +290,27 @@ constexpr int kAskServer = 1;
 // The largest batch whose working room a thread keeps between calls.
 constexpr size_t kKeptBatch = 256;
 
-// Finds `path` (`canonical`: as CheckPath found it, or not checked: see
-// OpenFromIndex) in the index: 0 with its entry, -ENOENT or -EACCES when
-// the index proves the server would refuse, kAskServer when only the
-// server can tell.
-int FindInIndex(maru::IndexReader *ix, const char *path, bool canonical,
-                maru::IndexReader::Hit *hit) {
+// The index's key of `path` (`canonical`: as CheckPath found it, or not
+// checked: see OpenFromIndex), its home entry prefetched: 0, or kAskServer
+// when no entry can have it.
+int KeyInIndex(const maru::IndexReader *ix, const char *path, bool canonical,
+               maru::IndexReader::Key *key) {
   if (!path) return kAskServer;
-  std::string_view key(path);
-  if (canonical && key.size() > maru::kMaxPathLength) return kAskServer;  // no entry's
+  std::string_view form(path);
+  if (canonical && form.size() > maru::kMaxPathLength) return kAskServer;  // no entry's
   if (!canonical) {
     thread_local std::string scratch;
-    key = maru::CanonicalPath(path, &scratch);
-    if (key.empty()) return kAskServer;
+    form = maru::CanonicalPath(path, &scratch);
+    if (form.empty()) return kAskServer;
   }
+  *key = ix->KeyOf(form);
+  return 0;
+}
+
+// Finds the entry of `key`: 0 with it, -ENOENT or -EACCES when the index
+// proves the server would refuse, kAskServer when only the server can tell.
+int FindInIndex(const maru::IndexReader *ix, const maru::IndexReader::Key &key,
+                maru::IndexReader::Hit *hit) {
   switch (ix->Lookup(key, hit)) {
     case maru::IndexReader::Found::kMiss:
       return -ENOENT;
@@ -374,23 +381,31 @@ int OpenFromIndex(maru_t *m, maru::IndexReader *ix, const char *const *paths,
   *opened = 0;
   // Room for the whole batch first: nothing below allocates (or throws).
   thread_local struct {
+    std::vector<maru::IndexReader::Key> keys;
     std::vector<maru::IndexReader::Hit> hits;
     std::vector<int> slots;
     std::vector<MetaClient::SlotLease> leases;
   } room;
-  auto &[hits, slots, leases] = room;
+  auto &[keys, hits, slots, leases] = room;
   try {
+    keys.resize(n);
     hits.resize(n);
     slots.resize(n);
     leases.resize(n);
   } catch (const std::bad_alloc &) {
     return -ENOMEM;
   }
+  size_t keyed = 0;
+  while (keyed < n &&
+         KeyInIndex(ix, paths[keyed], !canonical || canonical[keyed], &keys[keyed]) == 0)
+    ++keyed;
+  int rc = keyed < n ? kAskServer : 0;
   size_t found = 0;
-  int rc = 0;
-  for (; found < n; ++found) {
-    rc = FindInIndex(ix, paths[found], !canonical || canonical[found], &hits[found]);
-    if (rc != 0) break;
+  for (; found < keyed; ++found) {
+    if (const int r = FindInIndex(ix, keys[found], &hits[found]); r != 0) {
+      rc = r;
+      break;
+    }
   }
   const size_t got = found ? ix->FreeSlots(found, slots.data()) : 0;
   if (got < found) rc = kAskServer;  // every slot is in use: the server
@@ -417,8 +432,10 @@ int OpenFromIndex(maru_t *m, maru::IndexReader *ix, const char *const *paths,
 
 // OpenFromIndex without the lease: 0 for a chunk the server would count.
 int CountFromIndex(maru::IndexReader *ix, const char *path) {
+  maru::IndexReader::Key key;
   maru::IndexReader::Hit hit;
-  const int rc = FindInIndex(ix, path, false, &hit);
+  int rc = KeyInIndex(ix, path, false, &key);
+  if (rc == 0) rc = FindInIndex(ix, key, &hit);
   return rc == -EACCES ? -ENOENT : rc;  // not one this caller would count
 }
 

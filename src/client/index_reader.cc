@@ -82,9 +82,17 @@ bool IndexReader::MayRead(const index::EntryData &e) const {
   return (bits & 4) != 0;
 }
 
-IndexReader::Found IndexReader::Lookup(std::string_view path, Hit *hit) const {
-  uint64_t key[2];
-  index::PathKey(header_->key, path, key);
+IndexReader::Key IndexReader::KeyOf(std::string_view path) const {
+  Key key;
+  index::PathKey(header_->key, path, key.words);
+  const index::Entry *home = &entries_[key.words[0] & mask_];
+  __builtin_prefetch(home);
+  __builtin_prefetch(reinterpret_cast<const char *>(home) + 64);
+  return key;
+}
+
+IndexReader::Found IndexReader::Lookup(const Key &k, Hit *hit) const {
+  const uint64_t *key = k.words;
   // Read before the entries: an overflow counted later is a newer change.
   const bool complete = header_->overflow.load(std::memory_order_acquire) == 0;
   for (uint64_t i = 0; i < index::kMaxProbe; ++i) {
