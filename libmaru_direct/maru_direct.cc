@@ -386,15 +386,20 @@ int OpenFromIndex(maru_t *m, maru::IndexReader *ix, const char *const *paths,
     std::vector<int> slots;
     std::vector<MetaClient::SlotLease> leases;
   } room;
-  auto &[keys, hits, slots, leases] = room;
   try {
-    keys.resize(n);
-    hits.resize(n);
-    slots.resize(n);
-    leases.resize(n);
+    room.keys.resize(n);
+    room.hits.resize(n);
+    room.slots.resize(n);
+    room.leases.resize(n);
   } catch (const std::bad_alloc &) {
     return -ENOMEM;
   }
+  // Plain pointers: GCC looks a thread_local up again after every call, and
+  // each look-up is a call into the dynamic linker.
+  maru::IndexReader::Key *const keys = room.keys.data();
+  maru::IndexReader::Hit *const hits = room.hits.data();
+  int *const slots = room.slots.data();
+  MetaClient::SlotLease *const leases = room.leases.data();
   size_t keyed = 0;
   while (keyed < n &&
          KeyInIndex(ix, paths[keyed], !canonical || canonical[keyed], &keys[keyed]) == 0)
@@ -407,7 +412,7 @@ int OpenFromIndex(maru_t *m, maru::IndexReader *ix, const char *const *paths,
       break;
     }
   }
-  const size_t got = found ? ix->FreeSlots(found, slots.data()) : 0;
+  const size_t got = found ? ix->FreeSlots(found, slots) : 0;
   if (got < found) rc = kAskServer;  // every slot is in use: the server
   size_t leased = 0;
   ChunkCache *cache = ThisThreadsChunks();
@@ -415,15 +420,15 @@ int OpenFromIndex(maru_t *m, maru::IndexReader *ix, const char *const *paths,
     const int r = LeaseFromIndex(m, ix, hits[leased], slots[leased], cache, &out[leased]);
     if (r != 0) {
       rc = r;  // its own slot is dropped or given back; the ones after it here
-      ix->GiveBack(slots.data() + leased + 1, got - leased - 1);
+      ix->GiveBack(slots + leased + 1, got - leased - 1);
       break;
     }
   }
   if (leased > 0) {
-    ix->NoteReads(hits.data(), leased);
+    ix->NoteReads(hits, leased);
     for (size_t j = 0; j < leased; ++j)
       leases[j] = {out[j]->ino, out[j]->gen, &out[j]->lease_handle, &out[j]->lease_watch};
-    m->client->TrackSlotLeases(leases.data(), leased);
+    m->client->TrackSlotLeases(leases, leased);
   }
   if (n > kKeptBatch) room = {};  // a thread keeps room for a usual batch, not for its largest
   *opened = leased;
@@ -648,12 +653,13 @@ int maru_lookup_prefix(maru_t *m, const char *const *paths, size_t n, maru_chunk
   }
   // The rest are checked as the server checks them: a bad one fails the
   // call, even past a miss.
-  thread_local std::vector<uint8_t> canonical;
+  thread_local std::vector<uint8_t> room;
   try {
-    canonical.resize(n - first);
+    room.resize(n - first);
   } catch (const std::bad_alloc &) {
     return ReleaseAll(out, first, -ENOMEM);
   }
+  uint8_t *const canonical = room.data();  // see OpenFromIndex
   for (size_t i = first; i < n; ++i) {
     bool as_is = false;
     if (int bad = CheckPath(paths[i], &as_is); bad < 0) return ReleaseAll(out, first, bad);
@@ -662,10 +668,10 @@ int maru_lookup_prefix(maru_t *m, const char *const *paths, size_t n, maru_chunk
   if (ix && first < n && !canonical[0]) {
     // Not found as given: its canonical form may be.
     size_t more = 0;
-    rc = OpenFromIndex(m, ix, paths + first, canonical.data(), n - first, out + first, &more);
+    rc = OpenFromIndex(m, ix, paths + first, canonical, n - first, out + first, &more);
     first += more;
   }
-  if (n > kKeptBatch) canonical = {};  // a thread keeps room for a usual batch, not its largest
+  if (n > kKeptBatch) room = {};  // a thread keeps room for a usual batch, not its largest
   if (rc < 0 && rc != -ENOENT && rc != -EACCES) return ReleaseAll(out, first, rc);
   if (rc == -ENOENT || rc == -EACCES) {  // the index proves the server would stop here too
     *hits = first;

@@ -208,11 +208,14 @@ bool IndexReader::Take(const Hit &hit, int slot) {
 void IndexReader::NoteReads(const Hit *hits, size_t n) {
   // This thread's block of ring places (in this region: a block taken in
   // another reader's region is left, which only loses its unused places).
-  thread_local struct {
+  struct Block {
     const index::Region *region = nullptr;
     uint64_t next = 0, end = 0;
-  } block;
-  auto &b = block;  // one look-up of the thread's copy for the batch
+  };
+  thread_local Block block;
+  // Worked on in a copy, written back once: GCC looks a thread_local up
+  // again after every call (the clock's), each a call into the linker.
+  Block b = block;
   index::ReadNote *ring = index::Ring(region_);
   uint64_t stamp = 0;
   for (size_t i = 0; i < n; ++i) {
@@ -230,6 +233,7 @@ void IndexReader::NoteReads(const Hit *hits, size_t n) {
     note.gen.store(hits[i].entry.gen, std::memory_order_relaxed);
     note.stamp_ns.store(stamp++, std::memory_order_release);
   }
+  block = b;
 }
 
 void IndexReader::Drop(int slot, uint64_t gen) {
