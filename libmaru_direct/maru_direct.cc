@@ -283,6 +283,15 @@ void ReleaseRead(maru_chunk_t *c) {
   c->lease_watch = {};
 }
 
+// Releases out[0..n) and returns rc: a lookup takes all of its leases or none.
+int ReleaseAll(maru_chunk_t **out, size_t n, int rc) {
+  for (size_t j = 0; j < n; ++j) {
+    maru_release(out[j]);
+    out[j] = nullptr;
+  }
+  return rc;
+}
+
 // --- The shared-memory index (src/client/index_session.h) ---
 
 // OpenFromIndex's answer when only the server can tell.
@@ -290,20 +299,30 @@ constexpr int kAskServer = 1;
 // The largest batch whose working room a thread keeps between calls.
 constexpr size_t kKeptBatch = 256;
 
-// The index's key of `path` (`canonical`: as CheckPath found it, or not
-// checked: see OpenFromIndex), its home entry prefetched: 0, or kAskServer
-// when no entry can have it.
-int KeyInIndex(const maru::IndexReader *ix, const char *path, bool canonical,
+// How OpenFromIndex takes its paths: as given (checked or not: an entry
+// found proves its path valid and canonical, since the server enters only
+// such paths, under a 128-bit keyed hash of each; a refusal proves nothing
+// until the caller has checked the path), or in canonical form (checked
+// paths, some not canonical: "//a/b/").
+enum class PathForm { kAsGiven, kCanonical };
+
+// The index's key of `path` in `form`, its home entry prefetched: 0, or
+// kAskServer when no entry can have it.
+int KeyInIndex(const maru::IndexReader *ix, const char *path, PathForm form,
                maru::IndexReader::Key *key) {
   if (!path) return kAskServer;
-  std::string_view form(path);
-  if (canonical && form.size() > maru::kMaxPathLength) return kAskServer;  // no entry's
-  if (!canonical) {
+  std::string_view as(path);
+  if (as.size() > maru::kMaxPathLength) return kAskServer;  // no entry's
+  if (form == PathForm::kCanonical) {
     thread_local std::string scratch;
-    form = maru::CanonicalPath(path, &scratch);
-    if (form.empty()) return kAskServer;
+    try {
+      as = maru::CanonicalPath(path, &scratch);
+    } catch (const std::bad_alloc &) {
+      return kAskServer;  // nothing may throw into C; the server may have the memory
+    }
+    if (as.empty()) return kAskServer;
   }
-  *key = ix->KeyOf(form);
+  *key = ix->KeyOf(as);
   return 0;
 }
 
@@ -358,17 +377,11 @@ int LeaseFromIndex(maru_t *m, maru::IndexReader *ix, const maru::IndexReader::Hi
   return 0;
 }
 
-// Opens paths[0..n) (canonical[i]: as CheckPath found each) through the
-// index, in order, until one it cannot: *opened of them, leased in slots
-// and tracked. Then the return tells why it stopped: 0 (all opened, or
-// only the server can tell of the next), -ENOENT or -EACCES (the index
-// proves the server would refuse the next), or another negative errno
-// (the caller releases what was opened).
-//
-// With `canonical` null the paths are taken as given, unchecked: an entry
-// found proves its path valid and canonical (the server enters only such
-// paths, under a 128-bit keyed hash of each), but a refusal proves nothing
-// until the caller has checked the path.
+// Opens paths[0..n) (in `form`) through the index, in order, until one it
+// cannot: *opened of them, leased in slots and tracked. Then the return
+// tells why it stopped: 0 (all opened, or only the server can tell of the
+// next), -ENOENT or -EACCES (the index proves the server would refuse the
+// next), or another negative errno (the caller releases what was opened).
 //
 // In three passes, so that a batch holds each lock once: the entries are
 // found first (and slots taken only for those found), then leased, then
@@ -376,8 +389,8 @@ int LeaseFromIndex(maru_t *m, maru::IndexReader *ix, const maru::IndexReader::Hi
 // leases tracked. Thread-local state (this thread's handle cache, lock
 // shards and ring block) is looked up once a batch: each look-up is a call
 // into the dynamic linker from a shared library.
-int OpenFromIndex(maru_t *m, maru::IndexReader *ix, const char *const *paths,
-                  const uint8_t *canonical, size_t n, maru_chunk_t **out, size_t *opened) {
+int OpenFromIndex(maru_t *m, maru::IndexReader *ix, const char *const *paths, PathForm form,
+                  size_t n, maru_chunk_t **out, size_t *opened) {
   *opened = 0;
   // Room for the whole batch first: nothing below allocates (or throws).
   thread_local struct {
@@ -401,9 +414,7 @@ int OpenFromIndex(maru_t *m, maru::IndexReader *ix, const char *const *paths,
   int *const slots = room.slots.data();
   MetaClient::SlotLease *const leases = room.leases.data();
   size_t keyed = 0;
-  while (keyed < n &&
-         KeyInIndex(ix, paths[keyed], !canonical || canonical[keyed], &keys[keyed]) == 0)
-    ++keyed;
+  while (keyed < n && KeyInIndex(ix, paths[keyed], form, &keys[keyed]) == 0) ++keyed;
   int rc = keyed < n ? kAskServer : 0;
   size_t found = 0;
   for (; found < keyed; ++found) {
@@ -428,7 +439,10 @@ int OpenFromIndex(maru_t *m, maru::IndexReader *ix, const char *const *paths,
     ix->NoteReads(hits, leased);
     for (size_t j = 0; j < leased; ++j)
       leases[j] = {out[j]->ino, out[j]->gen, &out[j]->lease_handle, &out[j]->lease_watch};
-    m->client->TrackSlotLeases(leases, leased);
+    if (const size_t tracked = m->client->TrackSlotLeases(leases, leased); tracked < leased) {
+      rc = ReleaseAll(out + tracked, leased - tracked, -ENOMEM);  // their slots dropped
+      leased = tracked;
+    }
   }
   if (n > kKeptBatch) room = {};  // a thread keeps room for a usual batch, not for its largest
   *opened = leased;
@@ -439,18 +453,9 @@ int OpenFromIndex(maru_t *m, maru::IndexReader *ix, const char *const *paths,
 int CountFromIndex(maru::IndexReader *ix, const char *path) {
   maru::IndexReader::Key key;
   maru::IndexReader::Hit hit;
-  int rc = KeyInIndex(ix, path, false, &key);
+  int rc = KeyInIndex(ix, path, PathForm::kCanonical, &key);
   if (rc == 0) rc = FindInIndex(ix, key, &hit);
   return rc == -EACCES ? -ENOENT : rc;  // not one this caller would count
-}
-
-// Releases out[0..n) and returns rc: a lookup takes all of its leases or none.
-int ReleaseAll(maru_chunk_t **out, size_t n, int rc) {
-  for (size_t j = 0; j < n; ++j) {
-    maru_release(out[j]);
-    out[j] = nullptr;
-  }
-  return rc;
 }
 
 // The option if given, else $MARU_POPULATE, else the bounded default.
@@ -596,11 +601,11 @@ int OpenChunk(maru_t *m, const char *path, maru_chunk_t **out,
   if (!m || !out) return -EINVAL;
   bool as_is = false;
   if (int rc = CheckPath(path, &as_is); rc < 0) return rc;
-  const uint8_t canonical = as_is;
+  const PathForm form = as_is ? PathForm::kAsGiven : PathForm::kCanonical;
   if (maru::IndexReader *ix = m->index->Current()) {
     // A refusal from the index is asked again: the server tells which errno.
     size_t opened = 0;
-    int rc = OpenFromIndex(m, ix, &path, &canonical, 1, out, &opened);
+    int rc = OpenFromIndex(m, ix, &path, form, 1, out, &opened);
     if (opened == 1 || (rc < 0 && rc != -ENOENT && rc != -EACCES)) return rc;
   }
   maru::rpc::RefRequest req;
@@ -648,30 +653,21 @@ int maru_lookup_prefix(maru_t *m, const char *const *paths, size_t n, maru_chunk
   if (ix) {
     // The paths as given: the ones found need no check (a fifth of a
     // lookup's time went to checking paths the index then found).
-    rc = OpenFromIndex(m, ix, paths, nullptr, n, out, &first);
+    rc = OpenFromIndex(m, ix, paths, PathForm::kAsGiven, n, out, &first);
     if (rc < 0 && rc != -ENOENT && rc != -EACCES) return ReleaseAll(out, first, rc);
   }
   // The rest are checked as the server checks them: a bad one fails the
   // call, even past a miss.
-  thread_local std::vector<uint8_t> room;
-  try {
-    room.resize(n - first);
-  } catch (const std::bad_alloc &) {
-    return ReleaseAll(out, first, -ENOMEM);
-  }
-  uint8_t *const canonical = room.data();  // see OpenFromIndex
-  for (size_t i = first; i < n; ++i) {
-    bool as_is = false;
-    if (int bad = CheckPath(paths[i], &as_is); bad < 0) return ReleaseAll(out, first, bad);
-    canonical[i - first] = as_is;
-  }
-  if (ix && first < n && !canonical[0]) {
-    // Not found as given: its canonical form may be.
+  bool as_is = true;
+  for (size_t i = first; i < n; ++i)
+    if (int bad = CheckPath(paths[i], i == first ? &as_is : nullptr); bad < 0)
+      return ReleaseAll(out, first, bad);
+  if (ix && first < n && !as_is) {
+    // Not found as given: it, and the ones after it, may be in canonical form.
     size_t more = 0;
-    rc = OpenFromIndex(m, ix, paths + first, canonical, n - first, out + first, &more);
+    rc = OpenFromIndex(m, ix, paths + first, PathForm::kCanonical, n - first, out + first, &more);
     first += more;
   }
-  if (n > kKeptBatch) room = {};  // a thread keeps room for a usual batch, not its largest
   if (rc < 0 && rc != -ENOENT && rc != -EACCES) return ReleaseAll(out, first, rc);
   if (rc == -ENOENT || rc == -EACCES) {  // the index proves the server would stop here too
     *hits = first;

@@ -1,10 +1,12 @@
 // LeaseTable: granting, taking back only by the holder, ids that never repeat
-// or wrap, and taking a whole session's leases.
+// or wrap, and taking a whole session's leases. LeaseRecords (a client's
+// tracked leases): handles never 0, stale ones find nothing, records stay put.
 #include <gtest/gtest.h>
 
 #include <set>
 #include <vector>
 
+#include "client/lease_records.h"
 #include "meta/lease_table.h"
 
 namespace maru {
@@ -107,6 +109,52 @@ TEST(LeaseTable, ExpiringASessionTakesItsRecordedIdsAndNoOthers) {
   EXPECT_EQ(taken, 75u);
   EXPECT_EQ(t.size(), 200u);
   for (uint64_t id : recorded) EXPECT_EQ(t.Find(id), nullptr);
+}
+
+TEST(LeaseRecords, StaleHandlesFindNothingAndRecordsStayPut) {
+  LeaseRecords t;
+  uint64_t first = 0;
+  LeaseRecords::Record *r = t.Add(5, &first);
+  ASSERT_NE(r, nullptr);
+  EXPECT_NE(first, 0u);
+  EXPECT_EQ(first & 7, 5u);  // the tag in the low bits
+  EXPECT_LT(first, uint64_t{1} << 63);
+  EXPECT_EQ(t.Find(first), r);
+  t.Erase(r);
+  EXPECT_EQ(t.Find(first), nullptr);
+  EXPECT_EQ(t.Find(0), nullptr);  // a free record holds 0: no handle finds it
+  // The record is reused under a new handle; the old one still finds nothing.
+  uint64_t second = 0;
+  LeaseRecords::Record *again = t.Add(5, &second);
+  EXPECT_EQ(again, r);
+  EXPECT_NE(second, first);
+  EXPECT_EQ(t.Find(first), nullptr);
+  EXPECT_EQ(t.Find(second), again);
+  // Many more: the table grows by blocks, and no record moves.
+  std::vector<std::pair<uint64_t, LeaseRecords::Record *>> held{{second, again}};
+  for (int i = 0; i < 2000; ++i) {
+    uint64_t h = 0;
+    LeaseRecords::Record *x = t.Add(static_cast<uint64_t>(i % 8), &h);
+    ASSERT_NE(x, nullptr);
+    x->ino = static_cast<uint64_t>(i);
+    held.push_back({h, x});
+  }
+  std::set<uint64_t> handles;
+  for (const auto &[h, x] : held) {
+    EXPECT_EQ(t.Find(h), x);
+    handles.insert(h);
+  }
+  EXPECT_EQ(handles.size(), held.size());
+  // Every other one erased: ForEach visits exactly the rest.
+  for (size_t i = 0; i < held.size(); i += 2) t.Erase(held[i].second);
+  size_t seen = 0;
+  t.ForEach([&](const LeaseRecords::Record &x) {
+    ++seen;
+    EXPECT_NE(t.Find(x.handle), nullptr);
+  });
+  EXPECT_EQ(seen, held.size() / 2);
+  for (size_t i = 0; i < held.size(); ++i)
+    EXPECT_EQ(t.Find(held[i].first) != nullptr, i % 2 == 1) << i;
 }
 
 }  // namespace

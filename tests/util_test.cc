@@ -59,6 +59,11 @@ TEST(Path, ChecksWithoutSplittingAndTellsTheCanonicalForm) {
   size_t names = 0;
   EXPECT_EQ(CheckPathNames("/" + std::string(256, 'x'), &names, nullptr).errnum(), ENAMETOOLONG);
   EXPECT_EQ(CheckPathNames(std::string("/a\0b", 4), &names, nullptr).errnum(), EINVAL);
+  // Name by name, as ValidateName: a long name before a NUL is too long.
+  const std::string long_then_nul = "/" + std::string(256, 'x') + std::string("/a\0b", 4);
+  EXPECT_EQ(CheckPathNames(long_then_nul, &names, nullptr).errnum(), ENAMETOOLONG);
+  const std::string nul_then_long = std::string("/a\0b/", 5) + std::string(256, 'x');
+  EXPECT_EQ(CheckPathNames(nul_then_long, &names, nullptr).errnum(), EINVAL);
 }
 
 TEST(Units, ParsesAndFormatsSizes) {

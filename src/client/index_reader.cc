@@ -143,6 +143,8 @@ int IndexReader::FreeSlot() {
                      to = std::min(slots_, (from / kSlotsPerLine + 1) * kSlotsPerLine);
       next_slot_ = to;
       // Published before the slots are used: the server scans this far.
+      // Seq_cst, like Take's exchange and re-read: Take has no fence of its
+      // own, so this store must be in the same order as the server's fence.
       region_->used.store(next_slot_, std::memory_order_seq_cst);
       std::lock_guard<std::mutex> lock2(shard.mu);
       for (uint32_t s = to - 1; s > from; --s) shard.free.push_back(s);
@@ -198,7 +200,8 @@ bool IndexReader::Take(const Hit &hit, int slot) {
   // scans the slots (LeaseSlots::Holds): seeing the entry unchanged now, in
   // a seq_cst load after the seq_cst exchange, means the scan will see this
   // slot. (No fence of our own is needed between the two: both are seq_cst
-  // operations, and on x86 the locked exchange is one already.)
+  // operations, and on x86 the locked exchange is one already. So both, and
+  // FreeSlot's store of `used`, must stay seq_cst.)
   const bool same = entries_[hit.pos].seq.load(std::memory_order_seq_cst) == hit.seq;
   if (same && Live()) return true;
   Drop(slot, gen);

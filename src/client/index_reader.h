@@ -56,7 +56,7 @@ class IndexReader {
   // Leases the version of `hit` in `slot` (one of FreeSlots'): false when
   // the entry changed meanwhile (the slot is then dropped, or left out of
   // use if the region is no longer this session's; ask the server). The
-  // caller then notes the read (NoteRead).
+  // caller then notes the read (NoteReads).
   bool Take(const Hit &hit, int slot);
   void Drop(int slot, uint64_t gen);
   // Up to `n` free slots for this thread (fewer when every slot is in

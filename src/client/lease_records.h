@@ -11,6 +11,7 @@
 #include <cassert>
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <vector>
 
 namespace maru {
@@ -27,19 +28,21 @@ class LeaseRecords {
   };
 
   // A record under a new handle (never 0, below 2^63), `tag` < 2^kTagBits
-  // in its low bits. Throws std::bad_alloc when it must grow and cannot.
-  Record *Add(uint64_t tag, uint64_t *handle) {
+  // in its low bits; null when the table cannot grow (out of memory, or
+  // 2^24 records in use).
+  Record *Add(uint64_t tag, uint64_t *handle) noexcept {
     assert(tag < (uint64_t{1} << kTagBits));
     uint32_t index;
     if (!free_.empty()) {
       index = free_.back();
       free_.pop_back();
     } else {
-      if (used_ % kBlock == 0) Grow();
+      if (used_ % kBlock == 0 && !Grow()) return nullptr;
       index = used_++;
     }
-    // The serial makes a handle unique over time, so that a stale handle
-    // (a second release) finds its record gone, not a newer lease in it.
+    // The serial makes a handle unique over time (2^36 of them), so that a
+    // stale handle (a second release) finds its record gone, not a newer
+    // lease in it.
     if (++serial_ >> kSerialBits) serial_ = 1;
     *handle = (serial_ << (kIndexBits + kTagBits)) | (uint64_t{index} << kTagBits) | tag;
     Record *r = At(index);
@@ -49,6 +52,7 @@ class LeaseRecords {
 
   // The record of `handle`, or null if it was erased (or never made).
   Record *Find(uint64_t handle) {
+    if (handle == 0) return nullptr;  // what a free record holds
     const uint64_t index = (handle >> kTagBits) & kIndexMask;
     if (index >= used_) return nullptr;
     Record *r = At(static_cast<uint32_t>(index));
@@ -72,17 +76,24 @@ class LeaseRecords {
 
  private:
   static constexpr uint32_t kBlock = 256;
-  static constexpr unsigned kIndexBits = 32;
+  static constexpr unsigned kIndexBits = 24;  // records in use at once (a session holds 65536)
   static constexpr uint64_t kIndexMask = (uint64_t{1} << kIndexBits) - 1;
   static constexpr unsigned kSerialBits = 63 - kIndexBits - kTagBits;
 
   Record *At(uint32_t index) { return &blocks_[index / kBlock][index % kBlock]; }
 
-  void Grow() {
-    assert(used_ <= kIndexMask - kBlock);  // 2^32 leases: memory runs out first
-    free_.reserve(used_ + kBlock);
-    blocks_.reserve(blocks_.size() + 1);
-    blocks_.push_back(std::make_unique<Record[]>(kBlock));
+  // Room for kBlock more records, and for all of them on the free list (so
+  // that Erase never allocates): false, the table unchanged, if there is none.
+  bool Grow() noexcept {
+    if (used_ + kBlock > kIndexMask + 1) return false;
+    try {
+      free_.reserve(used_ + kBlock);
+      blocks_.reserve(blocks_.size() + 1);
+      blocks_.push_back(std::make_unique<Record[]>(kBlock));
+    } catch (const std::bad_alloc &) {
+      return false;
+    }
+    return true;
   }
 
   std::vector<std::unique_ptr<Record[]>> blocks_;

@@ -225,9 +225,9 @@ MetaClient::LeaseShard &MetaClient::ThreadShard() {
 }
 
 uint64_t MetaClient::NewHandle(LeaseShard &shard, Tracked **tracked) {
-  uint64_t handle;
+  uint64_t handle = 0;
   *tracked = shard.tracked.Add(static_cast<uint64_t>(&shard - lease_shards_), &handle);
-  return handle;
+  return *tracked ? handle : 0;
 }
 
 uint64_t MetaClient::TrackLease(uint64_t lease, uint64_t ino, uint64_t gen) {
@@ -235,19 +235,21 @@ uint64_t MetaClient::TrackLease(uint64_t lease, uint64_t ino, uint64_t gen) {
   std::lock_guard<std::mutex> lock(shard.mu);
   Tracked *t;
   const uint64_t handle = NewHandle(shard, &t);
+  if (!handle) return 0;
   t->lease.store(lease);
   t->ino = ino;
   t->gen = gen;
   return handle;
 }
 
-void MetaClient::TrackSlotLeases(const SlotLease *leases, size_t n) {
+size_t MetaClient::TrackSlotLeases(const SlotLease *leases, size_t n) {
   const uint64_t lapses = lapses_.load();
   LeaseShard &shard = ThreadShard();
   std::lock_guard<std::mutex> lock(shard.mu);
   for (size_t i = 0; i < n; ++i) {
     Tracked *t;
     const uint64_t handle = NewHandle(shard, &t);
+    if (!handle) return i;
     // Handles are unique in this client: with the high bit, never a server's id.
     // Release: the lock orders it for the other threads that look it up;
     // a seq_cst store is a locked exchange on x86, one per lease.
@@ -258,6 +260,7 @@ void MetaClient::TrackSlotLeases(const SlotLease *leases, size_t n) {
     leases[i].watch->lapses = lapses;
     leases[i].watch->lease = &t->lease;
   }
+  return n;
 }
 
 MetaClient::LeaseWatch MetaClient::WatchLease(uint64_t handle) {

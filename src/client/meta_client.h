@@ -67,7 +67,8 @@ class MetaClient {
   // CallFast() of each fast-lane operation: see the end of the class.
 
   // Leases this client holds. Tracking them lets a resumed session renew
-  // them; the handle stays valid across renewals.
+  // them; the handle stays valid across renewals. 0 when out of memory (the
+  // lease is then not tracked: it ends with the session).
   uint64_t TrackLease(uint64_t lease, uint64_t ino, uint64_t gen);
   // Stops tracking and releases the lease in the background (batched).
   void ReleaseLease(uint64_t handle);
@@ -102,7 +103,9 @@ class MetaClient {
     uint64_t *handle;   // out
     LeaseWatch *watch;  // out
   };
-  void TrackSlotLeases(const SlotLease *leases, size_t n);
+  // How many were tracked: fewer than `n` (the first ones) only when out of
+  // memory.
+  size_t TrackSlotLeases(const SlotLease *leases, size_t n);
   // True for the id of a slot lease (not yet renewed as a granted one).
   static bool IsSlotLease(uint64_t lease) { return lease >> 63; }
   // Resumes so far: a reader of the index looks again after one.
@@ -169,7 +172,8 @@ class MetaClient {
     LeaseRecords tracked;  // handles tagged with this shard's index
   };
   LeaseShard &ShardOf(uint64_t handle) { return lease_shards_[handle % kLeaseShards]; }
-  // A new handle in `shard` (this thread's, its lock held), tracked.
+  // A new handle in `shard` (this thread's, its lock held), tracked; 0 when
+  // out of memory.
   uint64_t NewHandle(LeaseShard &shard, Tracked **tracked);
   LeaseShard &ThreadShard();
   LeaseShard lease_shards_[kLeaseShards];

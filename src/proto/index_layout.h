@@ -145,13 +145,16 @@ inline void WriteEntry(Entry *e, const EntryData &data) {
   e->seq.store(seq + 2, std::memory_order_release);
 }
 
-// SipHash-1-3 with a 128-bit result: the key of a path. Keyed so that keys
-// differ per server start and no one outside the pool's group (who cannot
-// read the key) can pick paths that crowd one home; 128 bits so that two
-// paths never share one in practice. The group itself reads every byte of
-// the pool anyway (docs/design.md, "Trust model"). One compression round a
-// word and three to finish, as Python's and Rust's hash tables use against
-// the same attack: the 2-4 rounds took a sixth of a batched lookup.
+// SipHash-1-3 with a 128-bit result: the key of a path, and its identity
+// in the index (entries hold no path). Keyed so that keys differ per server
+// start and no one outside the pool's group, who cannot read the key, can
+// compute keys at all: to them two paths share one with odds of 2^-128 a
+// pair, and they cannot pick paths that crowd one home. The group can read
+// the key, but it also reads and writes every byte of the pool
+// (docs/design.md, "Trust model"): a collision it made would give it
+// nothing it has not. One compression round a word and three to finish,
+// as Python's and Rust's hash tables use (the 2-4 rounds took a sixth of a
+// batched lookup).
 namespace detail {
 inline uint64_t Rotl(uint64_t x, int b) {
   return (x << b) | (x >> (64 - b));

@@ -29,14 +29,17 @@ Status ForEachName(std::string_view path, Each &&each) {
   if (path.empty()) return Status::Error(EINVAL, "empty path");
   if (path.front() != '/') return Status::Error(EINVAL, "path must be absolute");
   if (path.size() > kMaxPathLength) return Status::Error(ENAMETOOLONG, "path too long");
-  if (std::memchr(path.data(), '\0', path.size())) return BadByte();
+  const char *const p = path.data();
+  const void *nul = std::memchr(p, '\0', path.size());
+  const size_t nul_at = nul ? static_cast<size_t>(static_cast<const char *>(nul) - p) : path.size();
   for (size_t start = 1; start < path.size();) {
-    const void *slash = std::memchr(path.data() + start, '/', path.size() - start);
+    const void *slash = std::memchr(p + start, '/', path.size() - start);
     const size_t end =
-        slash ? static_cast<size_t>(static_cast<const char *>(slash) - path.data()) : path.size();
+        slash ? static_cast<size_t>(static_cast<const char *>(slash) - p) : path.size();
     if (end > start) {  // repeated and trailing slashes end no name
       const std::string_view name = path.substr(start, end - start);
-      MARU_RETURN_IF_ERROR(CheckNameShape(name));
+      MARU_RETURN_IF_ERROR(CheckNameShape(name));  // first, as ValidateName checks
+      if (nul_at < end) return BadByte();
       each(name);
     }
     start = end + 1;
