@@ -216,7 +216,9 @@ int maru_open(maru_t *m, const char *path, maru_chunk_t **out);
 /* Opens the longest prefix of paths[0..n) that exists, in one round trip:
  * stops at the first path that is missing (or unreadable). out[0..*hits)
  * receive read handles, each to be released; out[*hits..n) are set to
- * NULL. Returns 0 even when *hits < n. */
+ * NULL. Returns 0 even when *hits < n. A bad path anywhere in the batch,
+ * even past the first miss, fails the call with its error (-EINVAL,
+ * -ENAMETOOLONG) and nothing held. */
 int maru_lookup_prefix(maru_t *m, const char *const *paths, size_t n, maru_chunk_t **out,
                        size_t *hits);
 
