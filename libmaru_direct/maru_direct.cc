@@ -23,7 +23,6 @@
 #include "rdma/remote_pool.h"
 #include "util/address.h"
 #include "util/checksum.h"
-#include "util/clock.h"
 #include "util/path.h"
 
 #include "c_conversions.h"
