@@ -5,6 +5,7 @@
 #include <google/protobuf/arena.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -150,11 +151,11 @@ maru_chunk_t *NewChunk(ChunkCache *cache = ThisThreadsChunks()) {
   return block ? new (block) maru_chunk_t() : nullptr;
 }
 
-// Ends a handle from NewChunk() (which `delete` may end too).
-void FreeChunk(maru_chunk_t *c) {
+// Ends a handle from NewChunk() (which `delete` may end too), kept in
+// `cache` (this thread's, looked up once for a batch) if it has room.
+void FreeChunk(maru_chunk_t *c, ChunkCache *cache = ThisThreadsChunks()) {
   c->~maru_chunk();
-  if (ChunkCache *cache = ThisThreadsChunks();
-      cache && cache->blocks.size() < cache->blocks.capacity()) {
+  if (cache && cache->blocks.size() < cache->blocks.capacity()) {
     cache->blocks.push_back(c);
     return;
   }
@@ -284,11 +285,42 @@ void ReleaseRead(maru_chunk_t *c) {
 
 // Releases out[0..n) and returns rc: a lookup takes all of its leases or none.
 int ReleaseAll(maru_chunk_t **out, size_t n, int rc) {
-  for (size_t j = 0; j < n; ++j) {
-    maru_release(out[j]);
-    out[j] = nullptr;
-  }
+  maru_release_batch(out, n, nullptr);
+  std::fill_n(out, n, nullptr);
   return rc;
+}
+
+// The most read handles maru_release_batch() gives back in one pass.
+constexpr size_t kReleaseRun = 64;
+
+// How many of c[0..n), from the start (at most kReleaseRun), are read
+// handles of c[0]'s connection and index (or none): those release together.
+size_t ReadRun(maru_chunk_t *const *c, size_t n) {
+  size_t run = 0;
+  for (; run < std::min(n, kReleaseRun); ++run) {
+    const maru_chunk_t *r = c[run];
+    if (!r || r->writing || r->m != c[0]->m || r->index != c[0]->index) break;
+  }
+  return run;
+}
+
+// ReleaseRead() and FreeChunk() of a run from ReadRun(): its slots back to
+// the index and its leases untracked under one hold of each lock.
+void ReleaseReads(maru_chunk_t *const *c, size_t n) {
+  int slots[kReleaseRun];
+  uint64_t gens[kReleaseRun], handles[kReleaseRun];
+  size_t held = 0, tracked = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (c[i]->slot >= 0) {
+      slots[held] = c[i]->slot;
+      gens[held++] = c[i]->gen;
+    }
+    if (c[i]->lease_handle) handles[tracked++] = c[i]->lease_handle;
+  }
+  if (held) c[0]->index->Drop(slots, gens, held);  // as ReleaseRead: slots first
+  if (tracked) c[0]->m->client->ReleaseLeases(handles, tracked);
+  ChunkCache *cache = ThisThreadsChunks();
+  for (size_t i = 0; i < n; ++i) FreeChunk(c[i], cache);
 }
 
 // --- The shared-memory index (src/client/index_session.h) ---
@@ -812,6 +844,24 @@ int maru_release(maru_chunk_t *c) {
   }
   FreeChunk(c);
   return rc;
+}
+
+int maru_release_batch(maru_chunk_t *const *chunks, size_t n, int *results) {
+  if (n && !chunks) return -EINVAL;
+  int first = 0;
+  for (size_t i = 0; i < n;) {
+    if (const size_t run = ReadRun(chunks + i, n - i); run > 1) {
+      ReleaseReads(chunks + i, run);
+      if (results) std::fill_n(results + i, run, 0);
+      i += run;
+      continue;
+    }
+    const int rc = maru_release(chunks[i]);
+    if (results) results[i] = rc;
+    if (rc < 0 && first == 0) first = rc;
+    ++i;
+  }
+  return first;
 }
 
 int maru_unlink(maru_t *m, const char *path) {

@@ -334,6 +334,66 @@ TEST_F(IndexTest, BatchedLookupsGiveBackTheSlotsTheyDidNotUse) {
   for (maru_chunk_t *c : held) maru_release(c);
 }
 
+// maru_release_batch() gives every kind of handle back as maru_release()
+// would: slot leases (runs longer than one pass), leases the server granted,
+// a reservation, and NULL (-EINVAL, the others released all the same).
+TEST_F(IndexTest, ABatchReleaseGivesBackSlotsLeasesAndReservations) {
+  constexpr size_t kChunks = 100;
+  std::vector<std::string> names;
+  std::vector<const char *> paths;
+  for (size_t i = 0; i < kChunks; ++i) names.push_back("/rb/" + std::to_string(i));
+  for (const std::string &name : names) {
+    ASSERT_EQ(Store(m_, name, 4096), 0);
+    paths.push_back(name.c_str());
+  }
+  std::vector<maru_chunk_t *> out(kChunks);
+  std::vector<int> results(2 * kChunks + 2, 99);
+  size_t hits = 0;
+  {
+    Frozen frozen(server_);
+    ASSERT_TRUE(frozen.ok());
+    // 2500 slot leases against 1008 slots: one not given back would show.
+    for (int r = 0; r < 25; ++r) {
+      ASSERT_EQ(maru_lookup_prefix(m_, paths.data(), kChunks, out.data(), &hits), 0)
+          << "lookup " << r << " through the index";
+      ASSERT_EQ(hits, kChunks);
+      ASSERT_EQ(maru_release_batch(out.data(), kChunks, results.data()), 0);
+      for (size_t i = 0; i < kChunks; ++i) ASSERT_EQ(results[i], 0) << i;
+    }
+  }
+  setenv("MARU_INDEX", "0", 1);
+  maru_t *by_message = nullptr;
+  const int connected = maru_connect(server_.address().c_str(), &by_message);
+  unsetenv("MARU_INDEX");
+  ASSERT_EQ(connected, 0);
+  std::vector<maru_chunk_t *> granted(kChunks);
+  ASSERT_EQ(maru_lookup_prefix(m_, paths.data(), kChunks, out.data(), &hits), 0);
+  ASSERT_EQ(hits, kChunks);
+  ASSERT_EQ(maru_lookup_prefix(by_message, paths.data(), kChunks, granted.data(), &hits), 0);
+  ASSERT_EQ(hits, kChunks);
+  maru_chunk_t *writing = nullptr;
+  ASSERT_EQ(maru_create(m_, "/rb/w", 4096, &writing), 0);
+  // Runs of each kind, cut by a NULL and the reservation.
+  std::vector<maru_chunk_t *> all(out.begin(), out.begin() + kChunks / 2);
+  all.insert(all.end(), granted.begin(), granted.begin() + kChunks / 2);
+  all.push_back(nullptr);
+  all.push_back(writing);
+  all.insert(all.end(), out.begin() + kChunks / 2, out.end());
+  all.insert(all.end(), granted.begin() + kChunks / 2, granted.end());
+  ASSERT_EQ(maru_release_batch(all.data(), all.size(), results.data()), -EINVAL);
+  for (size_t i = 0; i < all.size(); ++i) EXPECT_EQ(results[i], all[i] ? 0 : -EINVAL) << i;
+  // The reservation is gone: the path can be created again.
+  ASSERT_EQ(maru_create(m_, "/rb/w", 4096, &writing), 0);
+  EXPECT_EQ(maru_release_batch(&writing, 1, nullptr), 0);
+  EXPECT_EQ(maru_release_batch(nullptr, 0, nullptr), 0);
+  EXPECT_EQ(maru_release_batch(nullptr, 1, nullptr), -EINVAL);
+  // No lease is left (the session that was granted some still open): once
+  // their releases reach the server, an unlink frees the bytes at once.
+  for (const std::string &name : names) ASSERT_EQ(maru_unlink(m_, name.c_str()), 0);
+  EXPECT_TRUE(maru_test::WaitFor([&] { return DeferredBytes(server_) == 0; }, 15000));
+  maru_disconnect(by_message);
+}
+
 // A batched lookup hashes its paths as given and checks only those the
 // index did not find; its answers are still the server's, path for path: a
 // bad path anywhere fails the whole call (and leaves nothing leased), one

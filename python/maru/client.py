@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import errno
 from concurrent.futures import Future
-from typing import Any, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from . import _maru
 from .chunk import Chunk
@@ -239,6 +239,18 @@ class Client:
         """``maru_count_prefix``: how many of ``paths``, from the start, exist
         (one round trip, no lease taken)."""
         return self._conn.count_prefix(list(paths))
+
+    def release_batch(self, chunks: Iterable[Chunk]) -> None:
+        """``maru_release_batch``: :meth:`Chunk.release` of each chunk (of this
+        client or another), with the handles that this frees released in one
+        call of the library, GIL released: a :meth:`lookup_prefix` answer
+        goes back several times faster than chunk by chunk. A chunk that a
+        view (memoryview, array, tensor) still holds keeps its lease until the
+        view is gone, as with :meth:`Chunk.release`.
+        """
+        with _maru.ReleaseBatch():
+            for chunk in chunks:
+                chunk.release()
 
     # --- namespace and lifecycle ---------------------------------------
 

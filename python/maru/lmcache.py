@@ -446,8 +446,7 @@ class MaruBackend:
         for i, chunk in enumerate(chunks):
             obj = self._as_obj(chunk)
             if obj is None:  # not KV of this model: a miss, and so is the rest
-                for rest in chunks[i + 1:]:
-                    rest.release()
+                self._client.release_batch(chunks[i + 1:])
                 break
             objs.append(obj)
         return objs + [None] * (len(keys) - len(objs))

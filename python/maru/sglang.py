@@ -233,8 +233,7 @@ class MaruHiCacheStorage(_Base):  # type: ignore[misc,valid-type]
                 loaded += 1
             return loaded
         finally:
-            for chunk in chunks:
-                chunk.release()
+            self._client.release_batch(chunks)
 
     def batch_set_v1(self, keys: List[str], host_indices: Any,
                      extra_info: Any = None) -> List[bool]:

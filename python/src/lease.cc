@@ -21,6 +21,7 @@ Lease::~Lease() {
   // Runs when the last view is gone. A forked child leaves the handle (and
   // the session) to the parent; the library must not be called there.
   if (session_->Forked()) return;
+  if (ReleaseBatch *batch = ReleaseBatch::Current(); batch && batch->Keep(c_, session_)) return;
   auto release = [this] {
     maru_release(c_);
     session_.reset();  // may be the last reference: maru_disconnect()
@@ -222,6 +223,45 @@ std::vector<int> SealBatch(const std::vector<Lease *> &leases) {
   return results;
 }
 
+thread_local ReleaseBatch *ReleaseBatch::current_ = nullptr;
+
+void ReleaseBatch::Enter() {
+  if (entered_) throw py::value_error("maru: this ReleaseBatch is entered already");
+  entered_ = true;
+  outer_ = current_;
+  current_ = this;
+}
+
+void ReleaseBatch::Exit() {
+  if (!entered_) return;
+  entered_ = false;
+  // With blocks end in the order they began, so this is current_.
+  if (current_ == this) current_ = outer_;
+  if (handles_.empty()) return;
+  std::vector<maru_chunk_t *> handles = std::move(handles_);
+  std::vector<std::shared_ptr<Session>> sessions = std::move(sessions_);
+  handles_.clear();
+  sessions_.clear();
+  py::gil_scoped_release nogil;
+  maru_release_batch(handles.data(), handles.size(), nullptr);
+  sessions.clear();  // may be the last references: maru_disconnect()
+}
+
+bool ReleaseBatch::Keep(maru_chunk_t *c, std::shared_ptr<Session> &session) noexcept {
+  try {
+    // Grown ahead, as push_back would, so that the push_backs cannot throw.
+    if (handles_.size() == handles_.capacity())
+      handles_.reserve(std::max<size_t>(64, 2 * handles_.capacity()));
+    if (sessions_.size() == sessions_.capacity())
+      sessions_.reserve(std::max<size_t>(64, 2 * sessions_.capacity()));
+  } catch (const std::bad_alloc &) {
+    return false;  // the lease releases its handle itself
+  }
+  handles_.push_back(c);
+  sessions_.push_back(std::move(session));
+  return true;
+}
+
 void RegisterLease(py::module_ &m) {
   fork_error_type = m.attr("ForkError");
   py::class_<Lease> cls(m, "Lease", py::buffer_protocol(),
@@ -259,6 +299,12 @@ void RegisterLease(py::module_ &m) {
         return SealBatch(leases);
       },
       py::arg("leases"), "maru_seal_batch(): 0 or a negative errno per chunk.");
+  py::class_<ReleaseBatch>(m, "ReleaseBatch",
+                           "with ReleaseBatch(): the handles of leases that die in the block\n"
+                           "(on this thread) go in one maru_release_batch() at its end.")
+      .def(py::init<>())
+      .def("__enter__", &ReleaseBatch::Enter)
+      .def("__exit__", [](ReleaseBatch &b, const py::args &) { b.Exit(); });
 }
 
 }  // namespace maru_py

@@ -80,6 +80,33 @@ class Lease {
 // maru_seal_batch() of chunks of one session: 0 or a negative errno each.
 std::vector<int> SealBatch(const std::vector<Lease *> &leases);
 
+// While one is entered on a thread (Client.release_batch), the handles of
+// the leases that die on that thread are kept, not released, and go in one
+// maru_release_batch() when it exits, with the GIL released. A lease that
+// still has a view does not die, so its handle stays held as it would.
+class ReleaseBatch {
+ public:
+  ReleaseBatch() = default;
+  ~ReleaseBatch() { Exit(); }
+  ReleaseBatch(const ReleaseBatch &) = delete;
+  ReleaseBatch &operator=(const ReleaseBatch &) = delete;
+
+  void Enter();
+  // Releases what was kept; the GIL is held.
+  void Exit();
+  // This thread's entered batch, or null.
+  static ReleaseBatch *Current() { return current_; }
+  // Keeps `c` for Exit(); false (nothing kept) when out of memory.
+  bool Keep(maru_chunk_t *c, std::shared_ptr<Session> &session) noexcept;
+
+ private:
+  static thread_local ReleaseBatch *current_;
+  bool entered_ = false;
+  ReleaseBatch *outer_ = nullptr;
+  std::vector<maru_chunk_t *> handles_;
+  std::vector<std::shared_ptr<Session>> sessions_;  // keep the pool mapped until then
+};
+
 void RegisterLease(pybind11::module_ &m);
 
 }  // namespace maru_py

@@ -1,10 +1,30 @@
 #include "session.h"
 
+#include <pthread.h>
 #include <unistd.h>
+
+#include <atomic>
 
 #include "errors.h"
 
 namespace maru_py {
+namespace {
+
+// This process's id, kept by a fork handler: Forked() runs on every chunk
+// call and every release, and getpid() is a system call each time.
+std::atomic<pid_t> this_process{0};
+
+pid_t ThisProcess() {
+  static const bool watched = [] {
+    this_process = getpid();
+    pthread_atfork(nullptr, nullptr, [] { this_process = getpid(); });
+    return true;
+  }();
+  (void)watched;
+  return this_process.load(std::memory_order_relaxed);
+}
+
+}  // namespace
 
 int Session::Connect(const std::optional<std::string> &target,
                      const std::optional<std::string> &instance, std::shared_ptr<Session> *out) {
@@ -13,7 +33,7 @@ int Session::Connect(const std::optional<std::string> &target,
   maru_t *m = nullptr;
   int rc = maru_connect_ex(target ? target->c_str() : nullptr, &opts, &m);
   if (rc < 0) return rc;
-  out->reset(new Session(m, getpid()));
+  out->reset(new Session(m, ThisProcess()));
   return 0;
 }
 
@@ -23,7 +43,7 @@ Session::~Session() {
 }
 
 bool Session::Forked() const {
-  return getpid() != pid_;
+  return ThisProcess() != pid_;
 }
 
 void Session::CheckFork() const {

@@ -1,11 +1,14 @@
 """Views hold the lease: no view ever points at bytes the pool reused."""
 
 import gc
+import json
+import subprocess
 
 import numpy as np
 import pytest
 
 import maru
+from conftest import wait_for
 
 
 def test_tensor_outlives_release_unlink_and_reuse(make_server, ns):
@@ -41,6 +44,41 @@ def test_release_of_an_unsealed_chunk_waits_for_its_views(client, ns):
     del view
     gc.collect()
     client.put(path, b"now free")  # the last view took the reservation with it
+
+
+def _deferred_bytes(server) -> int:
+    """Bytes of unlinked chunks that a lease still holds (``maructl df``)."""
+    out = subprocess.run([server.maructl, "df", "--json", "--server", server.url],
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out)["deferred"]
+
+
+def test_release_batch_releases_what_no_view_holds(make_server, ns):
+    unit = 64 << 10  # what a chunk of 4096 bytes takes
+    server = make_server(unit=unit)
+    paths = [f"/{ns}/b{i}" for i in range(100)]
+    with maru.Client(server.url) as c:
+        for p in paths:
+            c.put(p, b"x" * 4096)
+        chunks = c.lookup_prefix(paths)
+        assert len(chunks) == len(paths)
+        view = chunks[7].numpy()
+        writing = c.create(f"/{ns}/w", 4096)
+        c.release_batch(chunks + [writing])
+        assert all(chunk.released for chunk in chunks) and writing.released
+        with pytest.raises(ValueError):
+            chunks[0].size
+        c.put(f"/{ns}/w", b"abandoned")  # the reservation went with the batch
+        for p in paths:
+            c.unlink(p)
+        # Only the chunk a view still holds keeps its bytes from reuse...
+        assert wait_for(lambda: _deferred_bytes(server) == unit)
+        assert view.tobytes() == b"x" * 4096
+        del view
+        gc.collect()
+        # ... until the view goes.
+        assert wait_for(lambda: _deferred_bytes(server) == 0)
+        c.release_batch([])
 
 
 def test_views_outlive_the_client(server, ns):

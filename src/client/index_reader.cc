@@ -239,12 +239,12 @@ void IndexReader::NoteReads(const Hit *hits, size_t n) {
   block = b;
 }
 
-void IndexReader::Drop(int slot, uint64_t gen) {
-  uint64_t expected = gen;
-  region_->slots[slot].compare_exchange_strong(expected, 0, std::memory_order_release);
-  Shard &shard = shards_[ThreadShard(kShards)];
-  std::lock_guard<std::mutex> lock(shard.mu);
-  shard.free.push_back(static_cast<uint32_t>(slot));
+void IndexReader::Drop(const int *slots, const uint64_t *gens, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t expected = gens[i];
+    region_->slots[slots[i]].compare_exchange_strong(expected, 0, std::memory_order_release);
+  }
+  GiveBack(slots, n);
 }
 
 }  // namespace maru

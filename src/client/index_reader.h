@@ -58,7 +58,10 @@ class IndexReader {
   // use if the region is no longer this session's; ask the server). The
   // caller then notes the read (NoteReads).
   bool Take(const Hit &hit, int slot);
-  void Drop(int slot, uint64_t gen);
+  void Drop(int slot, uint64_t gen) { Drop(&slot, &gen, 1); }
+  // Drop() of slots[0..n), gens[i] the version slots[i] leases: the slots
+  // go back to this thread's free list under one hold of its lock.
+  void Drop(const int *slots, const uint64_t *gens, size_t n);
   // Up to `n` free slots for this thread (fewer when every slot is in
   // use), taken under one hold of its shard's lock; those a caller does
   // not Take go back with GiveBack.

@@ -299,24 +299,29 @@ void MetaClient::NoteAnswer() {
   answered_resuming_ = resuming_.load();
 }
 
-void MetaClient::ReleaseLease(uint64_t handle) {
-  bool flush_now;
-  {
-    LeaseShard &shard = ShardOf(handle);
+void MetaClient::ReleaseLeases(const uint64_t *handles, size_t n) {
+  bool queued = false, flush_now = false;
+  for (size_t i = 0; i < n;) {
+    // A run of one shard's handles under one hold of its lock (a batch's
+    // handles usually share one: the thread that took them).
+    LeaseShard &shard = ShardOf(handles[i]);
     std::lock_guard<std::mutex> lock(shard.mu);
-    Tracked *t = shard.tracked.Find(handle);
-    if (!t) return;
-    const uint64_t lease = t->lease;
-    shard.tracked.Erase(t);
-    if (IsSlotLease(lease)) return;  // its slot was cleared: no message
-    // Queued before the shard lets go: a resume sees it tracked or queued.
-    std::lock_guard<std::mutex> queue(lease_mu_);
-    if (lease) to_release_.push_back(lease);
-    flush_now = to_release_.size() >= kReleaseBatch || !options_.heartbeat;
+    for (; i < n && &ShardOf(handles[i]) == &shard; ++i) {
+      Tracked *t = shard.tracked.Find(handles[i]);
+      if (!t) continue;
+      const uint64_t lease = t->lease;
+      shard.tracked.Erase(t);
+      if (lease == 0 || IsSlotLease(lease)) continue;  // lost, or its slot was cleared: no message
+      // Queued before the shard lets go: a resume sees it tracked or queued.
+      std::lock_guard<std::mutex> queue(lease_mu_);
+      to_release_.push_back(lease);
+      queued = true;
+      flush_now = flush_now || to_release_.size() >= kReleaseBatch || !options_.heartbeat;
+    }
   }
   if (flush_now) {
     FlushReleases();
-  } else if (!release_pending_.exchange(true)) {
+  } else if (queued && !release_pending_.exchange(true)) {
     bg_cv_.notify_all();
   }
 }

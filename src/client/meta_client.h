@@ -71,7 +71,8 @@ class MetaClient {
   // lease is then not tracked: it ends with the session).
   uint64_t TrackLease(uint64_t lease, uint64_t ino, uint64_t gen);
   // Stops tracking and releases the lease in the background (batched).
-  void ReleaseLease(uint64_t handle);
+  void ReleaseLease(uint64_t handle) { ReleaseLeases(&handle, 1); }
+  void ReleaseLeases(const uint64_t *handles, size_t n);
   // Sends pending releases now.
   void FlushReleases();
   // True if the lease behind `handle` surely still holds: it was renewed

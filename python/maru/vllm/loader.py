@@ -54,9 +54,7 @@ class LoadJob:
         finally:
             for ev in self.layers:
                 ev.set()
-            for r in self.requests:
-                for c in r.chunks:
-                    c.release()
+            self.store.release([c for r in self.requests for c in r.chunks])
             self.done.set()
 
     def _open(self) -> None:

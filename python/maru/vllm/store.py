@@ -101,6 +101,10 @@ class ChunkStore:
         """Seals the chunks in one round trip (publishing what is left)."""
         return self.client.seal_batch(chunks) if chunks else []
 
+    def release(self, chunks: Sequence[Chunk]) -> None:
+        """Releases the chunks together (abandoning those not sealed)."""
+        self.client.release_batch(chunks)
+
 
 def _done(result: Any) -> Future:
     future: Future = Future()

@@ -165,8 +165,7 @@ class WorkerSide:
             if self.saving:
                 self.store.seal([s.chunk for s in self.saving])
         finally:
-            for s in self.saving:
-                s.chunk.release()
+            self.store.release([s.chunk for s in self.saving])
             self.saving = []
             self.save_meta = None
             self._finish_loading()
