@@ -8,11 +8,13 @@ Starts its own maru-server (examples/tiny_llm/maru_node.py: a pool in
 
 - per call, ``maru.Client`` against the same calls of libmaru_direct in a
   tiny C loop (overhead_loop.c, compiled here with cc): open + release of
-  one chunk, count_prefix of 128 keys, a 32 MiB store (create, copy in,
-  seal, release) and load (open, copy out, release);
+  one chunk, count_prefix of 128 keys, lookup_prefix of 128 keys and
+  release_batch of what it found, a 32 MiB store (create, copy in, seal,
+  release) and load (open, copy out, release);
 - per key, storing 128 small chunks (create, seal, unlink) and asking
   whether they exist (count_prefix), one round trip per key against one
-  per batch: ``maru.Client`` here, ``maru-bench batch`` for C.
+  per batch: ``maru.Client`` here, ``maru-bench batch`` for C; and
+  releasing a 128-key lookup's chunks one by one against release_batch.
 
 The two sides take turns (--repeat times, each going first every other
 turn); a figure is the median over turns, a ratio the median of the turns'
@@ -68,6 +70,12 @@ def python_calls(client: maru.Client, rounds: int, calls: int, big: int) -> Dict
         if client.count_prefix(paths) != KEYS:
             raise RuntimeError("count_prefix: keys missing")
 
+    def lookup_release() -> None:
+        chunks = client.lookup_prefix(paths)
+        if len(chunks) != KEYS:
+            raise RuntimeError("lookup_prefix: keys missing")
+        client.release_batch(chunks)
+
     src, dst = bytearray(b"\x07" * big), bytearray(big)
     store, load = [], []
     path = f"{DIR}/big-py"
@@ -87,7 +95,30 @@ def python_calls(client: maru.Client, rounds: int, calls: int, big: int) -> Dict
         load.append((t2 - t1) * 1e6)
     out["store_us"] = statistics.median(store)
     out["load_us"] = statistics.median(load)
+    out["lookup_release_128_us"] = per_call_us(rounds, calls, lookup_release)
+    out["release_us_per_key"] = release_per_key(client, paths, rounds, calls)
     return out
+
+
+def release_per_key(client: maru.Client, paths: List[str], rounds: int,
+                    calls: int) -> List[float]:
+    """Microseconds per key of releasing a lookup's chunks one by one and
+    with ``release_batch``, in turns (the lookups untimed): medians of rounds."""
+    each, batch = [], []
+    for _ in range(rounds):
+        spent = [0.0, 0.0]
+        for i in range(calls):
+            chunks = client.lookup_prefix(paths)
+            t0 = time.perf_counter()
+            if i % 2 == 0:
+                for chunk in chunks:
+                    chunk.release()
+            else:
+                client.release_batch(chunks)
+            spent[i % 2] += time.perf_counter() - t0
+        each.append(spent[0] * 1e6 / ((calls + 1) // 2) / KEYS)
+        batch.append(spent[1] * 1e6 / (calls // 2) / KEYS)
+    return [statistics.median(each), statistics.median(batch)]
 
 
 def build_c_loop(work: Path) -> Path:
@@ -180,6 +211,7 @@ def table(py: List[Dict], c: List[Dict], pyb: List[Dict], cb: List[Dict], big: i
     mib = big >> 20
     rows = [("open + release, 1 chunk", "open_release_us"),
             (f"count_prefix, {KEYS} keys", "count_prefix_128_us"),
+            (f"lookup_prefix, {KEYS} keys, + release_batch", "lookup_release_128_us"),
             (f"store {mib} MiB (create, copy in, seal, release)", "store_us"),
             (f"load {mib} MiB (open, copy out, release)", "load_us")]
     out = ["| call | C (µs) | Python (µs) | Python ÷ C | Python − C (µs) |",
@@ -197,6 +229,11 @@ def table(py: List[Dict], c: List[Dict], pyb: List[Dict], cb: List[Dict], big: i
         p1, pn = median_of(pyb, key, 0), median_of(pyb, key, 1)
         out.append(f"| {name} | {c1:.1f} | {cn:.2f} | {batch_gain(cb, key):.1f}× | {p1:.1f} "
                    f"| {pn:.2f} | {batch_gain(pyb, key):.1f}× |")
+    key = "release_us_per_key"  # measured with the calls above
+    c1, cn = median_of(c, key, 0), median_of(c, key, 1)
+    p1, pn = median_of(py, key, 0), median_of(py, key, 1)
+    out.append(f"| release a lookup's chunks | {c1:.3f} | {cn:.3f} | {batch_gain(c, key):.1f}× "
+               f"| {p1:.3f} | {pn:.3f} | {batch_gain(py, key):.1f}× |")
     return "\n".join(out) + "\n"
 
 

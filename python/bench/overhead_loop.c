@@ -4,7 +4,8 @@
  *   overhead_loop SERVER DIR ROUNDS CALLS BIG_BYTES
  * Expects DIR/k0..k127 stored (the script does it). Prints one JSON line:
  * microseconds per call, medians over ROUNDS rounds of CALLS calls (the
- * 32 MiB store and load: one call a round). */
+ * 32 MiB store and load: one call a round; the releases of a lookup's
+ * chunks: per key, one by one and batched). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,8 +60,13 @@ int main(int argc, char **argv) {
   double *count_us = calloc((size_t)rounds, sizeof(double));
   double *store_us = calloc((size_t)rounds, sizeof(double));
   double *load_us = calloc((size_t)rounds, sizeof(double));
+  double *lookup_us = calloc((size_t)rounds, sizeof(double));
+  double *each_us = calloc((size_t)rounds, sizeof(double));
+  double *batch_us = calloc((size_t)rounds, sizeof(double));
   char *src = malloc(big), *dst = malloc(big);
-  if (!open_us || !count_us || !store_us || !load_us || !src || !dst) return fail("memory", -12);
+  if (!open_us || !count_us || !store_us || !load_us || !lookup_us || !each_us || !batch_us ||
+      !src || !dst)
+    return fail("memory", -12);
   memset(src, 7, big);
   memset(dst, 0, big);
   /* Warm-up, untimed: the Python side has run its calls before (it is one
@@ -90,6 +96,36 @@ int main(int argc, char **argv) {
     }
     count_us[r] = (now_us() - t0) / calls;
   }
+  maru_chunk_t *found[KEYS];
+  for (int r = 0; r < rounds; ++r) {
+    double t0 = now_us();
+    for (int i = 0; i < calls; ++i) {
+      size_t n = 0;
+      if ((rc = maru_lookup_prefix(m, keys, KEYS, found, &n)) || n != KEYS)
+        return fail("lookup_prefix", rc);
+      maru_release_batch(found, n, NULL);
+    }
+    lookup_us[r] = (now_us() - t0) / calls;
+  }
+  /* The releases alone, one by one and batched in turns (the lookups untimed). */
+  for (int r = 0; r < rounds; ++r) {
+    double each = 0, batch = 0;
+    for (int i = 0; i < calls; ++i) {
+      size_t n = 0;
+      if ((rc = maru_lookup_prefix(m, keys, KEYS, found, &n)) || n != KEYS)
+        return fail("lookup_prefix", rc);
+      double t0 = now_us();
+      if (i % 2 == 0) {
+        for (size_t j = 0; j < n; ++j) maru_release(found[j]);
+        each += now_us() - t0;
+      } else {
+        maru_release_batch(found, n, NULL);
+        batch += now_us() - t0;
+      }
+    }
+    each_us[r] = each / ((calls + 1) / 2) / KEYS;
+    batch_us[r] = batch / (calls / 2) / KEYS;
+  }
   for (int r = 0; r < rounds; ++r) {
     double t0 = now_us();
     maru_chunk_t *c;
@@ -106,10 +142,11 @@ int main(int argc, char **argv) {
     if ((rc = maru_unlink(m, big_path))) return fail("unlink", rc);
   }
   printf(
-      "{\"open_release_us\":%.3f,\"count_prefix_128_us\":%.3f,\"store_us\":%.1f,\"load_us\":%.1f}"
-      "\n",
+      "{\"open_release_us\":%.3f,\"count_prefix_128_us\":%.3f,\"store_us\":%.1f,\"load_us\":%.1f,"
+      "\"lookup_release_128_us\":%.3f,\"release_us_per_key\":[%.4f,%.4f]}\n",
       median(open_us, rounds), median(count_us, rounds), median(store_us, rounds),
-      median(load_us, rounds));
+      median(load_us, rounds), median(lookup_us, rounds), median(each_us, rounds),
+      median(batch_us, rounds));
   maru_disconnect(m);
   return 0;
 }
