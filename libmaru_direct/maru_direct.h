@@ -382,8 +382,8 @@ int maru_lease_check(maru_chunk_t *c);
 /* Drops the lease (or aborts an unsealed chunk) and frees the handle. */
 int maru_release(maru_chunk_t *c);
 
-/* maru_release() of chunks[0..n), which may come from different maru_t:
- * every handle is freed whatever becomes of the others. results[i] (results
+/* maru_release() of chunks[0..n) (each at most once; they may come from
+ * different maru_t): every handle is freed whatever becomes of the others. results[i] (results
  * may be NULL) gets what maru_release(chunks[i]) would return (-EINVAL for
  * NULL); returns 0, or the first of them that is not 0. Read handles next
  * to each other in the array (a maru_lookup_prefix() answer) give their
