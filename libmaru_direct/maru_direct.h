@@ -383,11 +383,13 @@ int maru_lease_check(maru_chunk_t *c);
 int maru_release(maru_chunk_t *c);
 
 /* maru_release() of chunks[0..n) (each at most once; they may come from
- * different maru_t): every handle is freed whatever becomes of the others. results[i] (results
- * may be NULL) gets what maru_release(chunks[i]) would return (-EINVAL for
- * NULL); returns 0, or the first of them that is not 0. Read handles next
- * to each other in the array (a maru_lookup_prefix() answer) give their
- * leases back together: one hold of each lock per run, not per chunk. */
+ * different maru_t): every handle is freed whatever becomes of the others.
+ * results[i] (results may be NULL) gets what maru_release(chunks[i]) would
+ * return (-EINVAL for NULL); returns 0, or the first of them that is not 0,
+ * or -EINVAL with nothing freed when chunks is NULL and n is not 0. Read
+ * handles next to each other in the array (a maru_lookup_prefix() answer)
+ * give their leases back in runs of up to 64: one hold of each lock a run,
+ * not one a chunk. */
 int maru_release_batch(maru_chunk_t *const *chunks, size_t n, int *results);
 
 /* --- Namespace and lifecycle -------------------------------------------- */

@@ -517,6 +517,49 @@ TEST_F(IndexTest, AChunkYouMayNotOpenYouCannotLookUp) {
 // entries and counts the rest as overflow without searching for room (at
 // ten million chunks in the default 4Mi entries that search took 10 s of a
 // start); every chunk is still found, those left out by message.
+// A thread's block of read-note places belongs to one reader: a client
+// that connects after another has gone (often getting its region, mapped
+// at the same address) notes its reads in its own ring, and eviction sees
+// them.
+TEST(IndexReads, AReconnectedClientsReadsStillCountForEviction) {
+  TestPool pool{16ull << 20};
+  Server server{pool.path(),
+                {"--eviction", "lru", "--high-watermark", "1", "--low-watermark", "1"}};
+  ASSERT_TRUE(server.Start());
+  constexpr uint64_t kChunk = 1 << 20;
+  auto exists = [](maru_t *m, const std::string &path) {
+    const char *paths[] = {path.c_str()};
+    size_t n = 0;
+    return maru_count_prefix(m, paths, 1, &n) == 0 && n == 1;
+  };
+  auto read = [](maru_t *m, const std::string &path) {
+    const char *paths[] = {path.c_str()};
+    maru_chunk_t *c = nullptr;
+    size_t hits = 0;
+    const int rc = maru_lookup_prefix(m, paths, 1, &c, &hits);
+    if (hits == 1) maru_release(c);
+    return rc == 0 && hits == 1;
+  };
+  // Rounds: the region lands where the last one was often, not always.
+  for (int round = 0; round < 8; ++round) {
+    maru_t *m = nullptr;
+    ASSERT_EQ(maru_connect(server.address().c_str(), &m), 0);
+    const std::string dir = "/rr" + std::to_string(round);
+    const std::string older = dir + "/older", newer = dir + "/newer";
+    ASSERT_EQ(Store(m, older, kChunk), 0);
+    ASSERT_EQ(Store(m, newer, kChunk), 0);
+    ASSERT_TRUE(read(m, older));  // now the most recently used of the two
+    // Fill until one of them goes: the one not read.
+    for (int i = 0; exists(m, older) && exists(m, newer); ++i) {
+      ASSERT_LT(i, 64) << "the pool never evicted";
+      ASSERT_EQ(Store(m, dir + "/fill" + std::to_string(i), kChunk), 0);
+    }
+    EXPECT_TRUE(exists(m, older)) << "round " << round << ": the read was not noted";
+    EXPECT_FALSE(exists(m, newer)) << "round " << round;
+    maru_disconnect(m);
+  }
+}
+
 TEST(IndexFull, AStartFillsSevenEighthsAndTheRestAreAskedFor) {
   TestPool pool{32ull << 20, 4u << 10};
   Server server{pool.path(), {"--index-entries", "4096"}};

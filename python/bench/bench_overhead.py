@@ -244,6 +244,8 @@ def main() -> None:
     ap.add_argument("--big", type=int, default=32 << 20, help="bytes of the large chunk")
     ap.add_argument("--repeat", type=int, default=5, help="turns of each side")
     args = ap.parse_args()
+    if args.rounds < 1 or args.calls < 2 or args.big < 1 or args.repeat < 1:
+        ap.error("--rounds, --big and --repeat must be positive, --calls at least 2")
     with tempfile.TemporaryDirectory(prefix="maru-bench-overhead-") as work, \
             MaruNode(pool_size=1 << 30) as node, maru.Client(node.url, instance="bench") as client:
         exe = build_c_loop(Path(work))

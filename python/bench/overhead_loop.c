@@ -45,6 +45,10 @@ int main(int argc, char **argv) {
   const char *dir = argv[2];
   const int rounds = atoi(argv[3]), calls = atoi(argv[4]);
   const uint64_t big = strtoull(argv[5], NULL, 10);
+  if (rounds < 1 || calls < 2 || big == 0) {
+    fprintf(stderr, "overhead_loop: ROUNDS >= 1, CALLS >= 2 and BIG_BYTES > 0, please\n");
+    return 2;
+  }
   maru_t *m;
   int rc = maru_connect(argv[1], &m);
   if (rc) return fail("connect", rc);

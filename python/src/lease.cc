@@ -21,12 +21,14 @@ Lease::~Lease() {
   // Runs when the last view is gone. A forked child leaves the handle (and
   // the session) to the parent; the library must not be called there.
   if (session_->Forked()) return;
-  if (ReleaseBatch *batch = ReleaseBatch::Current(); batch && batch->Keep(c_, session_)) return;
+  const bool gil = PyGILState_Check();
+  // In a batch (whose kept handles the GIL guards), it goes at its end.
+  if (gil && ReleaseBatch::Keep(c_, session_)) return;
   auto release = [this] {
     maru_release(c_);
     session_.reset();  // may be the last reference: maru_disconnect()
   };
-  if (PyGILState_Check()) {
+  if (gil) {
     py::gil_scoped_release nogil;
     release();
   } else {
@@ -223,42 +225,63 @@ std::vector<int> SealBatch(const std::vector<Lease *> &leases) {
   return results;
 }
 
-thread_local ReleaseBatch *ReleaseBatch::current_ = nullptr;
+struct KeptHandles {
+  int entered = 0;  // batches entered on the thread and not exited
+  std::vector<maru_chunk_t *> handles;
+  std::vector<std::shared_ptr<Session>> sessions;  // keep the pool mapped until then
+};
+
+namespace {
+
+// This thread's, shared with the batches entered on it: one may exit on
+// another thread, or after this one ended.
+std::shared_ptr<KeptHandles> &ThreadKept() {
+  thread_local std::shared_ptr<KeptHandles> kept;
+  return kept;
+}
+
+}  // namespace
 
 void ReleaseBatch::Enter() {
-  if (entered_) throw py::value_error("maru: this ReleaseBatch is entered already");
-  entered_ = true;
-  outer_ = current_;
-  current_ = this;
+  if (kept_) throw py::value_error("maru: this ReleaseBatch is entered already");
+  std::shared_ptr<KeptHandles> &mine = ThreadKept();
+  if (!mine) mine = std::make_shared<KeptHandles>();
+  kept_ = mine;
+  ++kept_->entered;
 }
 
 void ReleaseBatch::Exit() {
-  if (!entered_) return;
-  entered_ = false;
-  // With blocks end in the order they began, so this is current_.
-  if (current_ == this) current_ = outer_;
-  if (handles_.empty()) return;
-  std::vector<maru_chunk_t *> handles = std::move(handles_);
-  std::vector<std::shared_ptr<Session>> sessions = std::move(sessions_);
-  handles_.clear();
-  sessions_.clear();
+  if (!kept_) return;
+  const std::shared_ptr<KeptHandles> kept = std::move(kept_);
+  kept_.reset();
+  if (--kept->entered > 0 || kept->handles.empty()) return;
+  std::vector<maru_chunk_t *> handles;
+  std::vector<std::shared_ptr<Session>> sessions;
+  handles.swap(kept->handles);
+  sessions.swap(kept->sessions);
+  // A child forked inside the block leaves the parent's handles alone.
+  size_t n = 0;
+  for (size_t i = 0; i < handles.size(); ++i)
+    if (!sessions[i]->Forked()) handles[n++] = handles[i];
   py::gil_scoped_release nogil;
-  maru_release_batch(handles.data(), handles.size(), nullptr);
+  maru_release_batch(handles.data(), n, nullptr);
   sessions.clear();  // may be the last references: maru_disconnect()
 }
 
 bool ReleaseBatch::Keep(maru_chunk_t *c, std::shared_ptr<Session> &session) noexcept {
+  KeptHandles *kept = ThreadKept().get();
+  if (!kept || kept->entered == 0) return false;
   try {
     // Grown ahead, as push_back would, so that the push_backs cannot throw.
-    if (handles_.size() == handles_.capacity())
-      handles_.reserve(std::max<size_t>(64, 2 * handles_.capacity()));
-    if (sessions_.size() == sessions_.capacity())
-      sessions_.reserve(std::max<size_t>(64, 2 * sessions_.capacity()));
+    if (kept->handles.size() == kept->handles.capacity())
+      kept->handles.reserve(std::max<size_t>(64, 2 * kept->handles.capacity()));
+    if (kept->sessions.size() == kept->sessions.capacity())
+      kept->sessions.reserve(std::max<size_t>(64, 2 * kept->sessions.capacity()));
   } catch (const std::bad_alloc &) {
     return false;  // the lease releases its handle itself
   }
-  handles_.push_back(c);
-  sessions_.push_back(std::move(session));
+  kept->handles.push_back(c);
+  kept->sessions.push_back(std::move(session));
   return true;
 }
 

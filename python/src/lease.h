@@ -82,8 +82,11 @@ std::vector<int> SealBatch(const std::vector<Lease *> &leases);
 
 // While one is entered on a thread (Client.release_batch), the handles of
 // the leases that die on that thread are kept, not released, and go in one
-// maru_release_batch() when it exits, with the GIL released. A lease that
-// still has a view does not die, so its handle stays held as it would.
+// maru_release_batch() when the last batch entered there exits, with the
+// GIL released. A lease that still has a view does not die, so its handle
+// stays held as it would. Batches may exit in any order and on any thread;
+// what they keep is shared under the GIL.
+struct KeptHandles;
 class ReleaseBatch {
  public:
   ReleaseBatch() = default;
@@ -92,19 +95,14 @@ class ReleaseBatch {
   ReleaseBatch &operator=(const ReleaseBatch &) = delete;
 
   void Enter();
-  // Releases what was kept; the GIL is held.
+  // The GIL is held.
   void Exit();
-  // This thread's entered batch, or null.
-  static ReleaseBatch *Current() { return current_; }
-  // Keeps `c` for Exit(); false (nothing kept) when out of memory.
-  bool Keep(maru_chunk_t *c, std::shared_ptr<Session> &session) noexcept;
+  // Keeps the handle of a lease that dies on this thread, the GIL held, for
+  // the batches entered on it: false when none is (or out of memory).
+  static bool Keep(maru_chunk_t *c, std::shared_ptr<Session> &session) noexcept;
 
  private:
-  static thread_local ReleaseBatch *current_;
-  bool entered_ = false;
-  ReleaseBatch *outer_ = nullptr;
-  std::vector<maru_chunk_t *> handles_;
-  std::vector<std::shared_ptr<Session>> sessions_;  // keep the pool mapped until then
+  std::shared_ptr<KeptHandles> kept_;  // the entering thread's, while entered
 };
 
 void RegisterLease(pybind11::module_ &m);

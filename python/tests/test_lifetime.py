@@ -3,6 +3,7 @@
 import gc
 import json
 import subprocess
+import threading
 
 import numpy as np
 import pytest
@@ -79,6 +80,41 @@ def test_release_batch_releases_what_no_view_holds(make_server, ns):
         # ... until the view goes.
         assert wait_for(lambda: _deferred_bytes(server) == 0)
         c.release_batch([])
+
+
+def _release_on_another_thread(chunk: maru.Chunk) -> None:
+    """Released at once: batches keep only what dies on their own thread."""
+    t = threading.Thread(target=chunk.release)
+    t.start()
+    t.join()
+
+
+def test_release_batches_release_at_their_last_exit_in_any_order(make_server, ns):
+    unit = 64 << 10
+    server = make_server(unit=unit)
+    with maru.Client(server.url) as c:
+        names = [f"/{ns}/{n}" for n in ("a", "b", "c")]
+        for name in names:
+            c.put(name, b"x" * 4096)
+        a, b, c_ = (c.open(name) for name in names)
+        for name in names:
+            c.unlink(name)
+        assert _deferred_bytes(server) == 3 * unit  # each held by its lease
+        outer, inner = maru._maru.ReleaseBatch(), maru._maru.ReleaseBatch()
+        outer.__enter__()
+        inner.__enter__()
+        a.release()  # kept by the batches
+        outer.__exit__(None, None, None)  # out of order: the inner one is still entered
+        del outer
+        gc.collect()
+        _release_on_another_thread(b)
+        # The server frees b's bytes at its next look at the leases; a's
+        # would go with them had the batch released it.
+        assert wait_for(lambda: _deferred_bytes(server) == 2 * unit)
+        inner.__exit__(None, None, None)  # the last exit releases a
+        assert wait_for(lambda: _deferred_bytes(server) == unit)
+        c_.release()  # and releases are at once again
+        assert wait_for(lambda: _deferred_bytes(server) == 0)
 
 
 def test_views_outlive_the_client(server, ns):

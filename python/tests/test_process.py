@@ -1,9 +1,16 @@
 """fork() after connect, and the GIL while a call waits for the server."""
 
+import ctypes
+import gc
+import json
 import os
+import platform
 import signal
+import subprocess
 import sys
 import threading
+
+import pytest
 
 import maru
 from conftest import wait_for
@@ -40,6 +47,45 @@ def test_fork_after_connect_raises_fork_error(client, ns):
     assert bytes(chunk.memoryview()) == b"parent"
     assert client.pool_info().total > 0
     chunk.release()
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="fork(2) by number: x86_64's")
+def test_a_raw_fork_child_leaves_the_parents_leases(make_server, ns):
+    """A fork by the system call, which runs no atfork handler (unlike
+    os.fork), is still seen: the child neither calls the library nor
+    releases the parent's leases when its chunks die."""
+    unit = 64 << 10
+    server = make_server(unit=unit)
+
+    def deferred() -> int:
+        out = subprocess.run([server.maructl, "df", "--json", "--server", server.url],
+                             check=True, capture_output=True, text=True).stdout
+        return json.loads(out)["deferred"]
+
+    with maru.Client(server.url) as c:
+        c.put(f"/{ns}/r", b"parent")
+        chunk = c.lookup_prefix([f"/{ns}/r"])[0]
+        libc = ctypes.CDLL(None, use_errno=True)
+        pid = libc.syscall(57)  # SYS_fork
+        if pid == 0:
+            code = 1
+            try:
+                try:
+                    c.pool_info()
+                except maru.ForkError:
+                    chunk.release()
+                    gc.collect()
+                    code = 0
+            finally:
+                os._exit(code)
+        assert pid > 0, os.strerror(ctypes.get_errno())
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        c.unlink(f"/{ns}/r")
+        assert deferred() == unit  # the parent's lease holds
+        assert bytes(chunk.memoryview()) == b"parent"
+        chunk.release()
+        assert wait_for(lambda: deferred() == 0)
 
 
 def test_fork_error_is_a_runtime_error():

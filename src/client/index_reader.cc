@@ -25,6 +25,10 @@ std::unique_ptr<IndexReader> IndexReader::Attach(const rpc::OpenSessionReply &se
   close(fd);
   if (base == MAP_FAILED) return nullptr;
   std::unique_ptr<IndexReader> r(new IndexReader());
+  // Thread-locals name the reader by it: a reader's address, or its
+  // region's, may be another's of the past (the same memory mapped anew).
+  static std::atomic<uint64_t> readers{0};
+  r->serial_ = readers.fetch_add(1, std::memory_order_relaxed) + 1;
   r->base_ = base;
   r->bytes_ = bytes;
   const auto *h = static_cast<const index::Header *>(base);
@@ -209,10 +213,13 @@ bool IndexReader::Take(const Hit &hit, int slot) {
 }
 
 void IndexReader::NoteReads(const Hit *hits, size_t n) {
-  // This thread's block of ring places (in this region: a block taken in
-  // another reader's region is left, which only loses its unused places).
+  // This thread's block of ring places (of this reader's region: a block
+  // taken in another reader's region is left, which only loses its unused
+  // places). Named by the reader's serial, not the region's address: a
+  // region mapped where an earlier one was would take up that one's block,
+  // whose places this ring may have passed (its notes then lost).
   struct Block {
-    const index::Region *region = nullptr;
+    uint64_t reader = 0;
     uint64_t next = 0, end = 0;
   };
   thread_local Block block;
@@ -222,8 +229,8 @@ void IndexReader::NoteReads(const Hit *hits, size_t n) {
   index::ReadNote *ring = index::Ring(region_);
   uint64_t stamp = 0;
   for (size_t i = 0; i < n; ++i) {
-    if (b.region != region_ || b.next == b.end) {
-      b.region = region_;
+    if (b.reader != serial_ || b.next == b.end) {
+      b.reader = serial_;
       b.next = region_->reads_head.fetch_add(index::kNoteBlock, std::memory_order_relaxed);
       b.end = b.next + index::kNoteBlock;
       stamp = 0;

@@ -100,6 +100,7 @@ class IndexReader {
   const index::Entry *entries_ = nullptr;
   index::Region *region_ = nullptr;
   uint64_t mask_ = 0, instance_ = 0, token_ = 0;
+  uint64_t serial_ = 0;  // unique in the process, never 0
   uint32_t region_number_ = 0, slots_ = 0;
   uint32_t uid_ = 0, gid_ = 0;
   std::vector<uint32_t> groups_;

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 #include <cstring>
+#include <iterator>
 #include <unordered_map>
 
 #include "client/tcp_auth.h"
@@ -301,6 +302,18 @@ void MetaClient::NoteAnswer() {
 
 void MetaClient::ReleaseLeases(const uint64_t *handles, size_t n) {
   bool queued = false, flush_now = false;
+  uint64_t granted[64];
+  size_t held = 0;
+  // Granted leases are queued before their shard lets go (a resume sees
+  // each tracked or queued), under one hold of the queue's lock for many.
+  auto queue = [&] {
+    if (held == 0) return;
+    std::lock_guard<std::mutex> lock(lease_mu_);
+    to_release_.insert(to_release_.end(), granted, granted + held);
+    held = 0;
+    queued = true;
+    flush_now = flush_now || to_release_.size() >= kReleaseBatch || !options_.heartbeat;
+  };
   for (size_t i = 0; i < n;) {
     // A run of one shard's handles under one hold of its lock (a batch's
     // handles usually share one: the thread that took them).
@@ -312,12 +325,10 @@ void MetaClient::ReleaseLeases(const uint64_t *handles, size_t n) {
       const uint64_t lease = t->lease;
       shard.tracked.Erase(t);
       if (lease == 0 || IsSlotLease(lease)) continue;  // lost, or its slot was cleared: no message
-      // Queued before the shard lets go: a resume sees it tracked or queued.
-      std::lock_guard<std::mutex> queue(lease_mu_);
-      to_release_.push_back(lease);
-      queued = true;
-      flush_now = flush_now || to_release_.size() >= kReleaseBatch || !options_.heartbeat;
+      granted[held++] = lease;
+      if (held == std::size(granted)) queue();
     }
+    queue();
   }
   if (flush_now) {
     FlushReleases();
