@@ -34,6 +34,7 @@ import numpy as np
 
 
 def read_trace(path: str) -> Tuple[List[List[int]], List[int], List[int]]:
+    """Each request's block ids, timestamp (ms) and number of blocks."""
     blocks, stamps, lengths = [], [], []
     with open(path) as f:
         for line in f:
@@ -104,6 +105,8 @@ def densities(blocks: Sequence[List[int]], cls: Sequence[int], horizon: int) -> 
 
 def simulate(blocks: Sequence[List[int]], cls: Sequence[int], table: np.ndarray,
              capacity: int, samples: int = 64) -> float:
+    """Block hit ratio of the cache that evicts the least dense of
+    `samples` random blocks, by the densities of `table`."""
     cache: Dict[int, Tuple[int, int]] = {}  # block -> (request of its last use, class)
     keys: List[int] = []
     where: Dict[int, int] = {}
@@ -138,6 +141,7 @@ def simulate(blocks: Sequence[List[int]], cls: Sequence[int], table: np.ndarray,
 
 
 def lru(blocks: Sequence[List[int]], capacity: int) -> float:
+    """Block hit ratio of LRU under the same rules (tools/kv_trace.cc)."""
     cache: "OrderedDict[int, None]" = OrderedDict()
     hits = total = 0
     for b in blocks:
@@ -157,6 +161,7 @@ def lru(blocks: Sequence[List[int]], capacity: int) -> float:
 
 
 def main() -> None:
+    """Prints the Markdown table of docs/benchmarks.md's seventh round."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trace", required=True)
     ap.add_argument("--capacity", type=int, nargs="+", required=True, help="blocks")
