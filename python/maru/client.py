@@ -243,9 +243,9 @@ class Client:
     def release_batch(self, chunks: Iterable[Chunk]) -> None:
         """``maru_release_batch``: :meth:`Chunk.release` of each chunk (of this
         client or another), with the handles that this frees released in one
-        call of the library, GIL released: a :meth:`lookup_prefix` answer
-        goes back several times faster than chunk by chunk. A chunk that a
-        view (memoryview, array, tensor) still holds keeps its lease until the
+        call of the library, GIL released, instead of one call each: what a
+        :meth:`lookup_prefix` answer should go back with. A chunk that a view
+        (memoryview, array, tensor) still holds keeps its lease until the
         view is gone, as with :meth:`Chunk.release`.
         """
         with _maru.ReleaseBatch():
