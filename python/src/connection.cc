@@ -13,12 +13,12 @@ namespace {
 std::vector<const char *> CStrings(const std::vector<std::string> &v) {
   std::vector<const char *> out;
   out.reserve(v.size());
-  for (const auto &s : v) out.push_back(s.c_str());
+  for (const auto &s : v) out.push_back(CPath(s));
   return out;
 }
 
 const char *OrNull(const std::optional<std::string> &s) {
-  return s ? s->c_str() : nullptr;
+  return s ? CPath(*s) : nullptr;
 }
 
 maru_create_opts_t CreateOpts(uint32_t mode, int checksum, uint32_t flags, uint32_t parts = 0) {
@@ -36,6 +36,8 @@ using PathsCall = int (*)(maru_t *, const char *const *, size_t, int *);
 
 Connection::Connection(const std::optional<std::string> &target,
                        const std::optional<std::string> &instance) {
+  OrNull(target);  // checked for NULs here: they are used without the GIL
+  OrNull(instance);
   int rc;
   {
     py::gil_scoped_release nogil;
@@ -65,6 +67,7 @@ std::unique_ptr<Lease> Connection::Create(const std::string &path, uint64_t size
                                           const std::optional<std::string> &parent, uint32_t mode,
                                           int checksum, uint32_t flags, uint32_t parts) {
   auto s = Live();
+  const char *cpath = CPath(path);
   maru_create_opts_t opts = CreateOpts(mode, checksum, flags, parts);
   opts.parent = OrNull(parent);
   std::unique_ptr<Lease> lease;
@@ -72,7 +75,7 @@ std::unique_ptr<Lease> Connection::Create(const std::string &path, uint64_t size
   {
     py::gil_scoped_release nogil;
     maru_chunk_t *c = nullptr;
-    rc = maru_create_ex(s->get(), path.c_str(), size, &opts, &c);
+    rc = maru_create_ex(s->get(), cpath, size, &opts, &c);
     if (rc == 0) lease = std::make_unique<Lease>(s, c, /*writable=*/true);
   }
   Check(rc, &path);
@@ -106,12 +109,13 @@ std::unique_ptr<Lease> Connection::OpenPartial(const std::string &path) {
 std::unique_ptr<Lease> Connection::OpenWith(const std::string &path,
                                             int (*open)(maru_t *, const char *, maru_chunk_t **)) {
   auto s = Live();
+  const char *cpath = CPath(path);
   std::unique_ptr<Lease> lease;
   int rc;
   {
     py::gil_scoped_release nogil;
     maru_chunk_t *c = nullptr;
-    rc = open(s->get(), path.c_str(), &c);
+    rc = open(s->get(), cpath, &c);
     if (rc == 0) lease = std::make_unique<Lease>(s, c, /*writable=*/false);
   }
   Check(rc, &path);
@@ -160,7 +164,7 @@ py::list Connection::CreateBatch(const std::vector<std::string> &paths,
   const maru_create_opts_t opts = CreateOpts(mode, checksum, flags, parts);
   std::vector<maru_create_req_t> reqs(paths.size());
   for (size_t i = 0; i < paths.size(); i++) {
-    reqs[i].path = paths[i].c_str();
+    reqs[i].path = CPath(paths[i]);
     reqs[i].size = sizes[i];
     reqs[i].parent = parents.empty() ? nullptr : OrNull(parents[i]);
   }
@@ -185,30 +189,33 @@ py::list Connection::CreateBatch(const std::vector<std::string> &paths,
 
 void Connection::Unlink(const std::string &path) {
   auto s = Live();
+  const char *cpath = CPath(path);
   int rc;
   {
     py::gil_scoped_release nogil;
-    rc = maru_unlink(s->get(), path.c_str());
+    rc = maru_unlink(s->get(), cpath);
   }
   Check(rc, &path);
 }
 
 void Connection::Pin(const std::string &path, uint64_t ttl_ms) {
   auto s = Live();
+  const char *cpath = CPath(path);
   int rc;
   {
     py::gil_scoped_release nogil;
-    rc = ttl_ms ? maru_pin_ttl(s->get(), path.c_str(), ttl_ms) : maru_pin(s->get(), path.c_str());
+    rc = ttl_ms ? maru_pin_ttl(s->get(), cpath, ttl_ms) : maru_pin(s->get(), cpath);
   }
   Check(rc, &path);
 }
 
 void Connection::Unpin(const std::string &path) {
   auto s = Live();
+  const char *cpath = CPath(path);
   int rc;
   {
     py::gil_scoped_release nogil;
-    rc = maru_unpin(s->get(), path.c_str());
+    rc = maru_unpin(s->get(), cpath);
   }
   Check(rc, &path);
 }

@@ -19,6 +19,13 @@ void ThrowErrno(int rc, const std::string *path) {
   throw py::error_already_set();
 }
 
+const char *CPath(const std::string &s) {
+  if (s.find('\0') != std::string::npos)
+    throw py::value_error("maru: embedded null byte in " +
+                          py::repr(py::str(s)).cast<std::string>());
+  return s.c_str();
+}
+
 void RegisterErrors(py::module_ &m) {
   py::register_exception<ForkError>(m, "ForkError", PyExc_RuntimeError);
 }

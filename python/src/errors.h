@@ -29,6 +29,11 @@ inline void Check(int rc, const std::string *path = nullptr) {
   if (rc < 0) ThrowErrno(rc, path);
 }
 
+// A path (or other text) for the C library, whose strings end at the first
+// NUL: one inside would cut it short without a word, so it raises
+// ValueError, as os.open() does. The GIL must be held.
+const char *CPath(const std::string &s);
+
 void RegisterErrors(pybind11::module_ &m);
 
 }  // namespace maru_py

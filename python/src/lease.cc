@@ -67,11 +67,12 @@ void Lease::MarkSealed() {
 
 void Lease::Publish(const std::string &path, const std::optional<std::string> &parent) {
   CheckUsable();
+  const char *cpath = CPath(path), *cparent = parent ? CPath(*parent) : nullptr;
   int rc;
   {
     py::gil_scoped_release nogil;
     std::lock_guard<std::mutex> lock(mu_);
-    rc = maru_publish(c_, path.c_str(), parent ? parent->c_str() : nullptr);
+    rc = maru_publish(c_, cpath, cparent);
     if (rc == 0) MarkSealed();
     // First writer wins: the library freed the reserved space.
     if (rc == -EEXIST) {

@@ -35,6 +35,28 @@ def test_ebusy_while_being_written(client, ns):
         assert e.value.errno == errno.EBUSY
 
 
+def test_a_nul_in_a_path_is_refused_not_cut_short(server, client, ns):
+    """The C library's strings end at a NUL: "/ns/a\\0b" would be "/ns/a"."""
+    short, bad = f"/{ns}/a", f"/{ns}/a\0b"
+    calls = [lambda: client.put(bad, b"1"),
+             lambda: client.create(short, 1, parent=bad),
+             lambda: client.open(bad),
+             lambda: client.open_partial(bad),
+             lambda: client.lookup_prefix([short, bad]),
+             lambda: client.count_prefix([bad]),
+             lambda: client.create_batch([bad], [1]),
+             lambda: client.unlink(bad),
+             lambda: client.pin(bad),
+             lambda: client.unpin_batch([bad]),
+             lambda: client.hint_batch([bad], maru.Hint.KEEP),
+             lambda: client.alloc(1).publish(bad),
+             lambda: maru.Client(server.url, instance="a\0b")]
+    for call in calls:
+        with pytest.raises(ValueError, match="null byte"):
+            call()
+    assert client.count_prefix([short]) == 0  # nothing was made at the short path
+
+
 def test_einval_and_enametoolong(client, ns):
     with pytest.raises(OSError) as e:
         client.open("relative/path")
