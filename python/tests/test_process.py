@@ -65,7 +65,8 @@ def test_a_raw_fork_child_leaves_the_parents_leases(make_server, ns):
     with maru.Client(server.url) as c:
         c.put(f"/{ns}/r", b"parent")
         chunk = c.lookup_prefix([f"/{ns}/r"])[0]
-        libc = ctypes.CDLL(None, use_errno=True)
+        # PyDLL: the GIL stays held across the fork, so the child has it.
+        libc = ctypes.PyDLL(None, use_errno=True)
         pid = libc.syscall(57)  # SYS_fork
         if pid == 0:
             code = 1
