@@ -275,14 +275,6 @@ int Writable(maru_t *m, const maru::rpc::ChunkReply &rep, uint64_t size,
   return 0;
 }
 
-void ReleaseRead(maru_chunk_t *c) {
-  if (c->slot >= 0) c->index->Drop(c->slot, c->gen);  // no message
-  c->slot = -1;
-  if (c->lease_handle) c->m->client->ReleaseLease(c->lease_handle);
-  c->lease_handle = 0;
-  c->lease_watch = {};
-}
-
 // Releases out[0..n) and returns rc: a lookup takes all of its leases or none.
 int ReleaseAll(maru_chunk_t **out, size_t n, int rc) {
   maru_release_batch(out, n, nullptr);
@@ -295,6 +287,7 @@ constexpr size_t kReleaseRun = 64;
 
 // How many of c[0..n), from the start (at most kReleaseRun), are read
 // handles of c[0]'s connection and index (or none): those release together.
+// 0 when c[0] is NULL or being written (maru_release() tells what of it).
 size_t ReadRun(maru_chunk_t *const *c, size_t n) {
   size_t run = 0;
   for (; run < std::min(n, kReleaseRun); ++run) {
@@ -304,8 +297,9 @@ size_t ReadRun(maru_chunk_t *const *c, size_t n) {
   return run;
 }
 
-// ReleaseRead() and FreeChunk() of a run from ReadRun(): its slots back to
-// the index and its leases untracked under one hold of each lock.
+// Releases a run of read handles from ReadRun() and frees them: the slots
+// back to the index first (no message), then the leases untracked (a
+// granted one queued for release), under one hold of each lock.
 void ReleaseReads(maru_chunk_t *const *c, size_t n) {
   int slots[kReleaseRun];
   uint64_t gens[kReleaseRun], handles[kReleaseRun];
@@ -317,7 +311,7 @@ void ReleaseReads(maru_chunk_t *const *c, size_t n) {
     }
     if (c[i]->lease_handle) handles[tracked++] = c[i]->lease_handle;
   }
-  if (held) c[0]->index->Drop(slots, gens, held);  // as ReleaseRead: slots first
+  if (held) c[0]->index->Drop(slots, gens, held);
   if (tracked) c[0]->m->client->ReleaseLeases(handles, tracked);
   ChunkCache *cache = ThisThreadsChunks();
   for (size_t i = 0; i < n; ++i) FreeChunk(c[i], cache);
@@ -831,17 +825,16 @@ int maru_lease_check(maru_chunk_t *c) {
 
 int maru_release(maru_chunk_t *c) {
   if (!c) return -EINVAL;
-  int rc = 0;
-  if (c->writing) {
-    maru::rpc::HandleRequest req;
-    req.set_ino(c->ino);
-    req.set_gen(c->gen);
-    maru::rpc::ErrorReply rep;
-    rc = c->m->client->Abort(req, &rep);
-    if (rc == -ESTALE) rc = 0;  // already gone with an expired session
-  } else {
-    ReleaseRead(c);
+  if (!c->writing) {
+    ReleaseReads(&c, 1);
+    return 0;
   }
+  maru::rpc::HandleRequest req;
+  req.set_ino(c->ino);
+  req.set_gen(c->gen);
+  maru::rpc::ErrorReply rep;
+  int rc = c->m->client->Abort(req, &rep);
+  if (rc == -ESTALE) rc = 0;  // already gone with an expired session
   FreeChunk(c);
   return rc;
 }
@@ -850,7 +843,7 @@ int maru_release_batch(maru_chunk_t *const *chunks, size_t n, int *results) {
   if (n && !chunks) return -EINVAL;
   int first = 0;
   for (size_t i = 0; i < n;) {
-    if (const size_t run = ReadRun(chunks + i, n - i); run > 1) {
+    if (const size_t run = ReadRun(chunks + i, n - i); run > 0) {
       ReleaseReads(chunks + i, run);
       if (results) std::fill_n(results + i, run, 0);
       i += run;

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import json
 import os
 import shutil
 import signal
@@ -97,6 +98,12 @@ class Server:
             return Path(self.log).read_text(errors="replace")
         except OSError:
             return ""
+
+    def deferred_bytes(self) -> int:
+        """Bytes of unlinked chunks that a lease still holds (``maructl df``)."""
+        out = subprocess.run([self.maructl, "df", "--json", "--server", self.url],
+                             check=True, capture_output=True, text=True).stdout
+        return json.loads(out)["deferred"]
 
     @property
     def pid(self) -> int:

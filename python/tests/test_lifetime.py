@@ -1,8 +1,6 @@
 """Views hold the lease: no view ever points at bytes the pool reused."""
 
 import gc
-import json
-import subprocess
 import threading
 
 import numpy as np
@@ -47,13 +45,6 @@ def test_release_of_an_unsealed_chunk_waits_for_its_views(client, ns):
     client.put(path, b"now free")  # the last view took the reservation with it
 
 
-def _deferred_bytes(server) -> int:
-    """Bytes of unlinked chunks that a lease still holds (``maructl df``)."""
-    out = subprocess.run([server.maructl, "df", "--json", "--server", server.url],
-                         check=True, capture_output=True, text=True).stdout
-    return json.loads(out)["deferred"]
-
-
 def test_release_batch_releases_what_no_view_holds(make_server, ns):
     unit = 64 << 10  # what a chunk of 4096 bytes takes
     server = make_server(unit=unit)
@@ -73,12 +64,12 @@ def test_release_batch_releases_what_no_view_holds(make_server, ns):
         for p in paths:
             c.unlink(p)
         # Only the chunk a view still holds keeps its bytes from reuse...
-        assert wait_for(lambda: _deferred_bytes(server) == unit)
+        assert wait_for(lambda: server.deferred_bytes() == unit)
         assert view.tobytes() == b"x" * 4096
         del view
         gc.collect()
         # ... until the view goes.
-        assert wait_for(lambda: _deferred_bytes(server) == 0)
+        assert wait_for(lambda: server.deferred_bytes() == 0)
         c.release_batch([])
 
 
@@ -99,7 +90,7 @@ def test_release_batches_release_at_their_last_exit_in_any_order(make_server, ns
         a, b, c_ = (c.open(name) for name in names)
         for name in names:
             c.unlink(name)
-        assert _deferred_bytes(server) == 3 * unit  # each held by its lease
+        assert server.deferred_bytes() == 3 * unit  # each held by its lease
         outer, inner = maru._maru.ReleaseBatch(), maru._maru.ReleaseBatch()
         outer.__enter__()
         inner.__enter__()
@@ -110,11 +101,11 @@ def test_release_batches_release_at_their_last_exit_in_any_order(make_server, ns
         _release_on_another_thread(b)
         # The server frees b's bytes at its next look at the leases; a's
         # would go with them had the batch released it.
-        assert wait_for(lambda: _deferred_bytes(server) == 2 * unit)
+        assert wait_for(lambda: server.deferred_bytes() == 2 * unit)
         inner.__exit__(None, None, None)  # the last exit releases a
-        assert wait_for(lambda: _deferred_bytes(server) == unit)
+        assert wait_for(lambda: server.deferred_bytes() == unit)
         c_.release()  # and releases are at once again
-        assert wait_for(lambda: _deferred_bytes(server) == 0)
+        assert wait_for(lambda: server.deferred_bytes() == 0)
 
 
 def test_views_outlive_the_client(server, ns):

@@ -2,11 +2,9 @@
 
 import ctypes
 import gc
-import json
 import os
 import platform
 import signal
-import subprocess
 import sys
 import threading
 
@@ -57,11 +55,6 @@ def test_a_raw_fork_child_leaves_the_parents_leases(make_server, ns):
     unit = 64 << 10
     server = make_server(unit=unit)
 
-    def deferred() -> int:
-        out = subprocess.run([server.maructl, "df", "--json", "--server", server.url],
-                             check=True, capture_output=True, text=True).stdout
-        return json.loads(out)["deferred"]
-
     with maru.Client(server.url) as c:
         c.put(f"/{ns}/r", b"parent")
         chunk = c.lookup_prefix([f"/{ns}/r"])[0]
@@ -83,10 +76,10 @@ def test_a_raw_fork_child_leaves_the_parents_leases(make_server, ns):
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0
         c.unlink(f"/{ns}/r")
-        assert deferred() == unit  # the parent's lease holds
+        assert server.deferred_bytes() == unit  # the parent's lease holds
         assert bytes(chunk.memoryview()) == b"parent"
         chunk.release()
-        assert wait_for(lambda: deferred() == 0)
+        assert wait_for(lambda: server.deferred_bytes() == 0)
 
 
 def test_fork_error_is_a_runtime_error():
