@@ -88,6 +88,7 @@ class Agent {
   bool Start();
   void Kill9();
   const std::string &address() const { return address_; }  // what clients are told
+  pid_t pid() const { return pid_; }
 
  private:
   TempDir dir_;

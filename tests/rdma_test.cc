@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -429,6 +430,35 @@ TEST_F(GrantTest, GrantsFromARestartedServerAreHonoured) {
   EXPECT_EQ(maru_test::Wait(reader), 0) << Slurp(log);
   EXPECT_NE(Slurp(log).find("read ok"), std::string::npos) << Slurp(log);
   EXPECT_EQ(Slurp(log).find("WRONG"), std::string::npos) << Slurp(log);
+}
+
+TEST_F(GrantTest, AGrantThatExpiresOnItsWayIsIssuedAgain) {
+  ASSERT_EQ(maru_test::RunClient(server_->address(), "store /g/late 1048576"), 0);
+  maru_test::TempDir dir;
+  const std::string log = dir.path() + "/reader.log", go = dir.path() + "/go";
+  pid_t reader = fork();
+  if (reader == 0) {
+    execl(
+        "/bin/sh", "sh", "-c",
+        ("exec " + Remote("hold-read /g/late 1048576 " + go, 30000) + " >" + log + " 2>&1").c_str(),
+        static_cast<char *>(nullptr));
+    _exit(127);
+  }
+  ASSERT_TRUE(
+      maru_test::WaitFor([&] { return Slurp(log).find("opened") != std::string::npos; }, 30000))
+      << Slurp(log);
+  // The agent is stalled while the reader's grant waits for it, until the
+  // grant has expired (its TTL is at most kMaxGrantTtlMs, 5 s; the reader
+  // asks for it at once, and waits 30 s for an answer).
+  ASSERT_TRUE(maru_test::Freeze(agent_->pid()));
+  std::ofstream(go).put('x');
+  const auto expired = std::chrono::steady_clock::now() + std::chrono::milliseconds(8000);
+  maru_test::WaitFor([&] { return std::chrono::steady_clock::now() >= expired; }, 10000);
+  kill(agent_->pid(), SIGCONT);
+  EXPECT_EQ(maru_test::Wait(reader), 0) << Slurp(log);
+  const std::string out = Slurp(log);
+  EXPECT_NE(out.find("expired on its way"), std::string::npos) << out;
+  EXPECT_NE(out.find("read ok"), std::string::npos) << out;
 }
 
 // A client that floods the agent and stops reading, or sends messages the

@@ -363,6 +363,14 @@ Status RemotePool::Post(uint32_t device, const std::vector<const Transfer *> &li
     std::vector<ucp_rkey_h> keys;
     uint64_t base = 0;
     Status granted = Grant(agent, device, part, put, &keys, &base);
+    // A grant can expire on its way: an agent that first had to fetch a
+    // restarted server's key, or one slow to be scheduled. A fresh grant,
+    // issued now, is what the caller asked for; a second expiry is reported.
+    if (granted.errnum() == EKEYEXPIRED && !agent.failed) {
+      LOG_INFO("a grant expired on its way to agent %s; asking for a fresh one",
+               agent.address.c_str());
+      granted = Grant(agent, device, part, put, &keys, &base);
+    }
     if (!granted.ok()) {
       if (agent.failed) agent.lost = true;  // the next call reconnects, maybe elsewhere
       return granted;
