@@ -402,6 +402,10 @@ static std::string ReadFile(const std::string &path) {
   return ss.str();
 }
 
+std::string Agent::log() const {
+  return ReadFile(dir_.path() + "/agent.log");
+}
+
 bool Agent::Start() {
   const std::string log = dir_.path() + "/agent.log";
   truncate(log.c_str(), 0);

@@ -89,6 +89,7 @@ class Agent {
   void Kill9();
   const std::string &address() const { return address_; }  // what clients are told
   pid_t pid() const { return pid_; }
+  std::string log() const;  // what it printed
 
  private:
   TempDir dir_;

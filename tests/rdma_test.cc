@@ -50,6 +50,12 @@ class RemoteTest : public ::testing::Test {
         std::make_unique<Agent>(pool_.path(), server_->address(), "tcp://" + ns_.host_ip() + ":0");
     ASSERT_TRUE(agent_->Start());
   }
+  void TearDown() override {
+    // What the daemons saw, where CI shows nothing else of a failure.
+    if (HasFailure() && server_ && agent_)
+      fprintf(stderr, "--- server log:\n%s--- agent log:\n%s", server_->log().c_str(),
+              agent_->log().c_str());
+  }
 
   // direct_client on the remote host: over TCP, data through the agent.
   // `timeout_ms`: short, so that the failure tests end soon; longer where a
