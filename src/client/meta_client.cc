@@ -203,6 +203,16 @@ int MetaClient::OpenSession(bool resume) {
   return 0;
 }
 
+void MetaClient::AwaitServer(int64_t ms) {
+  const auto until = std::chrono::system_clock::now() + std::chrono::milliseconds(ms);
+  // Up already: the call failed for another reason, and waiting on the
+  // connection would not wait at all.
+  if (channel_->GetState(/*try_to_connect=*/true) == GRPC_CHANNEL_READY)
+    std::this_thread::sleep_until(until);
+  else
+    channel_->WaitForConnected(until);
+}
+
 int MetaClient::Resume(uint64_t seen_epoch) {
   {
     std::lock_guard<std::mutex> lock(resume_mu_);
@@ -399,7 +409,10 @@ void MetaClient::Background() {
       const uint64_t epoch = resume_epoch_.load();
       int rc = CallOnce(&Stub::Heartbeat, req, &rep);
       if (rc == -ENOTCONN && rep.error() == ENOTCONN) Resume(epoch);
-      if (rc == -ENOTCONN && rep.error() == 0) next_beat = now + 100;  // server away: retry soon
+      if (rc == -ENOTCONN && rep.error() == 0) {  // server away: beat again once it is back
+        AwaitServer(100);
+        next_beat = MonotonicMs();
+      }
     }
     lock.lock();
   }

@@ -135,6 +135,11 @@ class MetaClient {
   // and, if the request then never reached the server, back to the queue.
   void AttachReleases(rpc::Header *header);
   void RequeueReleases(const google::protobuf::RepeatedField<uint64_t> &leases);
+  // Waits up to `ms` for the connection to the server to be up again, and
+  // returns early once it is. gRPC's synchronous channels make progress on
+  // a reconnect only while some thread waits on them: sleeping instead left
+  // the handshake to gRPC's backup poller, every 5 s.
+  void AwaitServer(int64_t ms);
   // The server answered this session now; counts a lapse if it had been
   // silent so long that it may have expired the session meanwhile.
   void NoteAnswer();
@@ -261,7 +266,7 @@ int MetaClient::Call(Method<Req, Rep> method, Req &req, Rep *rep, const rpc::Cal
       return rc;
     }
     // The server is unreachable: wait for it to come back.
-    std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
+    AwaitServer(backoff_ms);
     backoff_ms = std::min<int64_t>(backoff_ms * 2, 500);
   }
 }
