@@ -455,16 +455,18 @@ TEST_F(GrantTest, AGrantThatExpiresOnItsWayIsIssuedAgain) {
       << Slurp(log);
   // The agent is stalled while the reader's grant waits for it, until the
   // grant has expired (its TTL is at most kMaxGrantTtlMs, 5 s; the reader
-  // asks for it at once, and waits 30 s for an answer).
+  // asks for it at once, and waits 30 s for an answer; 12 s leave a slow
+  // reader 7 s to ask).
   ASSERT_TRUE(maru_test::Freeze(agent_->pid()));
   std::ofstream(go).put('x');
-  const auto expired = std::chrono::steady_clock::now() + std::chrono::milliseconds(8000);
-  maru_test::WaitFor([&] { return std::chrono::steady_clock::now() >= expired; }, 10000);
+  const auto expired = std::chrono::steady_clock::now() + std::chrono::milliseconds(12000);
+  maru_test::WaitFor([&] { return std::chrono::steady_clock::now() >= expired; }, 15000);
   kill(agent_->pid(), SIGCONT);
   EXPECT_EQ(maru_test::Wait(reader), 0) << Slurp(log);
   const std::string out = Slurp(log);
   EXPECT_NE(out.find("expired on its way"), std::string::npos) << out;
   EXPECT_NE(out.find("read ok"), std::string::npos) << out;
+  EXPECT_EQ(out.find("WRONG"), std::string::npos) << out;
 }
 
 // A client that floods the agent and stops reading, or sends messages the

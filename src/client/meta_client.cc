@@ -203,14 +203,18 @@ int MetaClient::OpenSession(bool resume) {
   return 0;
 }
 
-void MetaClient::AwaitServer(int64_t ms) {
-  const auto until = std::chrono::system_clock::now() + std::chrono::milliseconds(ms);
-  // Up already: the call failed for another reason, and waiting on the
+void MetaClient::AwaitServer(int64_t ms, bool *early) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  // Already up: the call failed for another reason, and waiting on the
   // connection would not wait at all.
-  if (channel_->GetState(/*try_to_connect=*/true) == GRPC_CHANNEL_READY)
-    std::this_thread::sleep_until(until);
-  else
-    channel_->WaitForConnected(until);
+  if (channel_->GetState(/*try_to_connect=*/true) != GRPC_CHANNEL_READY &&
+      channel_->WaitForConnected(std::chrono::system_clock::now() +
+                                 std::chrono::milliseconds(ms)) &&
+      *early) {
+    *early = false;
+    return;
+  }
+  std::this_thread::sleep_until(until);
 }
 
 int MetaClient::Resume(uint64_t seen_epoch) {
@@ -386,6 +390,7 @@ void MetaClient::FlushReleases() {
 
 void MetaClient::Background() {
   int64_t next_beat = 0;
+  bool early = true;  // see AwaitServer
   std::unique_lock<std::mutex> lock(bg_mu_);
   while (!stopping_) {
     const int64_t wait_ms = std::max<int64_t>(0, next_beat - MonotonicMs());
@@ -410,8 +415,10 @@ void MetaClient::Background() {
       int rc = CallOnce(&Stub::Heartbeat, req, &rep);
       if (rc == -ENOTCONN && rep.error() == ENOTCONN) Resume(epoch);
       if (rc == -ENOTCONN && rep.error() == 0) {  // server away: beat again once it is back
-        AwaitServer(100);
+        AwaitServer(100, &early);
         next_beat = MonotonicMs();
+      } else {
+        early = true;  // the server answered
       }
     }
     lock.lock();

@@ -135,11 +135,14 @@ class MetaClient {
   // and, if the request then never reached the server, back to the queue.
   void AttachReleases(rpc::Header *header);
   void RequeueReleases(const google::protobuf::RepeatedField<uint64_t> &leases);
-  // Waits up to `ms` for the connection to the server to be up again, and
-  // returns early once it is. gRPC's synchronous channels make progress on
-  // a reconnect only while some thread waits on them: sleeping instead left
-  // the handshake to gRPC's backup poller, every 5 s.
-  void AwaitServer(int64_t ms);
+  // Waits `ms` for the server to be reachable again, on the channel: gRPC's
+  // synchronous channels make progress on a reconnect only while some
+  // thread waits on them (a sleep left the handshake to gRPC's backup
+  // poller, every 5 s). With `*early`, returns as soon as the connection is
+  // up, and clears it: a connection that comes up only to fail the next
+  // call again (a refused TLS client certificate) must not be retried
+  // without pause.
+  void AwaitServer(int64_t ms, bool *early);
   // The server answered this session now; counts a lapse if it had been
   // silent so long that it may have expired the session meanwhile.
   void NoteAnswer();
@@ -246,7 +249,7 @@ int MetaClient::Call(Method<Req, Rep> method, Req &req, Rep *rep, const rpc::Cal
   AttachReleases(req.mutable_header());
   const int64_t give_up = MonotonicMs() + options_.retry_window_ms;
   int64_t backoff_ms = 20;
-  bool resumed = false;
+  bool resumed = false, early = true;
   for (;;) {
     const uint64_t epoch = resume_epoch_.load();
     req.mutable_header()->set_session(session_.load());
@@ -266,7 +269,7 @@ int MetaClient::Call(Method<Req, Rep> method, Req &req, Rep *rep, const rpc::Cal
       return rc;
     }
     // The server is unreachable: wait for it to come back.
-    AwaitServer(backoff_ms);
+    AwaitServer(backoff_ms, &early);
     backoff_ms = std::min<int64_t>(backoff_ms * 2, 500);
   }
 }
