@@ -370,6 +370,10 @@ Status RemotePool::Post(uint32_t device, const std::vector<const Transfer *> &li
       LOG_INFO("a grant expired on its way to agent %s; asking for a fresh one",
                agent.address.c_str());
       granted = Grant(agent, device, part, put, &keys, &base);
+      if (granted.errnum() == EKEYEXPIRED)
+        granted = Status::Error(EKEYEXPIRED, granted.message() +
+                                                 " (twice: is the agent's clock ahead of the "
+                                                 "server's?)");
     }
     if (!granted.ok()) {
       if (agent.failed) agent.lost = true;  // the next call reconnects, maybe elsewhere
