@@ -402,12 +402,16 @@ static std::string ReadFile(const std::string &path) {
   return ss.str();
 }
 
+std::string Agent::log_path() const {
+  return dir_.path() + "/agent.log";
+}
+
 std::string Agent::log() const {
-  return ReadFile(dir_.path() + "/agent.log");
+  return ReadFile(log_path());
 }
 
 bool Agent::Start() {
-  const std::string log = dir_.path() + "/agent.log";
+  const std::string log = log_path();
   truncate(log.c_str(), 0);
   pid_ = StartLogged({AgentBinary(), "--pool", pool_, "--server", server_, "--listen", listen_},
                      log, [&] { return ReadFile(log).find("serving") != std::string::npos; });

@@ -92,6 +92,8 @@ class Agent {
   std::string log() const;  // what it printed
 
  private:
+  std::string log_path() const;
+
   TempDir dir_;
   std::string pool_, server_, listen_, address_;
   pid_t pid_ = -1;

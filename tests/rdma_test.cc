@@ -65,6 +65,17 @@ class RemoteTest : public ::testing::Test {
            ns_.Exec() +
            maru_test::ClientCommand("tcp://" + ns_.host_ip() + ":" + std::to_string(port_), script);
   }
+  // Runs `script` as Remote() does, in the background, its output in `log`.
+  pid_t StartRemote(const std::string &script, const std::string &log, int timeout_ms = 3000) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      execl("/bin/sh", "sh", "-c",
+            ("exec " + Remote(script, timeout_ms) + " >" + log + " 2>&1").c_str(),
+            static_cast<char *>(nullptr));
+      _exit(127);
+    }
+    return pid;
+  }
   int RunRemote(const std::string &script, std::string *out = nullptr) {
     std::string output;
     int rc = maru_test::Run(Remote(script), &output);
@@ -175,13 +186,7 @@ TEST_F(RemoteTest, AgentKilledMidTransferFailsCleanlyAndComesBack) {
   ASSERT_EQ(maru_test::RunClient(server_->address(), "store /big 67108864"), 0);
   maru_test::TempDir dir;
   const std::string log = dir.path() + "/reader.log";
-  pid_t reader = fork();
-  if (reader == 0) {
-    execl("/bin/sh", "sh", "-c",
-          ("exec " + Remote("read-through-outage /big 67108864") + " >" + log + " 2>&1").c_str(),
-          static_cast<char *>(nullptr));
-    _exit(127);
-  }
+  pid_t reader = StartRemote("read-through-outage /big 67108864", log);
   ASSERT_TRUE(
       maru_test::WaitFor([&] { return Slurp(log).find("reading") != std::string::npos; }, 30000))
       << Slurp(log);
@@ -201,13 +206,7 @@ TEST_F(RemoteTest, ALeaseLostMidTransferIsReportedNeverStale) {
   ASSERT_EQ(maru_test::RunClient(server_->address(), "store /lease/a 1048576"), 0);
   maru_test::TempDir dir;
   const std::string log = dir.path() + "/reader.log", go = dir.path() + "/go";
-  pid_t reader = fork();
-  if (reader == 0) {
-    execl("/bin/sh", "sh", "-c",
-          ("exec " + Remote("hold-read /lease/a 1048576 " + go) + " >" + log + " 2>&1").c_str(),
-          static_cast<char *>(nullptr));
-    _exit(127);
-  }
+  pid_t reader = StartRemote("hold-read /lease/a 1048576 " + go, log);
   ASSERT_TRUE(
       maru_test::WaitFor([&] { return Slurp(log).find("opened") != std::string::npos; }, 30000))
       << Slurp(log);
@@ -417,14 +416,7 @@ TEST_F(GrantTest, GrantsFromARestartedServerAreHonoured) {
   ASSERT_EQ(maru_test::RunClient(server_->address(), "store /g/kept 1048576"), 0);
   maru_test::TempDir dir;
   const std::string log = dir.path() + "/reader.log", go = dir.path() + "/go";
-  pid_t reader = fork();
-  if (reader == 0) {
-    execl(
-        "/bin/sh", "sh", "-c",
-        ("exec " + Remote("hold-read /g/kept 1048576 " + go, 20000) + " >" + log + " 2>&1").c_str(),
-        static_cast<char *>(nullptr));
-    _exit(127);
-  }
+  pid_t reader = StartRemote("hold-read /g/kept 1048576 " + go, log, 20000);
   ASSERT_TRUE(
       maru_test::WaitFor([&] { return Slurp(log).find("opened") != std::string::npos; }, 30000))
       << Slurp(log);
@@ -442,14 +434,7 @@ TEST_F(GrantTest, AGrantThatExpiresOnItsWayIsIssuedAgain) {
   ASSERT_EQ(maru_test::RunClient(server_->address(), "store /g/late 1048576"), 0);
   maru_test::TempDir dir;
   const std::string log = dir.path() + "/reader.log", go = dir.path() + "/go";
-  pid_t reader = fork();
-  if (reader == 0) {
-    execl(
-        "/bin/sh", "sh", "-c",
-        ("exec " + Remote("hold-read /g/late 1048576 " + go, 30000) + " >" + log + " 2>&1").c_str(),
-        static_cast<char *>(nullptr));
-    _exit(127);
-  }
+  pid_t reader = StartRemote("hold-read /g/late 1048576 " + go, log, 30000);
   ASSERT_TRUE(
       maru_test::WaitFor([&] { return Slurp(log).find("opened") != std::string::npos; }, 30000))
       << Slurp(log);
