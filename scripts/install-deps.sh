@@ -15,6 +15,7 @@ packages=(
   redis-server gnuplot-nox
   nlohmann-json3-dev libsystemd-dev
   python3 python3-dev python3-pybind11 python3-numpy python3-torch python3-pytest
+  python3-mesonpy python3-pip python3-venv patchelf
   clang libclang-rt-14-dev
 )
 
