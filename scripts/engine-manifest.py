@@ -41,6 +41,7 @@ ENGINES: Dict[str, Dict[str, Any]] = {
             "vllm/distributed/kv_transfer/kv_connector/v1/base.py",
             "vllm/distributed/kv_transfer/kv_connector/v1/metrics.py",
             "vllm/distributed/kv_transfer/kv_connector/factory.py",
+            "vllm/config/kv_transfer.py",
         ],
         "callers": {},
     },
