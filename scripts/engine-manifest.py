@@ -58,11 +58,14 @@ ENGINES: Dict[str, Dict[str, Any]] = {
         "interface": [
             "lmcache/v1/storage_backend/abstract_backend.py",
             "lmcache/v1/memory_management.py",
+            "lmcache/utils.py",
         ],
         # LMCache's own maru backend, built from `maru_path`: what it calls on
         # the maru package (MaruHandler, MaruConfig, CxlMemoryAdapter, handles).
         "callers": {
             "lmcache/v1/storage_backend/maru_backend.py": None,
+            # CreateStorageBackends (maru_path) and the storage plugin launcher.
+            "lmcache/v1/storage_backend/__init__.py": None,
         },
     },
     "maru": {
@@ -182,6 +185,7 @@ def uses_of(source: str, path: str) -> Dict[str, Any]:
     tree = ast.parse(source, filename=path)
     imports: Dict[str, List[str]] = {}
     receivers: Dict[str, Dict[str, List[str]]] = {}
+    calls: Dict[str, List[str]] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module:
             imports.setdefault(node.module, []).extend(a.name for a in node.names)
@@ -195,9 +199,16 @@ def uses_of(source: str, path: str) -> Dict[str, Any]:
             receiver = ast.unparse(node.func.value)
             kws = receivers.setdefault(receiver, {}).setdefault(node.func.attr, [])
             kws.extend(k.arg for k in node.keywords if k.arg and k.arg not in kws)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            kws = calls.setdefault(node.func.id, [])
+            kws.extend(k.arg for k in node.keywords if k.arg and k.arg not in kws)
+    imported = {n for names in imports.values() for n in names}
     return {
         "file": path,
         "imports": {m: sorted(set(n)) for m, n in sorted(imports.items())},
+        # Calls of imported names (constructors of Maru's classes among them),
+        # with the keyword arguments they pass.
+        "calls": {f: sorted(k) for f, k in sorted(calls.items()) if f in imported},
         "receivers": {r: {a: sorted(k) for a, k in sorted(attrs.items())}
                       for r, attrs in sorted(receivers.items())},
     }
