@@ -202,13 +202,12 @@ def uses_of(source: str, path: str) -> Dict[str, Any]:
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             kws = calls.setdefault(node.func.id, [])
             kws.extend(k.arg for k in node.keywords if k.arg and k.arg not in kws)
-    imported = {n for names in imports.values() for n in names}
     return {
         "file": path,
         "imports": {m: sorted(set(n)) for m, n in sorted(imports.items())},
-        # Calls of imported names (constructors of Maru's classes among them),
-        # with the keyword arguments they pass.
-        "calls": {f: sorted(k) for f, k in sorted(calls.items()) if f in imported},
+        # Calls of plain names (constructors of Maru's classes, a plugin
+        # class held in a variable), with the keyword arguments they pass.
+        "calls": {f: sorted(k) for f, k in sorted(calls.items())},
         "receivers": {r: {a: sorted(k) for a, k in sorted(attrs.items())}
                       for r, attrs in sorted(receivers.items())},
     }
