@@ -331,6 +331,7 @@ class MaruBackend(AllocatorBackendInterface):
             and _get(metadata, "world_size", 1) > 1 and _get(metadata, "worker_id", 0) != 0)
         self._client = Client(parse_maru_path(path), instance=extra.get("maru_instance_id"))
         self.memory_allocator = self.initialize_allocator(config, metadata)
+        self.hinted = 0  #: chunks whose retention hint the server accepted
         self._put_lock = threading.Lock()
         self._put_done = threading.Condition(self._put_lock)
         self._put_tasks: set = set()
@@ -386,7 +387,7 @@ class MaruBackend(AllocatorBackendInterface):
             by_hint.setdefault(hint, []).append(path)
         for hint, paths in by_hint.items():
             try:
-                self._client.hint_all(paths, hint)
+                self.hinted += self._client.hint_all(paths, hint)
             except Exception as e:  # a hint must never fail LMCache's request
                 logger.warning("maru.lmcache: hint %s on %d chunks: %s", hint.name,
                                len(paths), e)
