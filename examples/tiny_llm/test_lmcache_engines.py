@@ -168,11 +168,9 @@ def check_equal(a_twin: dict, b: dict) -> None:
     assert a_twin["loaded"] == b["loaded"] and a_twin["chunks"] == b["chunks"]
 
 
-@pytest.mark.parametrize("example", sorted(EXAMPLES))
-def test_intree_path_runs_the_original_example_configs(node, tmp_path, example):
-    a_config, b_config = (ORIGINAL_CONFIGS[c] for c in EXAMPLES[example])
+def run_intree(node, tmp_path, a_config: str, b_config: str, seed: int) -> None:
     unfull = "save_unfull_chunk: True" in a_config
-    p = prompt(40 + len(example), 2 * CHUNK + 37)  # two whole chunks and 37 tokens
+    p = prompt(seed, 2 * CHUNK + 37)  # two whole chunks and 37 tokens
     with instance(node, a_config, tmp_path, "a") as a, \
             instance(node, b_config, tmp_path, "b") as b:
         assert a.request(op="backends") == {"LocalCPUBackend": "lmcache_engine.LocalCPUBackend",
@@ -190,6 +188,21 @@ def test_intree_path_runs_the_original_example_configs(node, tmp_path, example):
         assert a.request(op="store", prompt=p)["stored"] == (3 if unfull else 2)
         assert b.request(op="regions") == {"owned": [], "read": []}
         assert a.request(op="regions") == {"owned": [], "read": []}
+
+
+@pytest.mark.parametrize("example", sorted(EXAMPLES))
+def test_intree_path_runs_the_original_example_configs(node, tmp_path, example):
+    a_config, b_config = (ORIGINAL_CONFIGS[c] for c in EXAMPLES[example])
+    run_intree(node, tmp_path, a_config, b_config, 40 + len(example))
+
+
+def test_intree_path_over_the_unix_socket(node, tmp_path):
+    """``maru_path: unix:///...`` reaches MaruConfig unchanged (LMCache
+    rewrites only ``maru://``): a local client, which reads the pool's
+    index (docs/integrations.md)."""
+    config = ORIGINAL_CONFIGS["single/maru-config.yaml"].replace(
+        "maru://localhost:${MARU_SERVER_PORT}", node.url)
+    run_intree(node, tmp_path, config, config, 60)
 
 
 PLUGIN_VARIANTS = [

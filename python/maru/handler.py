@@ -43,7 +43,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Un
 from . import _maru
 from .chunk import Chunk
 from .client import Client, Region
-from .keys import Key, check_namespace, key_to_path
+from .keys import Key, check_namespace, key_component
 
 logger = logging.getLogger(__name__)
 
@@ -415,7 +415,8 @@ class MaruHandler:
         return self._regions
 
     def _path(self, key: Key) -> str:
-        return key_to_path(key, self._namespace)
+        # maru.key_to_path, with the namespace checked once
+        return f"{self._namespace}/{key_component(key)}"
 
     # --- regions and pages ----------------------------------------------
 
