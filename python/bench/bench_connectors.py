@@ -136,7 +136,7 @@ def lmcache_turn(client: maru.Client, backend: MaruBackend, shape: torch.Size,
                  pages: int, value: torch.Tensor, raw_first: bool) -> Dict[str, float]:
     tag = uuid.uuid4().hex[:8]
     keys = [f"{tag}-{i}" for i in range(pages)]
-    raw_paths = [f"/bench-raw/{k}" for k in keys]
+    raw_paths = [f"/bench-raw-lmc/{k}" for k in keys]
     nbytes = value.numel() * value.element_size()
 
     def connector_put() -> None:
@@ -148,13 +148,15 @@ def lmcache_turn(client: maru.Client, backend: MaruBackend, shape: torch.Size,
         for o in objs:
             o.ref_count_down()
 
-    def raw_put() -> None:
+    def raw_put() -> None:  # as the connector: allocate all, fill, publish (a chain), release
+        chunks = [client.alloc(nbytes) for _ in raw_paths]
+        for c in chunks:
+            c.torch(torch.float16, shape).copy_(value)
         prev = None
-        for p in raw_paths:
-            with client.alloc(nbytes) as c:
-                c.torch(torch.float16, shape).copy_(value)
-                c.publish(p, prev)
+        for c, p in zip(chunks, raw_paths):
+            c.publish(p, prev)
             prev = p
+        client.release_batch(chunks)
 
     def connector_get() -> None:
         for o in backend.batched_get_blocking(keys):
@@ -190,12 +192,14 @@ class Key:
 
 def raw_sides(client: maru.Client, raw_paths: List[str], nbytes: int, shape: torch.Size,
               value: torch.Tensor) -> Tuple[Callable[[], None], Callable[[], None]]:
-    """alloc + fill + publish of each path; lookup_prefix + Chunk.torch."""
+    """alloc of each path, fill, publish, release; lookup_prefix + Chunk.torch."""
     def raw_put() -> None:
-        for p in raw_paths:
-            with client.alloc(nbytes) as c:
-                c.torch(torch.float16, shape).copy_(value)
-                c.publish(p)
+        chunks = [client.alloc(nbytes) for _ in raw_paths]
+        for c in chunks:
+            c.torch(torch.float16, shape).copy_(value)
+        for c, p in zip(chunks, raw_paths):
+            c.publish(p)
+        client.release_batch(chunks)
 
     def raw_get() -> None:
         for c in client.lookup_prefix(raw_paths):
@@ -208,7 +212,7 @@ def intree_turn(client: maru.Client, backend: InTreeMaruBackend, shape: torch.Si
                 pages: int, value: torch.Tensor, raw_first: bool) -> Dict[str, float]:
     tag = uuid.uuid4().hex[:8]
     keys = [Key(f"{tag}-{i}") for i in range(pages)]
-    raw_paths = [f"/bench-raw/{k.s}" for k in keys]
+    raw_paths = [f"/bench-raw-intree/{k.s}" for k in keys]
     raw_put, raw_get = raw_sides(client, raw_paths, value.numel() * 2, shape, value)
 
     def put() -> None:
@@ -236,7 +240,7 @@ def handler_turn(client: maru.Client, handler: maru.MaruHandler, pages: int,
                  value: torch.Tensor, raw_first: bool) -> Dict[str, float]:
     tag = uuid.uuid4().hex[:8]
     keys = [f"{tag}-{i}" for i in range(pages)]
-    raw_paths = [f"/bench-raw/{k}" for k in keys]
+    raw_paths = [f"/bench-raw-handler/{k}" for k in keys]
     data = value.view(-1).view(torch.uint8).numpy()
     nbytes = data.nbytes
 
@@ -247,10 +251,12 @@ def handler_turn(client: maru.Client, handler: maru.MaruHandler, pages: int,
         handler.batch_store(keys, handles)
 
     def raw_store() -> None:
-        for p in raw_paths:
-            with client.alloc(nbytes) as c:
-                c.write(data)
-                c.publish(p)
+        chunks = [client.alloc(nbytes) for _ in raw_paths]
+        for c in chunks:
+            c.write(data)
+        for c, p in zip(chunks, raw_paths):
+            c.publish(p)
+        client.release_batch(chunks)
 
     def retrieve() -> None:
         for info in handler.batch_retrieve(keys):
