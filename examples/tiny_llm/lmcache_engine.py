@@ -1,40 +1,47 @@
 """LMCache's side of a storage backend, re-implemented from LMCache's source
 on the tiny model (LMCache cannot be installed here; nothing of it is
-copied or imported). What each part follows (LMCache/LMCache; the commits
-are in python/contracts/lmcache.json and /work/upstream/lmcache/REPORT.md):
+copied or imported). What each part follows, as file:function@commit
+(LMCache/LMCache; "index N": read from a code index that gives the file's
+version but not its commit; python/contracts/lmcache.json records the
+interface files):
 
-- ``EngineConfig``: ``lmcache/v1/config.py`` ``_CONFIG_DEFINITIONS`` (the
-  defaults of the keys used here) and ``get_extra_config_value``;
-- ``CacheEngineKey``: ``lmcache/utils.py:CacheEngineKey`` (``to_string``
-  with the request's ``lmcache.tag.*`` configs appended as ``@name%value``,
-  ``with_new_worker_id``, equality with the tags);
+- ``EngineConfig``: ``lmcache/v1/config.py:_CONFIG_DEFINITIONS`` @ index
+  57822647312 (the defaults of the keys used here; ``save_unfull_chunk``
+  False) and ``LMCacheEngineConfig.get_extra_config_value``;
+- ``CacheEngineKey``: ``lmcache/utils.py:CacheEngineKey`` @ index
+  58804892106 (``to_string`` with the request's ``lmcache.tag.*`` configs
+  appended as ``@name%value``, ``with_new_worker_id``, equality with the
+  tags);
 - ``create_storage_backends``: ``lmcache/v1/storage_backend/__init__.py:
-  CreateStorageBackends`` (LocalCPUBackend when ``max_local_cpu_size > 0``,
-  then the maru backend when ``maru_path`` is set, then the plugins) and
-  ``:storage_plugin_launcher`` (``importlib.import_module(module_path)``,
-  ``getattr(class_name)``, the keyword constructor ``cls(config=,
-  dst_device=, metadata=, local_cpu_backend=, loop=)``, registered under
-  the plugin's NAME; an exception is logged and the backend dropped);
-- ``StorageManager``: ``lmcache/v1/storage_backend/storage_manager.py:
-  StorageManager._get_allocator_backend`` (by dict key: LocalCPUBackend if
-  present when "MaruBackend" is, else MaruBackend; LocalCPUBackend
-  otherwise), ``:allocate``, ``:batched_put`` with
+  CreateStorageBackends`` @ index 55766182898 (LocalCPUBackend when
+  ``max_local_cpu_size > 0``, then the maru backend when ``maru_path`` is
+  set, then the plugins) and ``:storage_plugin_launcher`` (same file:
+  ``importlib.import_module(module_path)``, ``getattr(class_name)``, the
+  keyword constructor ``cls(config=, dst_device=, metadata=,
+  local_cpu_backend=, loop=)``, registered under the plugin's NAME; an
+  exception is logged and the backend dropped);
+- ``StorageManager``: ``lmcache/v1/storage_backend/storage_manager.py`` @
+  index 58789710752: ``StorageManager._get_allocator_backend`` (by dict
+  key: LocalCPUBackend if present when "MaruBackend" is, else MaruBackend;
+  LocalCPUBackend otherwise), ``:allocate``, ``:batched_put`` with
   ``:allocate_and_copy_objects`` (including its ``keys[:n]`` return),
   ``:contains``, ``:batched_get`` (no write-back for "LocalCPUBackend",
   "PDBackend", "MaruBackend"), ``:async_lookup_and_prefetch`` and its
   done callback, ``:batched_unpin`` (``backend.unpin`` per key);
 - ``LocalCPUBackend``: ``lmcache/v1/storage_backend/local_cpu_backend.py``
-  as far as a backend behind it sees it (``local_cpu: False`` keeps the
-  object and its allocator, turns its hot cache off);
+  @ index 57512565381, as far as a backend behind it sees it
+  (``local_cpu: False`` keeps the object and its allocator, turns its hot
+  cache off);
 - ``GPUConnector``: ``lmcache/v1/gpu_connector/gpu_connectors.py:
-  VLLMPagedMemGPUConnectorV2`` @ 934e8033 (``get_shape``, ``from_gpu``
-  setting KV_MLA_FMT for MLA, ``to_gpu``'s check of ``metadata.fmt``), on
-  CPU tensors and the tiny model's cache;
-- ``Engine``: ``lmcache/v1/cache_engine.py`` store (allocate every chunk,
-  from_gpu, batched_put) and retrieve (lookup with pins, contains per key,
-  batched_get per location, to_gpu, ref_count_down, lookup_unpin), and the
-  async path (``async_lookup_and_prefetch``, then the prefetched objects
-  to_gpu, ``ref_count_down`` and ``unpin``: how LMCache's engine releases
+  VLLMPagedMemGPUConnectorV2`` @ 934e80334cb7 (``get_shape``,
+  ``from_gpu`` setting KV_MLA_FMT for MLA, ``to_gpu``'s check of
+  ``metadata.fmt``), on CPU tensors and the tiny model's cache;
+- ``Engine``: ``lmcache/v1/cache_engine.py:LMCacheEngine.store`` and
+  ``.retrieve`` @ 3bafe17fbd0b (allocate every chunk, from_gpu,
+  batched_put; lookup with pins, contains per key, batched_get per
+  location, to_gpu, ref_count_down, lookup_unpin), and the async path
+  (``async_lookup_and_prefetch``, then the prefetched objects to_gpu,
+  ``ref_count_down`` and ``unpin``: how LMCache's engine releases
   prefetched objects was not read, so both are given back here).
 """
 from __future__ import annotations
