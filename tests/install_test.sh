@@ -45,6 +45,8 @@ import maru
 where, server = sys.argv[1], sys.argv[2]
 libs = {line.split()[-1] for line in open("/proc/self/maps") if "libmaru_direct" in line}
 assert maru.__file__.startswith(where), f"maru from {maru.__file__}, not {where}"
+import maru_lmcache  # LMCache's own maru backend imports it: installed next to maru
+assert maru_lmcache.__file__.startswith(where), f"maru_lmcache from {maru_lmcache.__file__}"
 assert libs and all(l.startswith(where) for l in libs), f"libmaru_direct from {libs}"
 with maru.Client(server, instance="install-test") as client:
     client.put("/install/a", b"x" * 4096)

@@ -12,7 +12,19 @@ loads N pages, side by side:
   read_into_batch into the host tensors, release);
 - LMCache: ``MaruBackend.batched_allocate`` + fill + ``batched_submit_put_task``
   and ``batched_get_blocking``, against ``Client.alloc`` + fill +
-  ``Chunk.publish`` and ``lookup_prefix`` + ``Chunk.torch``.
+  ``Chunk.publish`` and ``lookup_prefix`` + ``Chunk.torch``;
+- LMCache's own maru backend (the in-tree path, its control flow in
+  examples/tiny_llm/lmcache_intree.py over ``maru.MaruHandler`` and
+  ``maru_lmcache.CxlMemoryAdapter``): the same put and get;
+- the original's API: ``MaruHandler.alloc`` + fill + ``batch_store`` of the
+  handles, ``batch_retrieve``, ``batch_exists``, against ``alloc`` + fill +
+  ``publish``, ``lookup_prefix``, ``count_prefix``.
+
+A second table: ``MaruHandler.batch_exists`` (every key checked, no
+prefix-stop: one ``count_prefix`` call, then one more after each miss)
+against one prefix-stopping ``count_prefix`` of the same 64 keys, with 0
+to 64 of them missing, with the pool's index (a Unix-socket client) and
+without it (``MARU_INDEX=0``: every call a round trip, as over TCP).
 
 Each turn runs both sides back to back, in alternating order; a ratio is
 the median of the turns' ratios (connector ÷ raw), so that load from other
@@ -28,6 +40,10 @@ import uuid
 from pathlib import Path
 from typing import Callable, Dict, List, Tuple
 
+import asyncio
+import os
+import threading
+
 import torch
 
 import maru
@@ -36,6 +52,8 @@ from maru.sglang import MaruHiCacheStorage
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "examples" / "tiny_llm"))
+from lmcache_engine import EngineConfig, Metadata  # noqa: E402
+from lmcache_intree import MaruBackend as InTreeMaruBackend  # noqa: E402
 from maru_node import MaruNode  # noqa: E402
 
 
@@ -118,7 +136,7 @@ def lmcache_turn(client: maru.Client, backend: MaruBackend, shape: torch.Size,
                  pages: int, value: torch.Tensor, raw_first: bool) -> Dict[str, float]:
     tag = uuid.uuid4().hex[:8]
     keys = [f"{tag}-{i}" for i in range(pages)]
-    raw_paths = [f"/bench-raw/{k}" for k in keys]
+    raw_paths = [f"/bench-raw-lmc/{k}" for k in keys]
     nbytes = value.numel() * value.element_size()
 
     def connector_put() -> None:
@@ -130,13 +148,15 @@ def lmcache_turn(client: maru.Client, backend: MaruBackend, shape: torch.Size,
         for o in objs:
             o.ref_count_down()
 
-    def raw_put() -> None:
+    def raw_put() -> None:  # as the connector: allocate all, fill, publish (a chain), release
+        chunks = [client.alloc(nbytes) for _ in raw_paths]
+        for c in chunks:
+            c.torch(torch.float16, shape).copy_(value)
         prev = None
-        for p in raw_paths:
-            with client.alloc(nbytes) as c:
-                c.torch(torch.float16, shape).copy_(value)
-                c.publish(p, prev)
+        for c, p in zip(chunks, raw_paths):
+            c.publish(p, prev)
             prev = p
+        client.release_batch(chunks)
 
     def connector_get() -> None:
         for o in backend.batched_get_blocking(keys):
@@ -154,6 +174,149 @@ def lmcache_turn(client: maru.Client, backend: MaruBackend, shape: torch.Size,
     return out
 
 
+class Key:
+    """An LMCache key, as much as its maru backend uses."""
+
+    def __init__(self, s: str) -> None:
+        self.s = s
+
+    def to_string(self) -> str:
+        return self.s
+
+    def __hash__(self) -> int:
+        return hash(self.s)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Key) and other.s == self.s
+
+
+def raw_sides(client: maru.Client, raw_paths: List[str], nbytes: int, shape: torch.Size,
+              value: torch.Tensor) -> Tuple[Callable[[], None], Callable[[], None]]:
+    """alloc of each path, fill, publish, release; lookup_prefix + Chunk.torch."""
+    def raw_put() -> None:
+        chunks = [client.alloc(nbytes) for _ in raw_paths]
+        for c in chunks:
+            c.torch(torch.float16, shape).copy_(value)
+        for c, p in zip(chunks, raw_paths):
+            c.publish(p)
+        client.release_batch(chunks)
+
+    def raw_get() -> None:
+        for c in client.lookup_prefix(raw_paths):
+            c.torch(torch.float16, shape)
+            c.release()
+    return raw_put, raw_get
+
+
+def intree_turn(client: maru.Client, backend: InTreeMaruBackend, shape: torch.Size,
+                pages: int, value: torch.Tensor, raw_first: bool) -> Dict[str, float]:
+    tag = uuid.uuid4().hex[:8]
+    keys = [Key(f"{tag}-{i}") for i in range(pages)]
+    raw_paths = [f"/bench-raw-intree/{k.s}" for k in keys]
+    raw_put, raw_get = raw_sides(client, raw_paths, value.numel() * 2, shape, value)
+
+    def put() -> None:
+        objs = backend.batched_allocate(shape, torch.float16, pages)
+        for o in objs:
+            o.tensor.copy_(value)
+        for f in backend.batched_submit_put_task(keys, objs):
+            f.result()
+        for o in objs:
+            o.ref_count_down()  # the storage manager's reference
+
+    def get() -> None:
+        for o in backend.batched_get_blocking(keys):
+            o.ref_count_down()
+
+    out = pair("intree_put", put, raw_put, raw_first)
+    out.update(pair("intree_get", get, raw_get, raw_first))
+    for k in keys:
+        backend.remove(k)
+    client.unlink_batch(raw_paths)
+    return out
+
+
+def handler_turn(client: maru.Client, handler: maru.MaruHandler, pages: int,
+                 value: torch.Tensor, raw_first: bool) -> Dict[str, float]:
+    tag = uuid.uuid4().hex[:8]
+    keys = [f"{tag}-{i}" for i in range(pages)]
+    raw_paths = [f"/bench-raw-handler/{k}" for k in keys]
+    data = value.view(-1).view(torch.uint8).numpy()
+    nbytes = data.nbytes
+
+    def store() -> None:
+        handles = [handler.alloc(size=nbytes) for _ in keys]
+        for h in handles:
+            h.buf[:] = data
+        handler.batch_store(keys, handles)
+
+    def raw_store() -> None:
+        chunks = [client.alloc(nbytes) for _ in raw_paths]
+        for c in chunks:
+            c.write(data)
+        for c, p in zip(chunks, raw_paths):
+            c.publish(p)
+        client.release_batch(chunks)
+
+    def retrieve() -> None:
+        for info in handler.batch_retrieve(keys):
+            info.view.release()
+
+    def raw_retrieve() -> None:
+        for c in client.lookup_prefix(raw_paths):
+            c.memoryview().release()
+            c.release()
+
+    out = pair("handler_batch_store", store, raw_store, raw_first)
+    out.update(pair("handler_batch_retrieve", retrieve, raw_retrieve, raw_first))
+    out.update(pair("handler_batch_exists", lambda: handler.batch_exists(keys),
+                    lambda: client.count_prefix(raw_paths), raw_first))
+    handler.batch_delete(keys)
+    client.unlink_batch(raw_paths)
+    return out
+
+
+def exists_table(node: MaruNode, repeat: int) -> None:
+    """batch_exists (no prefix-stop) against one count_prefix, by misses."""
+    keys = [f"e{i}" for i in range(64)]
+    print()
+    print("| index | keys missing | calls | batch_exists (µs) | count_prefix (µs) "
+          "| batch_exists ÷ count_prefix |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for index in ("on", "off"):
+        saved = os.environ.get("MARU_INDEX")
+        if index == "off":
+            os.environ["MARU_INDEX"] = "0"  # read at connect
+        try:
+            handler = maru.MaruHandler(maru.MaruConfig(server_url=node.url, namespace="bench-e"))
+            handler.connect()
+        finally:
+            if saved is None:
+                os.environ.pop("MARU_INDEX", None)
+            else:
+                os.environ["MARU_INDEX"] = saved
+        client = handler.client
+        for missing in (0, 1, 8, 32, 64):
+            absent = set(range(0, 64, 64 // missing)) if missing else set()
+            present = [k for i, k in enumerate(keys) if i not in absent]
+            handler.batch_delete(keys)
+            if present:
+                handler.batch_store(present, [b"x"] * len(present))
+            paths = [maru.key_to_path(k, "bench-e") for k in keys]
+            calls = 1 + len([i for i in absent if i < len(keys) - 1])
+            assert handler.batch_exists(keys) == [i not in absent for i in range(64)]
+            turns = []
+            for r in range(repeat):
+                turns.append(pair("exists", lambda: handler.batch_exists(keys),
+                                  lambda: client.count_prefix(paths), r % 2 == 1))
+            conn = statistics.median(t["exists_connector"] for t in turns)
+            raw = statistics.median(t["exists_raw"] for t in turns)
+            ratio = statistics.median(t["exists_connector"] / t["exists_raw"] for t in turns)
+            print(f"| {index} | {missing} | {calls} | {conn:.0f} | {raw:.0f} | {ratio:.2f}× |")
+        handler.batch_delete(keys)
+        handler.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pages", type=int, default=64)
@@ -162,6 +325,8 @@ def main() -> None:
     # (page tokens, layers, kv heads, head dim): small pages, and 16 tokens
     # of an 8-layer slice of a Llama-8B-like model (fp16).
     cases = [("16 KiB pages", (4, 4, 2, 64)), ("512 KiB pages", (16, 8, 8, 128))]
+    loop = asyncio.new_event_loop()  # LMCache's storage manager loop, for the in-tree puts
+    threading.Thread(target=loop.run_forever, daemon=True).start()
     print("| pages | call | connector (µs) | raw package (µs) | connector ÷ raw |")
     print("|---|---|---:|---:|---:|")
     with MaruNode(pool_size=512 << 20) as node, maru.Client(node.url) as client:
@@ -176,13 +341,25 @@ def main() -> None:
                                   {"shapes": [shape], "dtypes": [torch.float16],
                                    "chunk_size": tokens})
             value = torch.randn(shape).to(torch.float16)
+            config = EngineConfig({"maru_path": node.url, "chunk_size": tokens,
+                                   "extra_config": {"maru_instance_id": "bench-intree"}})
+            intree = InTreeMaruBackend(config, Metadata("bench", layers, heads * dim, tokens,
+                                                        kv_dtype=torch.float16), loop, "cpu")
+            handler = maru.MaruHandler(maru.MaruConfig(
+                server_url=node.url, namespace="bench-handler",
+                chunk_size_bytes=value.numel() * 2, pool_size=1 << 30))
+            handler.connect()
             turns: List[Dict[str, float]] = []
             for _ in range(args.repeat):
                 raw_first = len(turns) % 2 == 1
                 t = sglang_turn(client, store, src, dst, args.pages, raw_first)
                 t.update(lmcache_turn(client, backend, shape, args.pages, value, raw_first))
+                t.update(intree_turn(client, intree, shape, args.pages, value, raw_first))
+                t.update(handler_turn(client, handler, args.pages, value, raw_first))
                 turns.append(t)
-            for call in ("sglang_set", "sglang_get", "lmcache_put", "lmcache_get"):
+            for call in ("sglang_set", "sglang_get", "lmcache_put", "lmcache_get",
+                         "intree_put", "intree_get", "handler_batch_store",
+                         "handler_batch_retrieve", "handler_batch_exists"):
                 conn = statistics.median(t[f"{call}_connector"] for t in turns)
                 raw = statistics.median(t[f"{call}_raw"] for t in turns)
                 ratio = statistics.median(t[f"{call}_connector"] / t[f"{call}_raw"]
@@ -191,6 +368,10 @@ def main() -> None:
                       f"| {raw:.0f} | {ratio:.2f}× |")
             store.close()
             backend.close()
+            intree.close()
+            handler.close()
+        exists_table(node, args.repeat)
+    loop.call_soon_threadsafe(loop.stop)
 
 
 if __name__ == "__main__":

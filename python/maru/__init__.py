@@ -5,8 +5,9 @@ Two layers over the C library libmaru_direct (through the pybind11 module
 
 - :class:`Client` and :class:`Chunk`: one method per call of maru_direct.h,
   chunks as context managers with zero-copy numpy/torch views;
-- :class:`MaruHandler` and :class:`MaruConfig`: the original Maru's API, so
-  code written for it (LMCache, vLLM and SGLang connectors) runs unchanged.
+- :class:`MaruHandler` and :class:`MaruConfig`: the original Maru's API,
+  region/page calls included, so code written for it (LMCache's own maru
+  backend, with :mod:`maru_lmcache` beside this package) runs unchanged.
 
 See docs/python.md.
 """
@@ -14,12 +15,13 @@ See docs/python.md.
 from ._maru import BATCH_MAX, ForkError, strerror
 from .chunk import Chunk
 from .client import Client, Hint, PoolInfo, Region, errno_error
-from .handler import AllocHandle, MaruConfig, MaruHandler, MemoryInfo
+from .handler import AllocError, AllocHandle, MaruConfig, MaruHandler, MemoryInfo
 from .keys import key_to_path
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AllocError",
     "AllocHandle",
     "BATCH_MAX",
     "Chunk",

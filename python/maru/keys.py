@@ -1,7 +1,8 @@
 """Keys of the original Maru API as paths of the Maru namespace.
 
 This is the one place where keys become paths: every ``MaruHandler`` method
-goes through :func:`key_to_path`.
+goes through :func:`key_component` (:func:`key_to_path` is it under a
+namespace).
 """
 
 from __future__ import annotations
@@ -46,6 +47,19 @@ def escape_component(raw: bytes) -> str:
     return "".join(chr(b) if b in _SAFE else f"%{b:02X}" for b in raw)
 
 
+def key_component(key: Key) -> str:
+    """The path component of ``key`` (see :func:`key_to_path`)."""
+    if isinstance(key, str):
+        return escape_component(key.encode("utf-8"))
+    if isinstance(key, bool):
+        raise TypeError("maru: keys are int, str or bytes, not bool")
+    if isinstance(key, int):
+        return f"{key:d}"
+    if isinstance(key, (bytes, bytearray, memoryview)):
+        return escape_component(bytes(key))
+    raise TypeError(f"maru: keys are int, str or bytes, not {type(key).__name__}")
+
+
 def key_to_path(key: Key, namespace: str = "kv") -> str:
     """The path of the chunk that stores ``key``: ``/<namespace>/<key>``.
 
@@ -59,13 +73,4 @@ def key_to_path(key: Key, namespace: str = "kv") -> str:
     leave its namespace. A key longer than 255 bytes once escaped is
     refused by the library (``OSError(ENAMETOOLONG)``).
     """
-    base = check_namespace(namespace)
-    if isinstance(key, bool):
-        raise TypeError("maru: keys are int, str or bytes, not bool")
-    if isinstance(key, int):
-        return f"{base}/{key:d}"
-    if isinstance(key, str):
-        return f"{base}/{escape_component(key.encode('utf-8'))}"
-    if isinstance(key, (bytes, bytearray, memoryview)):
-        return f"{base}/{escape_component(bytes(key))}"
-    raise TypeError(f"maru: keys are int, str or bytes, not {type(key).__name__}")
+    return f"{check_namespace(namespace)}/{key_component(key)}"
