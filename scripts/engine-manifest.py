@@ -329,7 +329,8 @@ def main() -> int:
     if args.check:
         return 1 if diff else 0
     OUT.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(new, indent=1, sort_keys=True) + "\n")
+    # Source order is kept: it is a fact too (dataclass fields, enum values).
+    out.write_text(json.dumps(new, indent=1) + "\n")
     print(f"engine-manifest: wrote {out.relative_to(ROOT)} ({len(diff)} changes)")
     return 0
 

@@ -450,7 +450,7 @@ class MaruBackend(AllocatorBackendInterface):
                                                on_complete_callback=on_complete_callback)
         return futures[0] if futures else _done([])
 
-    def batched_submit_put_task(self, keys: Sequence[Any], memory_objs: List[Any],
+    def batched_submit_put_task(self, keys: Sequence[Any], objs: List[Any],
                                 transfer_spec: Any = None,
                                 on_complete_callback: Optional[Callable[[Any], None]] = None
                                 ) -> Optional[List[concurrent.futures.Future]]:
@@ -464,7 +464,7 @@ class MaruBackend(AllocatorBackendInterface):
         batch; its result is the list of keys now stored."""
         if self._mla_as_worker0:
             return None
-        keys, objs = list(keys), list(memory_objs)
+        keys, objs = list(keys), list(objs)
         if len(keys) != len(objs):
             raise ValueError("maru.lmcache: keys and memory objects must have the same length")
         for obj in objs:
