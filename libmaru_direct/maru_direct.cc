@@ -1073,8 +1073,8 @@ int maru_publish(maru_chunk_t *c, const char *path, const char *parent) {
   req.set_checksum(seal.checksum());
   rpc::ChunkReply rep;
   int rc = c->m->client->Publish(req, &rep);
-  if (rc == -EEXIST || rc == -ESTALE) {
-    // The server freed the space (or lost it): nothing is held any more.
+  if (rc == -ESTALE) {
+    // The server lost the allocation (its session ended): nothing is held.
     c->writing = false;
     c->data = nullptr;
     c->view.reset();

@@ -200,11 +200,11 @@ int maru_alloc(maru_t *m, uint64_t size, const maru_create_opts_t *opts, maru_ch
 
 /* Names a chunk from maru_alloc() at `path` (extending `parent`, or NULL)
  * and seals it, in one step. First writer wins: if `path` exists or is
- * being written, -EEXIST and the reserved space is freed (the handle then
- * holds nothing; release it). Other errors (-EACCES, -ENOENT, -EDQUOT when
- * a quota of a directory above `path` would be passed, ...) keep the
- * reservation, still charged to the caller's uid: publish it elsewhere or
- * release it. A handle not from maru_alloc(), or already published:
+ * being written, -EEXIST. On any error (-EEXIST, -EACCES, -ENOENT, -EDQUOT
+ * when a quota of a directory above `path` would be passed, ...) the
+ * handle keeps its reservation, its bytes and maru_chunk_data() valid,
+ * still charged to the caller's uid: publish it elsewhere or release it
+ * (its space is reused only after maru_release()). A handle not from maru_alloc(), or already published:
  * -EINVAL. On success the handle is a read handle, as after maru_seal(). */
 int maru_publish(maru_chunk_t *c, const char *path, const char *parent);
 

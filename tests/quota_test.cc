@@ -302,11 +302,14 @@ TEST_F(QuotaTest, PublishingPastADirectoryQuotaIsRefusedAndKeepsTheAllocation) {
   EXPECT_EQ(0, Publish(gen, "/b/y", 2 * kUnit));
   EXPECT_EQ(3 * kUnit, Quota("uid:1000").used_bytes());
   EXPECT_EQ(3 * kUnit, Quota("/").used_bytes());
-  // A name taken frees the allocation and its charge.
+  // A name taken leaves the allocation, and its charge, with her until she
+  // lets it go (views of it may still be in use).
   const uint64_t lost = Alloc(kUnit);
   ASSERT_NE(0u, lost);
   EXPECT_EQ(EEXIST, Publish(lost, "/b/y", kUnit));
-  EXPECT_EQ(3 * kUnit, Quota("uid:1000").used_bytes());
+  EXPECT_EQ(4 * kUnit, Quota("uid:1000").used_bytes());
+  EXPECT_EQ(0, Publish(lost, "/b/z", kUnit));
+  EXPECT_EQ(4 * kUnit, Quota("uid:1000").used_bytes());
 }
 
 TEST_F(QuotaTest, AReservationWhoseFileWasRemovedCountsUntilItsWriterLetsGo) {

@@ -144,9 +144,10 @@ class Chunk:
     def publish(self, path: str, parent: Optional[str] = None) -> None:
         """``maru_publish``: names a chunk from :meth:`Client.alloc` at ``path`` and seals it.
 
-        Raises FileExistsError if ``path`` exists or is being written: the
-        library then frees the reserved space, so views taken before must
-        not be used any more, and the chunk holds nothing.
+        Raises FileExistsError if ``path`` exists or is being written (first
+        writer wins). The chunk then keeps its space and its bytes, and views
+        taken before stay valid: publish it elsewhere, or release it (the
+        space is reused only once the chunk and every view are gone).
         """
         self._live().publish(path, parent)
         self._path = path

@@ -534,9 +534,9 @@ class MaruHandler:
         """Stores a value under ``key``; True when the key holds a value.
 
         With an :class:`AllocHandle` (``store(key, handle)``), as the
-        original: if the key exists the handle's space is given back, else
-        ``maru_publish`` names the written space (no copy). First writer
-        wins: True either way, and the key keeps its first value (the same
+        original: ``maru_publish`` names the written space (no copy); if the
+        key exists the handle's space is given back once no view of it is
+        left. First writer wins: True either way, and the key keeps its first value (the same
         key means the same content). ValueError if the handle's region is
         not an unstored allocation of this handler.
 
@@ -558,9 +558,9 @@ class MaruHandler:
         return self._put(key, _as_bytes_view(src), prefix)
 
     def _publish_all(self, keys: List[Key], handles: List[AllocHandle]) -> List[bool]:
-        """Publishes handles under keys: one existence check of all keys
-        (answered by the pool's index when it can), then one
-        ``maru_publish`` per key not stored yet."""
+        """Publishes handles under keys: one ``maru_publish`` per key. A key
+        stored already (first writer wins) leaves its allocation to the
+        handle's views, whose space the pool reuses only once they are gone."""
         table = self._table()
         leases = []
         for h in handles:
@@ -571,22 +571,13 @@ class MaruHandler:
             if h._size > lease.size:
                 raise ValueError(f"handle size {h._size} exceeds its region's {lease.size}")
             leases.append(lease)
-        paths = [self._path(k) for k in keys]
-        exists = self._exists_each(paths)
         results: List[bool] = []
-        seen = set()
-        for path, h, lease, there in zip(paths, handles, leases, exists):
-            if there or path in seen:  # first writer wins; no publish, no free under a view
-                table.drop(h._region_id)
-                _release_view(h.buf)
-                results.append(True)
-                continue
+        for key, h, lease in zip(keys, handles, leases):
             try:
-                Chunk(lease).publish(path)
-            except FileExistsError:  # lost a race: the library freed the space
+                Chunk(lease).publish(self._path(key))
+            except FileExistsError:  # stored already: the key keeps its first value
                 table.drop(h._region_id)
                 _release_view(h.buf)
-            seen.add(path)
             results.append(True)
         return results
 

@@ -45,7 +45,7 @@ void Lease::CheckUsable() const {
   session_->CheckFork();
   if (empty_)
     throw py::value_error(
-        "maru: this chunk holds nothing (its publish lost to an existing path); release it");
+        "maru: this chunk holds nothing (its allocation was lost with its session); release it");
 }
 
 void Lease::Seal() {
@@ -74,8 +74,9 @@ void Lease::Publish(const std::string &path, const std::optional<std::string> &p
     std::lock_guard<std::mutex> lock(mu_);
     rc = maru_publish(c_, cpath, cparent);
     if (rc == 0) MarkSealed();
-    // First writer wins: the library freed the reserved space.
-    if (rc == -EEXIST) {
+    // The allocation was lost with its session: nothing is held any more.
+    // (A name taken, EEXIST, leaves the allocation held and writable.)
+    if (rc == -ESTALE) {
       empty_ = true;
       writable_ = false;
     }
@@ -300,7 +301,7 @@ void RegisterLease(py::module_ &m) {
                              "Address of the chunk's bytes in this process.")
       .def_property_readonly("writable", &Lease::writable, "True until sealed or published.")
       .def_property_readonly("empty", &Lease::empty,
-                             "True after a publish lost to an existing path.")
+                             "True after a publish found the allocation lost with its session.")
       .def("seal", &Lease::Seal, "maru_seal(): publish a chunk from create().")
       .def("publish", &Lease::Publish, py::arg("path"), py::arg("parent") = py::none(),
            "maru_publish(): name a chunk from alloc() and seal it.")

@@ -74,7 +74,7 @@ class Lease {
   void *data_ = nullptr;
   uint64_t size_ = 0;
   bool writable_;
-  bool empty_ = false;  // publish lost to an existing path: holds nothing
+  bool empty_ = false;  // publish found its allocation gone (ESTALE): holds nothing
 };
 
 // maru_seal_batch() of chunks of one session: 0 or a negative errno each.

@@ -126,11 +126,21 @@ def test_alloc_publish(server, client, ns):
     with client.open(f"/{ns}/pub") as again:
         assert bytes(again.memoryview()[:9]) == b"published"
         assert again.data_ptr == chunk.data_ptr
-    other = client.alloc(16)
+    # A publish that loses keeps the loser's space and views, until released:
+    # no later allocation is given that space under them.
+    other = client.alloc(8192)
+    view = other.memoryview()
+    view[:5] = b"loser"
     with pytest.raises(FileExistsError):
         other.publish(f"/{ns}/pub")
-    with pytest.raises(ValueError):
-        other.memoryview()  # its space was given back
+    assert other.writable
+    with client.alloc(8192) as later:
+        later.write(b"later")
+        assert later.data_ptr != other.data_ptr
+    assert bytes(view[:5]) == b"loser"
+    other.publish(f"/{ns}/pub2")
+    with client.open(f"/{ns}/pub2") as again:
+        assert bytes(again.memoryview()[:5]) == b"loser"
 
 
 def test_pool_regions_hold_contiguous_chunks(server, client, ns):

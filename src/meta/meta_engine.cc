@@ -1235,11 +1235,13 @@ void MetaEngine::Publish(const Caller &c, const rpc::PublishRequest &req, rpc::C
     if (int err = CheckLeaseCount(*session))  // before any change: it keeps one
       return Status::Error(err, "too many leases in this session");
     // The allocation's charge moves to where it is named: checked there
-    // without it, and put back if the name is refused (the caller keeps it).
+    // without it, and put back if the name is refused. A refused name,
+    // EEXIST included, leaves the allocation with its caller until released:
+    // views of it may still be in use, so its space is never reused under them.
     const uint64_t bytes = TotalLength(held->second);
     quotas_.Unhold(req.gen());
     auto keep = [&](Status s) {
-      if (s.errnum() != EEXIST) quotas_.Hold(req.gen(), session->uid, bytes);
+      quotas_.Hold(req.gen(), session->uid, bytes);
       return s;
     };
     MARU_RETURN_IF_ERROR(keep(quotas_.MayReserveAt(req.path(), c.uid, bytes)));
@@ -1251,10 +1253,6 @@ void MetaEngine::Publish(const Caller &c, const rpc::PublishRequest &req, rpc::C
     create.set_parent_chunk(req.parent_chunk());
     rpc::ChunkReply created;
     Status s = CreateOp(c, create, &created)(txn, session);
-    if (s.errnum() == EEXIST) {
-      session->orphan_gens.erase(req.gen());
-      UnrefGen(txn, req.gen());  // the loser's space goes back now
-    }
     if (!s.ok()) return keep(s);
     // ... the allocation becomes its reservation, and is sealed at once.
     Inode *inode = tree_.Find(created.attr().ino());
