@@ -63,10 +63,9 @@ class ChunkStore:
         chunk.wait_part(layer, timeout_s)
 
     def read(self, ops: Sequence[CopyOp]) -> List[Optional[OSError]]:
-        """Copies chunk bytes into the buffers: one call for the batch."""
-        if ops and on_device(ops[0][1]):
-            return copy_tensors(ops, into_chunk=False)
-        return self.client.read_into_batch(ops) if ops else []
+        """Copies chunk bytes into the buffers: one library call for the
+        byte buffers, torch copies for tensor views (strided or on a device)."""
+        return _split(ops, self.client.read_into_batch, into_chunk=False)
 
     def create(self, paths: Sequence[str], sizes: Sequence[int],
                parents: Sequence[Optional[str]], parts: int) -> List[Union[Chunk, OSError]]:
@@ -76,15 +75,15 @@ class ChunkStore:
         return self.client.create_batch(paths, sizes, parents=parents, parts=parts)
 
     def write(self, ops: Sequence[CopyOp]) -> List[Optional[OSError]]:
-        """Copies the buffers into writable chunks: one call for the batch."""
-        if ops and on_device(ops[0][1]):
-            return copy_tensors(ops, into_chunk=True)
-        return self.client.write_from_batch(ops) if ops else []
+        """Copies the buffers into writable chunks: one library call for the
+        byte buffers, torch copies for tensor views."""
+        return _split(ops, self.client.write_from_batch, into_chunk=True)
 
     def write_async(self, ops: Sequence[CopyOp]) -> "Future[List[Optional[OSError]]]":
         """:meth:`write`, submitted: the copies run while the caller goes on;
-        the buffers must stay unchanged until the future is done."""
-        if ops and not on_device(ops[0][1]):
+        the buffers must stay unchanged until the future is done. Tensor
+        views are copied before it returns."""
+        if ops and not any(is_tensor(op[1]) for op in ops):
             return self.client.write_from_batch_async(ops)
         return _done(self.write(ops))
 
@@ -112,16 +111,34 @@ def _done(result: Any) -> Future:
     return future
 
 
-def on_device(buf: Any) -> bool:
-    """True for a tensor the library cannot copy into (a GPU's)."""
-    return bool(getattr(buf, "is_cuda", False))
+def is_tensor(buf: Any) -> bool:
+    """True for a torch tensor (a strided view, or memory the library cannot
+    reach): copied with torch, not by the library's batch calls."""
+    return hasattr(buf, "data_ptr") and hasattr(buf, "element_size")
+
+
+def _split(ops: Sequence[CopyOp], batch: Any, into_chunk: bool) -> List[Optional[OSError]]:
+    if not ops:
+        return []
+    tensors = [i for i, op in enumerate(ops) if is_tensor(op[1])]
+    if not tensors:
+        return batch(ops)
+    out: List[Optional[OSError]] = [None] * len(ops)
+    plain = [i for i, op in enumerate(ops) if not is_tensor(op[1])]
+    for i, err in zip(plain, batch([ops[i] for i in plain]) if plain else []):
+        out[i] = err
+    for i, err in zip(tensors, copy_tensors([ops[i] for i in tensors], into_chunk)):
+        out[i] = err
+    return out
 
 
 def copy_tensors(ops: Sequence[CopyOp], into_chunk: bool) -> List[Optional[OSError]]:
-    """The copies of a batch between chunks and uint8 tensors on any device,
-    through tensor views of the chunks (``Chunk.torch()``): for device
-    caches, which the library's batch calls cannot reach. Untested on a GPU
-    here; tested with CPU tensors."""
+    """The copies of a batch between chunks and tensors of any dtype, shape,
+    strides and device, through tensor views of the chunks
+    (``Chunk.torch()``): the chunk's bytes at the offset are seen as a
+    C-ordered tensor of the buffer's dtype and shape. For caches the
+    library's batch calls cannot reach (a GPU's: untested on one here) and
+    blocks that are not one run (HND)."""
     views: Dict[int, Any] = {}
     errors: List[Optional[OSError]] = []
     for chunk, buf, off in ops:
@@ -129,7 +146,8 @@ def copy_tensors(ops: Sequence[CopyOp], into_chunk: bool) -> List[Optional[OSErr
             view = views.get(id(chunk))
             if view is None:
                 view = views[id(chunk)] = chunk.torch()
-            seg = view[off:off + buf.numel()]
+            nbytes = buf.numel() * buf.element_size()
+            seg = view[off:off + nbytes].view(buf.dtype).view(buf.shape)
             if into_chunk:
                 seg.copy_(buf)
             else:
