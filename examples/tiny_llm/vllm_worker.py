@@ -389,14 +389,20 @@ class Runner:
         out = bmm_t(torch.softmax(scores, dim=2), values.permute(1, 2, 0).contiguous())
         out = out.permute(1, 0, 2).contiguous()  # [t, heads here, head_dim]
         if self.tp_size > 1:
-            parts = [torch.empty_like(out) for _ in range(self.tp_size)]
-            torch.distributed.all_gather(parts, out)
-            out = torch.cat(parts, dim=1)
+            wire = _wire(out)  # gloo moves no bfloat16: its bytes
+            parts = [torch.empty_like(wire) for _ in range(self.tp_size)]
+            torch.distributed.all_gather(parts, wire)
+            out = torch.cat(parts, dim=1).view(out.dtype)
         return out.reshape(t, cfg.d_model)
 
     def shutdown(self) -> None:
         if self.connector is not None:
             self.connector.shutdown()
+
+
+def _wire(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s bits in a dtype gloo carries (bfloat16: its bytes)."""
+    return t.contiguous().view(torch.uint8) if t.element_size() == 2 else t.contiguous()
 
 
 def _copy_blocks(src: Dict[str, torch.Tensor], dst: Dict[str, torch.Tensor],
@@ -425,12 +431,13 @@ def worker_main(conn: Any, rank: int, vllm_config: VllmConfig, kv_cache_config: 
         conn.send({"ready": True})
 
         def send(x: Dict[str, torch.Tensor]) -> None:
-            torch.distributed.send(torch.cat(list(x.values())).contiguous(), rank + pc.tensor_parallel_size)
+            torch.distributed.send(_wire(torch.cat(list(x.values()))),
+                                   rank + pc.tensor_parallel_size)
 
         def recv(shapes: Dict[str, Tuple[int, int]], dtype: torch.dtype):
             total = sum(s[0] for s in shapes.values())
             buf = torch.empty(total, runner_.cfg.d_model, dtype=dtype)
-            torch.distributed.recv(buf, rank - pc.tensor_parallel_size)
+            torch.distributed.recv(_wire(buf), rank - pc.tensor_parallel_size)
             out, at = {}, 0
             for r, s in shapes.items():
                 out[r] = buf[at:at + s[0]]

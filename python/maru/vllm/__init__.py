@@ -89,7 +89,7 @@ class MaruConnector(KVConnectorBase_V1):
         if groups is not None and len(groups) > 1:
             raise ValueError(f"maru: {len(groups)} KV cache groups (a hybrid model); the vLLM "
                              "connector serves models with one")
-        self.config = ConnectorConfig.from_vllm(vllm_config)
+        self.config = ConnectorConfig.from_vllm(vllm_config, self._extra_config(vllm_config))
         scheduler = _is_scheduler(role)
         name = f"{self.config.instance}-{'sched' if scheduler else 'worker'}"
         self.client = Client(self.config.server, instance=name)
@@ -97,6 +97,12 @@ class MaruConnector(KVConnectorBase_V1):
         self._scheduler = SchedulerSide(self.config, store) if scheduler else None
         self._worker = None if scheduler else WorkerSide(self.config, store)
         self._handshake: Dict[int, Any] = {}
+
+    def _extra_config(self, vllm_config: "VllmConfig") -> Optional[Dict[str, Any]]:
+        """The settings to read instead of ``kv_connector_extra_config``
+        (None: that dict); subclasses that speak another dialect of keys
+        (maru_vllm.MaruKVConnector) translate here."""
+        return None
 
     # ---------------- properties and switches ----------------
 

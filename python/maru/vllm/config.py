@@ -7,7 +7,9 @@ from dataclasses import dataclass
 from typing import Any, List, Optional, Tuple
 
 
-def _extra(vllm_config: Any, key: str, default: Any) -> Any:
+def _extra_of(vllm_config: Any, key: str, default: Any, extra: Optional[dict] = None) -> Any:
+    if extra is not None:
+        return extra.get(key, default)
     ktc = vllm_config.kv_transfer_config
     getter = getattr(ktc, "get_from_extra_config", None)
     if getter is not None:
@@ -103,8 +105,12 @@ class ConnectorConfig:
         return [(tp, pp) for pp in range(self.pp_size) for tp in range(self.kv_tp_ranks)]
 
     @classmethod
-    def from_vllm(cls, vllm_config: Any) -> "ConnectorConfig":
-        """Reads ``vllm_config`` (a vLLM ``VllmConfig`` or an object of its shape)."""
+    def from_vllm(cls, vllm_config: Any, extra: Optional[dict] = None) -> "ConnectorConfig":
+        """Reads ``vllm_config`` (a vLLM ``VllmConfig`` or an object of its
+        shape); ``extra``, if given, stands for its ``kv_connector_extra_config``."""
+        def _extra(_: Any, key: str, default: Any) -> Any:
+            return _extra_of(vllm_config, key, default, extra)
+
         ktc = vllm_config.kv_transfer_config
         role = getattr(ktc, "kv_role", None) or "kv_both"
         parallel = getattr(vllm_config, "parallel_config", None)
