@@ -14,7 +14,7 @@ import logging
 import re
 from typing import Any, Dict, Optional
 
-from maru.vllm import MaruConnector
+from maru.vllm import MaruConnector, MaruConnectorMetadata
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +86,10 @@ def translate(extra: Dict[str, Any], block_size: int) -> Dict[str, Any]:
         if key not in KEYS and key not in IGNORED:
             out[key] = value
     return out
+
+
+__all__ = ["DEFAULT_KV_CHUNK_TOKENS", "DEFAULT_SERVER_URL", "IGNORED", "KEYS",
+           "MaruConnectorMetadata", "MaruKVConnector", "translate"]
 
 
 class MaruKVConnector(MaruConnector):

@@ -130,3 +130,24 @@ def test_the_methods_vllm_calls_are_overridden():
                  "get_required_kvcache_layout", "requires_piecewise_for_cudagraph",
                  "register_cross_layers_kv_cache", "reset_cache", "get_transfer_results"):
         assert name in vars(mv.MaruConnector), name
+
+
+def test_maru_vllm_has_the_originals_public_names():
+    """The original Maru's maru_vllm (python/contracts/maru.json): its module,
+    its class's methods, callable as the original's."""
+    import maru_vllm
+    from maru_vllm import connector
+
+    original = json.loads((ROOT / "python" / "contracts" / "maru.json").read_text())["classes"]
+    cls = original["maru_vllm/connector.py:MaruKVConnector"]
+    assert cls["bases"] == ["KVConnectorBase_V1"]
+    assert issubclass(maru_vllm.MaruKVConnector, mv.KVConnectorBase_V1)
+    assert issubclass(connector.MaruConnectorMetadata, mv.KVConnectorMetadata)
+    assert connector.DEFAULT_KV_CHUNK_TOKENS == 256
+    for name, spec in cls["methods"].items():
+        ours = inspect.signature(getattr(maru_vllm.MaruKVConnector, name))
+        names = [p["name"] for p in spec["params"] if p["kind"] != "var_keyword"]
+        assert [p.name for p in ours.parameters.values()
+                if p.kind is not p.VAR_KEYWORD][:len(names)] == names, name
+        if name == "__init__":
+            assert ours.parameters["kv_cache_config"].default is None
