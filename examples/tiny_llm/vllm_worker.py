@@ -49,7 +49,7 @@ import inspect
 import math
 import sys
 from contextlib import contextmanager
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F

@@ -12,9 +12,13 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional
 
 from maru.vllm import MaruConnector, MaruConnectorMetadata
+
+if TYPE_CHECKING:  # vLLM's types, for readers and type checkers only
+    from vllm.config import VllmConfig
+    from vllm.v1.kv_cache_interface import KVCacheConfig
 
 logger = logging.getLogger(__name__)
 

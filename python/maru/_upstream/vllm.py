@@ -28,6 +28,17 @@ from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:  # vLLM's types, for readers and type checkers only
     import torch
+    from vllm.config import VllmConfig
+    from vllm.distributed.kv_events import KVCacheEvent, KVConnectorKVEvents
+    from vllm.distributed.kv_transfer.kv_connector.v1.metrics import PromMetric, PromMetricT
+    from vllm.forward_context import ForwardContext
+    from vllm.v1.attention.backend import AttentionBackend, AttentionMetadata
+    from vllm.v1.core.block_pool import BlockPool
+    from vllm.v1.core.kv_cache_manager import KVCacheBlocks
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.kv_cache_interface import KVCacheConfig
+    from vllm.v1.outputs import KVConnectorOutput
+    from vllm.v1.request import Request
 
 #: The vLLM commit whose v1/base.py these classes mirror.
 VLLM_COMMIT = "003df2961dd8830c317a61f9745ccd557da9fa06"

@@ -52,6 +52,13 @@ from .worker import WorkerSide
 
 if TYPE_CHECKING:  # vLLM's own types, for readers and type checkers only
     import torch
+    from vllm.config import VllmConfig
+    from vllm.forward_context import ForwardContext
+    from vllm.v1.attention.backend import AttentionMetadata
+    from vllm.v1.core.kv_cache_manager import KVCacheBlocks
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.kv_cache_interface import KVCacheConfig
+    from vllm.v1.request import Request
 
 logger = logging.getLogger(__name__)
 
