@@ -33,13 +33,15 @@ BLOCK = 16
 N_DECODE = 6
 
 #: The configurations every case of test_b_loads_a runs in: layouts, dtypes,
-#: ranks, executors, both model-runner versions.
+#: kernel blocks smaller than vLLM's, ranks, executors, both model-runner versions.
 CASES = {
     "fa-nhd-fp32": {},
     "fa-hnd-fp32": {"hnd": True},
     "flashinfer-nhd-bf16": {"layout": "flashinfer", "dtype": "bfloat16"},
     "flashinfer-hnd-fp16": {"layout": "flashinfer", "hnd": True, "dtype": "float16"},
     "mla-bf16": {"mla": True, "dtype": "bfloat16"},
+    "fa-kernel-blocks-of-8": {"kernel_block": 8},
+    "flashinfer-kernel-blocks-of-8": {"layout": "flashinfer", "kernel_block": 8},
     "mp-fa-fp32": {"executor": "mp"},
     "mp-tp2-bf16": {"executor": "mp", "tp": 2, "dtype": "bfloat16"},
     "mp-pp2-fp16": {"executor": "mp", "pp": 2, "dtype": "float16"},
@@ -145,11 +147,15 @@ def test_b_loads_a_and_gets_a_logits(node, ns, case):
         assert torch.equal(ref.decode_logits, b[0].decode_logits)
 
 
-def test_the_layouts_store_the_same_bytes(node, ns):
-    """FlashAttention and FlashInfer caches, NHD or HND, give the same chunk
-    bytes for the same KV: B with one layout loads what A stored with another."""
+@pytest.mark.parametrize("a_layout", [{"layout": "flashinfer", "hnd": True},
+                                      {"layout": "flashinfer", "kernel_block": 8}],
+                         ids=["flashinfer-hnd", "flashinfer-kernel-8"])
+def test_the_layouts_store_the_same_bytes(node, ns, a_layout):
+    """FlashAttention and FlashInfer caches, NHD or HND, whole or kernel
+    blocks, give the same chunk bytes for the same KV: B with one layout
+    loads what A stored with another."""
     p = prompt(12, 4 * BLOCK + 3)
-    with InstanceA(node, ns, layout="flashinfer", hnd=True) as a:
+    with InstanceA(node, ns, **a_layout) as a:
         answers, logits = a.generate(p)
     b = run(engine(node, ns), p)  # FlashAttention, NHD
     assert b.loaded_tokens == 4 * BLOCK

@@ -54,7 +54,7 @@ def harness_config(c: Dict[str, Any]) -> VllmConfig:
                                kv_role=c.get("role", "kv_both"), kv_connector_extra_config=extra)
     block = c.get("block", 16)
     return VllmConfig(
-        ktc, CacheConfig(block, c.get("blocks", 256)),
+        ktc, CacheConfig(block, c.get("blocks", 256), kernel_block_size=c.get("kernel_block")),
         ModelConfig("tiny-llm", c.get("dtype", "float32"), bool(c.get("mla", False))),
         ParallelConfig(c.get("tp", 1), c.get("pp", 1)),
         SchedulerConfig(c.get("budget", 8 * block), 16, c.get("threshold", block),

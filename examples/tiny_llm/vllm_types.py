@@ -61,6 +61,10 @@ class CacheConfig:
     num_gpu_blocks: int = 256
     enable_prefix_caching: bool = True
     cache_dtype: str = "auto"
+    # Not a vLLM field: the kernel block size the model runner's
+    # prepare_kernel_block_sizes would pick for a backend that supports only
+    # smaller blocks (the cache then holds block_size // it kernel blocks per block).
+    kernel_block_size: Optional[int] = None
 
 
 @dataclass

@@ -204,6 +204,9 @@ class Runner:
         self.heads = cfg.n_heads // self.tp_size
         self.head_lo = self.tp * self.heads
         self.bs = vllm_config.cache_config.block_size
+        # gpu_model_runner.py:prepare_kernel_block_sizes: a block of the
+        # manager may be several kernel blocks of the cache tensor.
+        self.kb = vllm_config.cache_config.kernel_block_size or self.bs
         dtype = DTYPES[vllm_config.model_config.dtype]
         self.kv_dtype = dtype
         self.w = Weights(cfg, dtype, self.layers, layout == "mla")
@@ -219,7 +222,8 @@ class Runner:
             self.connector = create_connector(vllm_config, KVConnectorRole.WORKER,
                                               kv_cache_config)
         n = kv_cache_config.num_blocks
-        self.kv = {self.names[i]: allocate_kv_cache(layout, hnd, n, self.bs, self.heads,
+        n = n * (self.bs // self.kb)
+        self.kv = {self.names[i]: allocate_kv_cache(layout, hnd, n, self.kb, self.heads,
                                                     cfg.head_dim, dtype) for i in self.layers}
         if self.connector is not None:
             self.connector.register_kv_caches(self.kv)
@@ -366,7 +370,7 @@ class Runner:
         block = w.blocks[layer]
         t, start = x.shape[0], req["start"]
         slots = req["slots"]
-        blk, off = slots // self.bs, slots % self.bs
+        blk, off = slots // self.kb, slots % self.kb  # kernel blocks
         h = block.ln1(x)
         q, k, v = block.qkv(h).view(t, 3, cfg.n_heads, cfg.head_dim).unbind(1)
         lo, hi = self.head_lo, self.head_lo + self.heads
