@@ -11,6 +11,7 @@ pickled to them), loads them. B's logits must equal A's (torch.equal):
 both prefill in steps of one block, so each step's arithmetic is the same
 whether its context was computed or loaded.
 """
+import errno
 import json
 import logging
 import os
@@ -418,20 +419,29 @@ def test_chunk_gone_between_count_and_load(node, ns):
     assert_same(b, answers[0], logits[0])
 
 
-def test_a_dead_server_is_logged_and_recomputed(caplog):
+def test_a_dead_server_is_logged_and_recomputed(caplog, monkeypatch):
     """The server goes away under a running engine: the connector's hooks
-    log, vLLM computes everything, the engine keeps serving."""
-    p = prompt(19, 4 * BLOCK + 3)
+    log, vLLM computes everything, the engine keeps serving. A call waits
+    for a restart up to MARU_RETRY_MS (short here); after that the
+    connector does not ask the server again for maru_retry_after_s."""
+    monkeypatch.setenv("MARU_RETRY_MS", "300")
+    p, q = prompt(19, 4 * BLOCK + 3), prompt(21, 3 * BLOCK + 1)
     with MaruNode(pool_size=32 << 20) as gone:
-        eng = engine(gone, "gone")
+        eng = engine(gone, "gone", extra={"maru_retry_after_s": 3600})
     try:
         with caplog.at_level(logging.WARNING, logger="maru.vllm"):
-            b = eng.generate([p], N_DECODE)[0]
+            b, c = eng.generate([p, q], N_DECODE)
+        store = eng.connector._scheduler.store
+        assert store.down_until > 0  # found unreachable: not asked again for now
+        with pytest.raises(OSError) as e:
+            store.count(["/gone/x.r0"], True)
+        assert e.value.errno == errno.ENOTCONN
     finally:
         eng.close()
-    assert b.loaded_tokens == 0
+    assert b.loaded_tokens == 0 and c.loaded_tokens == 0
     assert torch.equal(b.decode_logits, reference(p).decode_logits)
-    assert "maru.vllm" in caplog.text
+    assert torch.equal(c.decode_logits, reference(q).decode_logits)
+    assert "unreachable" in caplog.text
 
 
 def test_stats_and_prometheus_metrics(node, ns):

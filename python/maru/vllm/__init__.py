@@ -100,7 +100,7 @@ class MaruConnector(KVConnectorBase_V1):
         scheduler = _is_scheduler(role)
         name = f"{self.config.instance}-{'sched' if scheduler else 'worker'}"
         self.client = Client(self.config.server, instance=name)
-        store = make_store(self.client)
+        store = make_store(self.client, self.config.retry_after_s)
         self._scheduler = SchedulerSide(self.config, store) if scheduler else None
         self._worker = None if scheduler else WorkerSide(self.config, store)
         self._handshake: Dict[int, Any] = {}

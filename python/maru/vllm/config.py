@@ -45,7 +45,8 @@ class ConnectorConfig:
     while the model runs, True), ``maru_async_load`` (load between
     scheduler steps, reported by get_finished, False),
     ``maru_load_timeout_s`` (how long to wait for a layer another instance
-    is still writing, 30), ``maru_count_writing`` (count chunks that are
+    is still writing, 30), ``maru_retry_after_s`` (after the server was
+    found unreachable, how long not to ask it, 5), ``maru_count_writing`` (count chunks that are
     still being written as hits, True), ``maru_instance`` (the client's name
     in ``maructl sessions``), ``maru_tp_rank`` / ``maru_pp_rank`` (this
     worker's ranks, read from ``parallel_config.rank`` by default),
@@ -72,6 +73,7 @@ class ConnectorConfig:
     layerwise: bool
     async_load: bool
     load_timeout_s: float
+    retry_after_s: float
     count_writing: bool
     instance: str
     backend: Optional[str]
@@ -152,6 +154,7 @@ class ConnectorConfig:
             layerwise=bool(_extra(vllm_config, "maru_layerwise", True)),
             async_load=bool(_extra(vllm_config, "maru_async_load", False)),
             load_timeout_s=timeout,
+            retry_after_s=float(_extra(vllm_config, "maru_retry_after_s", 5.0)),
             count_writing=bool(_extra(vllm_config, "maru_count_writing", True)),
             instance=str(_extra(vllm_config, "maru_instance", "vllm")),
             backend=_extra(vllm_config, "maru_attention_backend", None) or _backend(vllm_config),
