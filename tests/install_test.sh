@@ -34,7 +34,8 @@ for _ in $(seq 400); do
   sleep 0.05
 done
 
-# check PYTHON [ENV...]: imports maru in a clean environment, checks that the
+# check PYTHON [ENV...]: imports maru (maru.vllm, maru_vllm, maru_lmcache) in a clean
+# environment, checks that the
 # extension and the library come from WHERE, and round-trips a chunk.
 check() {
   local what=$1 python=$2 where=$3
@@ -42,7 +43,11 @@ check() {
   (cd "$work" && env -i PATH=/usr/bin:/bin "$@" "$python" - "$where" "unix://$work/maru.sock" <<'EOF'
 import sys
 import maru
+import maru.vllm
+import maru_vllm
 where, server = sys.argv[1], sys.argv[2]
+assert maru_vllm.__file__.startswith(where), f"maru_vllm from {maru_vllm.__file__}, not {where}"
+assert issubclass(maru_vllm.MaruKVConnector, maru.vllm.KVConnectorBase_V1)
 libs = {line.split()[-1] for line in open("/proc/self/maps") if "libmaru_direct" in line}
 assert maru.__file__.startswith(where), f"maru from {maru.__file__}, not {where}"
 import maru_lmcache  # LMCache's own maru backend imports it: installed next to maru

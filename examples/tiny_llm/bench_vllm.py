@@ -1,51 +1,56 @@
 #!/usr/bin/python3
-"""The vLLM connector: layer-wise overlap, and its overhead over the raw package.
+"""The vLLM connector: its overhead over the raw package, and the cost of
+bf16 and of the harness's paths, side by side in one run.
 
-A writer engine (in this process, its own connector and client) prefills
-prompts of n blocks + 1 block and stores their chunks. Then, for each
-length, taking turns per repetition, this process measures:
+A writer engine (vllm_engine.Engine, in this process) prefills prompts of
+n blocks + 1 block and stores their chunks. Then, for each length, taking
+turns per repetition:
 
-  layerwise   B's first step with the connector, maru_layerwise on: layer i
-              of the prefix is copied while the model computes layer i-1
-  whole       the same, maru_layerwise off: every layer is copied, then
-              the model runs
-  compute     the same step's compute alone (the prefix already in the cache)
-  connector   the connector's load alone: scheduler calls, metadata,
-              start_load_kv, wait_for_layer_load of every layer
+  connector   the connector's load alone, as vLLM calls it: scheduler
+              get_num_new_matched_tokens, update_state_after_alloc,
+              build_connector_meta; worker bind_connector_metadata,
+              start_load_kv, wait_for_layer_load of every layer,
+              wait_for_save, get_block_ids_with_load_errors
   raw         the same bytes into the same blocks with the maru package
               directly: count_prefix, lookup_prefix, one read_into_batch
               per layer
 
-and prints medians as a Markdown table with the ratios whole/layerwise and
-connector/raw. With the layer-wise API, a second table: B loads while the
-writer (another process, paused between layers 0 and 1 of the step that
-completes the prefix's last chunk, with layer 0 published) is still saving; from the writer's
-release to B's first token, with and without layer-wise loading.
-(--write puts both into docs/benchmarks.md.)
+in fp32 and in bf16 (half the bytes). Second, one request end to end (B
+loads the n-block prefix, computes the last block, samples one token) on
+each harness path: the worker in-process ("uni") with FlashAttention NHD
+(the base), HND, FlashInfer, MLA, bf16; worker processes ("mp", the
+SchedulerOutput pickled), TP=2, PP=2; and the same request computed
+without a connector. Prints medians and ratios as Markdown (--write puts
+them into docs/benchmarks.md).
 """
 from __future__ import annotations
 
 import argparse
 import datetime
-import random
 import re
 import statistics
 import sys
 import time
 import uuid
+from typing import Any, Dict, List
 
 from maru_node import REPO, MaruNode
-from model import Config, TinyLM, deterministic
-from paged_engine import PagedEngine
-from vllm_types import ForwardContext, KVCacheBlocks, NewRequestData, Request, SchedulerOutput
+from model import deterministic, random_prompt
+from vllm_instance import make_engine
+from vllm_types import ForwardContext, NewRequestData, Request, SchedulerOutput
 
 BEGIN, END = "<!-- bench_vllm: begin -->", "<!-- bench_vllm: end -->"
 BLOCK = 16
-
-
-def prompt(seed: int, n: int):
-    rng = random.Random(seed)
-    return [rng.randrange(1000) for _ in range(n)]
+PATHS = {
+    "uni fa-nhd fp32": {},
+    "uni fa-hnd fp32": {"hnd": True},
+    "uni flashinfer fp32": {"layout": "flashinfer"},
+    "uni mla fp32": {"mla": True},
+    "uni fa-nhd bf16": {"dtype": "bfloat16"},
+    "mp fa-nhd fp32": {"executor": "mp"},
+    "mp tp2 fp32": {"executor": "mp", "tp": 2},
+    "mp pp2 fp32": {"executor": "mp", "pp": 2},
+}
 
 
 def timed(fn) -> float:
@@ -54,182 +59,161 @@ def timed(fn) -> float:
     return time.perf_counter() - t0
 
 
-def connector_load(eng: PagedEngine, p) -> None:
-    """The connector's calls for a load, without the model."""
+def connector_load(eng: Any, p: List[int]) -> None:
+    """The connector's calls for a load of ``p``'s prefix, without the model."""
+    sched, runner = eng.connector, eng.executor.runner
+    worker = runner.connector
     req = Request(f"bench-{uuid.uuid4().hex[:8]}", p)
-    got, _ = eng.sched.get_num_new_matched_tokens(req, 0)
-    table = eng._alloc([], got + BLOCK)
+    got, _ = sched.get_num_new_matched_tokens(req, 0)
+    assert eng.kv.allocate_slots(req, got + BLOCK, delay_cache_blocks=True) is not None
     try:
-        eng.sched.update_state_after_alloc(req, KVCacheBlocks(table), got)
-        meta = eng.sched.build_connector_meta(SchedulerOutput(
-            [NewRequestData(req.request_id, p, (table,), got)], num_scheduled_tokens={}))
-        eng.worker.bind_connector_metadata(meta)
-        eng.worker.start_load_kv(ForwardContext())
-        for name in eng.names:
-            eng.worker.wait_for_layer_load(name)
-        eng.worker.wait_for_save()
-        assert not eng.worker.get_block_ids_with_load_errors()
-        eng.worker.clear_connector_metadata()
+        sched.update_state_after_alloc(req, eng.kv.get_blocks(req.request_id), got)
+        meta = sched.build_connector_meta(SchedulerOutput(
+            [NewRequestData(req.request_id, p, eng.kv.get_block_ids(req.request_id), got)]))
+        worker.bind_connector_metadata(meta)
+        worker.start_load_kv(ForwardContext())
+        for name in runner.kv:
+            worker.wait_for_layer_load(name)
+        worker.wait_for_save()
+        assert not worker.get_block_ids_with_load_errors()
+        worker.clear_connector_metadata()
     finally:
-        eng.sched.request_finished(req, table)
-        eng.free.extend(table)
+        sched.request_finished(req, eng.kv.get_block_ids(req.request_id)[0])
+        eng.kv.free_request(req.request_id)
 
 
-def raw_load(eng: PagedEngine, p) -> None:
-    """The same copies with the package itself: no scheduler, no metadata, no
-    thread: count_prefix, lookup_prefix, one read_into_batch per layer."""
+def raw_load(eng: Any, p: List[int]) -> None:
+    """The same copies with the package itself: no scheduler, no metadata,
+    no thread: count_prefix, lookup_prefix, one read_into_batch per layer."""
+    from maru.vllm.keys import rank_path
     from maru.vllm.paged import layer_ops
 
-    w = eng.worker._worker
-    st = eng.sched._scheduler
-    paths = st._state("raw", p).paths[:(len(p) - 1) // BLOCK]
-    st.requests.pop("raw")
+    w = eng.executor.runner.connector._worker
+    paths = [rank_path(b) for b in
+             eng.connector._scheduler._paths(p)[:(len(p) - 1) // BLOCK]]
     client = w.store.client
+    req = Request(f"raw-{uuid.uuid4().hex[:8]}", p)
     n = client.count_prefix(paths)
-    table = eng._alloc([], n * BLOCK + BLOCK)
+    assert eng.kv.allocate_slots(req, n * BLOCK + BLOCK, delay_cache_blocks=True) is not None
     try:
+        (table,) = eng.kv.get_block_ids(req.request_id)
         chunks = client.lookup_prefix(paths[:n])
-        for layer, name in enumerate(eng.names):
+        for layer, buffers in enumerate(w.buffers):
             errors = client.read_into_batch(layer_ops(
-                w.layout, eng.kv[name], layer, [(c, [table[i]]) for i, c in enumerate(chunks)]))
+                w.layout, buffers, layer, [(c, [table[i]], 0) for i, c in enumerate(chunks)]))
             assert not any(errors)
-        for c in chunks:
-            c.release()
+        client.release_batch(chunks)
     finally:
-        eng.free.extend(table)
+        eng.kv.free_request(req.request_id)
 
 
-def measure(model, node, ns: str, n_blocks: int, reps: int):
-    p = prompt(n_blocks, (n_blocks + 1) * BLOCK)
-    ext = {"maru_server": node.url, "maru_namespace": ns, "maru_instance": "bench"}
-    writer = PagedEngine(model, BLOCK, n_blocks + 4, dict(ext, maru_instance="bench-writer"))
-    writer.generate(p, 0)
-    writer.close()
-    blocks = n_blocks + 4
-    lw = PagedEngine(model, BLOCK, blocks, dict(ext, maru_layerwise=True), role="kv_consumer")
-    wh = PagedEngine(model, BLOCK, blocks, dict(ext, maru_layerwise=False), role="kv_consumer")
-    plain = PagedEngine(model, BLOCK, blocks)
-    table = list(range(n_blocks + 1))
-    plain.forward(p, 0, table)  # fills the cache: "compute" redoes only the last block
-    samples = {k: [] for k in ("layerwise", "whole", "compute", "connector", "raw")}
-    for _ in range(reps):
-        for name, eng in (("layerwise", lw), ("whole", wh)):
-            r = None
+def conf(node: Any, ns: str, **more: Any) -> Dict[str, Any]:
+    return {"server": node.url, "namespace": ns, "name": "bench", "block": BLOCK,
+            "blocks": 160, "budget": 160 * BLOCK, "threshold": 160 * BLOCK, **more}
 
-            def one():
-                nonlocal r
-                r = eng.generate(p, 0)
-            samples[name].append(timed(one))
-            assert r.loaded_tokens == n_blocks * BLOCK and r.recomputed_tokens == 0
-        samples["compute"].append(timed(lambda: plain.forward(p[-BLOCK:], n_blocks * BLOCK,
-                                                              table)))
-        samples["connector"].append(timed(lambda: connector_load(lw, p)))
-        samples["raw"].append(timed(lambda: raw_load(lw, p)))
-    for eng in (lw, wh):
+
+def store(node: Any, ns: str, p: List[int], **more: Any) -> None:
+    eng = make_engine(conf(node, ns, threshold=BLOCK, **more))
+    try:
+        eng.generate([p], 1)
+    finally:
         eng.close()
+
+
+def overhead(node: Any, n: int, reps: int) -> Dict[str, float]:
+    out: Dict[str, float] = {}
+    for dtype in ("float32", "bfloat16"):
+        ns = f"bench-{n}-{dtype}-{uuid.uuid4().hex[:6]}"
+        p = random_prompt(n, (n + 1) * BLOCK)
+        store(node, ns, p, dtype=dtype)
+        eng = make_engine(conf(node, ns, dtype=dtype, role="kv_consumer"))
+        samples: Dict[str, List[float]] = {"connector": [], "raw": []}
+        try:
+            for i in range(reps):
+                order = ("connector", "raw") if i % 2 == 0 else ("raw", "connector")
+                for k in order:
+                    fn = connector_load if k == "connector" else raw_load
+                    samples[k].append(timed(lambda: fn(eng, p)))
+        finally:
+            eng.close()
+        for k, v in samples.items():
+            out[f"{k} {dtype}"] = statistics.median(v)
+    return out
+
+
+def paths(node: Any, n: int, reps: int) -> Dict[str, float]:
+    p = random_prompt(10_000 + n, (n + 1) * BLOCK)
+    engines = {}
+    try:
+        for name, more in PATHS.items():
+            ns = f"paths-{n}-{uuid.uuid4().hex[:6]}"
+            store(node, ns, p, **more)
+            engines[name] = make_engine(conf(node, ns, role="kv_consumer", **more))
+        engines["no connector"] = make_engine({"connector": False, "block": BLOCK,
+                                               "blocks": 160, "budget": 160 * BLOCK,
+                                               "threshold": 160 * BLOCK})
+        samples: Dict[str, List[float]] = {k: [] for k in engines}
+        for i in range(reps):
+            for name, eng in (list(engines.items()) if i % 2 == 0
+                              else reversed(list(engines.items()))):
+                def one():
+                    r = eng.generate([p], 1)[0]
+                    assert name == "no connector" or r.loaded_tokens == n * BLOCK
+                    # vLLM's own prefix cache would serve the next turn: empty it
+                    eng.kv.cached.clear()
+                    for b in eng.kv.blocks:
+                        b.block_hash = None
+                samples[name].append(timed(one))
+    finally:
+        for eng in engines.values():
+            eng.close()
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
-def measure_with_saver(model, node, n_blocks: int, reps: int):
-    """Seconds from the writer's release to B's first token, per mode."""
-    import json
-    import threading
-
-    from maru_node import wait_for
-    from proc import InstanceProcess
-
-    ns = f"saver-{n_blocks}-{uuid.uuid4().hex[:6]}"
-    argv = ["--server", node.url, "--namespace", ns, "--block", str(BLOCK),
-            "--blocks", str(n_blocks + 4), "--name", "bench-saver", "--extra", "{}"]
-    samples = {"layerwise": [], "whole": []}
-    with InstanceProcess(node.url, script="vllm_instance.py", argv=argv) as a:
-        seed = 1000 * n_blocks
-        for _ in range(reps):
-            for mode in samples:
-                seed += 1
-                p = prompt(seed, (n_blocks + 1) * BLOCK)
-                a.send(op="generate", prompt=p, decode=0, pause_at=[n_blocks - 1, 1])
-                assert a.read() == {"paused": [n_blocks - 1, 1]}
-                b = PagedEngine(model, BLOCK, n_blocks + 4,
-                                {"maru_server": node.url, "maru_namespace": ns,
-                                 "maru_layerwise": mode == "layerwise"}, role="kv_consumer")
-                out = {}
-                thread = threading.Thread(target=lambda: out.update(r=b.generate(p, 0)))
-                thread.start()
-                w = b.worker._worker
-                assert wait_for(lambda: w.loading is not None and w.loading.layers[0].is_set()
-                                if mode == "layerwise" else w.loading is not None)
-                t0 = time.perf_counter()
-                a.send(op="go")
-                thread.join()
-                samples[mode].append(time.perf_counter() - t0)
-                a.read()
-                b.close()
-                assert out["r"].loaded_tokens == n_blocks * BLOCK, json.dumps(
-                    out["r"].loaded_tokens)
-    return {k: statistics.median(v) for k, v in samples.items()}
-
-
-def saver_table(rows) -> str:
-    out = ["| prefix tokens | layerwise ms | whole ms | **whole / layerwise** |",
-           "|---:|---:|---:|---:|"]
-    for n, m in rows:
-        out.append(f"| {n * BLOCK} | {m['layerwise'] * 1e3:.2f} | {m['whole'] * 1e3:.2f} | "
-                   f"**{m['whole'] / m['layerwise']:.2f}** |")
-    return "\n".join(out)
-
-
-def table(rows, chunk_kib: float, api: str) -> str:
+def tables(rows: List[Any]) -> str:
     ms = lambda s: f"{s * 1e3:.2f}"  # noqa: E731
-    out = ["| prefix tokens | prefix KiB | layerwise ms | whole ms | compute ms | "
-           "**whole / layerwise** | connector load ms | raw load ms | **connector / raw** |",
-           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for n, m in rows:
-        out.append(f"| {n * BLOCK} | {n * chunk_kib:.0f} | {ms(m['layerwise'])} | "
-                   f"{ms(m['whole'])} | {ms(m['compute'])} | "
-                   f"**{m['whole'] / m['layerwise']:.2f}** | {ms(m['connector'])} | "
-                   f"{ms(m['raw'])} | **{m['connector'] / m['raw']:.2f}** |")
-    out.append("")
-    out.append(f"(store: {api}; medians of the repetitions; block {BLOCK} tokens, "
-               f"one chunk per block of {chunk_kib:.0f} KiB)")
+    out = ["| prefix tokens | connector fp32 ms | raw fp32 ms | **connector / raw fp32** | "
+           "connector bf16 ms | raw bf16 ms | **connector / raw bf16** | "
+           "**bf16 / fp32 (connector)** |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for n, o, _ in rows:
+        cf, rf = o["connector float32"], o["raw float32"]
+        cb, rb = o["connector bfloat16"], o["raw bfloat16"]
+        out.append(f"| {n * BLOCK} | {ms(cf)} | {ms(rf)} | **{cf / rf:.2f}** | {ms(cb)} | "
+                   f"{ms(rb)} | **{cb / rb:.2f}** | **{cb / cf:.2f}** |")
+    out += ["", "One request end to end (load the prefix, compute the last block, sample "
+            "one token), ms, and its ratio to `uni fa-nhd fp32`:", ""]
+    names = list(rows[0][2])
+    out.append("| path | " + " | ".join(f"{n * BLOCK} tokens" for n, _, _ in rows) + " |")
+    out.append("|---|" + "---:|" * len(rows))
+    for name in names:
+        cells = [f"{ms(pm[name])} ({pm[name] / pm['uni fa-nhd fp32']:.2f}×)"
+                 for _, _, pm in rows]
+        out.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(out)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--blocks", default="16,64,128", help="prefix lengths in blocks")
-    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--blocks", default="16,64", help="prefix lengths in blocks")
+    ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     args = ap.parse_args()
     deterministic()
-    model = TinyLM(Config())
-    PagedEngine(model, BLOCK, 8).generate(list(range(BLOCK + 1)), 1)  # oneDNN warm-up
     rows = []
-    with MaruNode(pool_size=512 << 20) as node:
+    with MaruNode(pool_size=768 << 20) as node:
         for n in (int(x) for x in args.blocks.split(",")):
-            rows.append((n, measure(model, node, f"bench-{n}-{uuid.uuid4().hex[:6]}", n,
-                                    args.reps)))
+            o = overhead(node, n, args.reps)
+            pm = paths(node, n, args.reps)
+            rows.append((n, o, pm))
             print(f"{n} blocks: " + ", ".join(f"{k} {v * 1e3:.2f} ms"
-                                              for k, v in rows[-1][1].items()), file=sys.stderr)
-        api = "layer-wise API (open_partial, wait_part, read_into_batch)"
-        saver_rows = []
-        for n in (int(x) for x in args.blocks.split(",")):
-            saver_rows.append((n, measure_with_saver(model, node, n, args.reps)))
-            print(f"{n} blocks, writer still saving: " + ", ".join(
-                f"{k} {v * 1e3:.2f} ms" for k, v in saver_rows[-1][1].items()),
-                file=sys.stderr)
-    cfg = model.cfg
-    chunk_kib = cfg.n_layers * 2 * BLOCK * cfg.d_model * 4 / 1024
-    text = table(rows, chunk_kib, api)
-    if saver_rows:
-        text += "\n\nWhile the writer is still saving (from its release to B's first token):\n\n"
-        text += saver_table(saver_rows)
+                                              for k, v in {**o, **pm}.items()), file=sys.stderr)
+    text = tables(rows) + f"\n\n(medians of {args.reps} turns; block {BLOCK} tokens, one " \
+        "chunk per block: 128 KiB in fp32)"
     print(text)
     if args.write:
         doc = REPO / "docs" / "benchmarks.md"
         body = doc.read_text()
-        stamp = datetime.date.today().isoformat()
-        block = f"{BEGIN}\n{text}\n\n(measured {stamp})\n{END}"
+        block = f"{BEGIN}\n{text}\n\n(measured {datetime.date.today().isoformat()})\n{END}"
         if BEGIN in body:
             body = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: block, body,
                           flags=re.S)

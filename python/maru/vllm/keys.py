@@ -20,9 +20,19 @@ from typing import List, Sequence
 from ..keys import check_namespace
 
 
-def model_tag(model: str, dtype: str, block_size: int, chunk_blocks: int, tp_size: int) -> bytes:
-    """The chain's seed: what must be equal for two instances to share KV."""
-    return (f"maru-vllm-v1|{model}|{dtype}|bs{block_size}|g{chunk_blocks}|tp{tp_size}").encode()
+def model_tag(model: str, dtype: str, block_size: int, chunk_blocks: int, tp_size: int,
+              pp_size: int = 1, cache_dtype: str = "auto", mla: bool = False) -> bytes:
+    """The chain's seed: what must be equal for two instances to share KV.
+    (The pipeline size, a cache dtype other than the model's and MLA are
+    named only when set, so other chunks keep their names.)"""
+    tag = f"maru-vllm-v1|{model}|{dtype}|bs{block_size}|g{chunk_blocks}|tp{tp_size}"
+    if pp_size != 1:
+        tag += f"|pp{pp_size}"
+    if cache_dtype not in ("auto", dtype):
+        tag += f"|kv{cache_dtype}"
+    if mla:
+        tag += "|mla"
+    return tag.encode()
 
 
 def chain_keys(tag: bytes, tokens: Sequence[int], chunk_tokens: int) -> List[str]:
@@ -38,14 +48,20 @@ def chain_keys(tag: bytes, tokens: Sequence[int], chunk_tokens: int) -> List[str
     return keys
 
 
-def chunk_paths(namespace: str, keys: Sequence[str], tp_rank: int = 0) -> List[str]:
-    """The pool paths of ``keys`` for tensor-parallel rank ``tp_rank``: each
-    rank stores its own heads, under ``/<namespace>/<key>.r<rank>``."""
+def base_paths(namespace: str, keys: Sequence[str]) -> List[str]:
+    """``/<namespace>/<key>``: a chunk's name before a rank names its part of it."""
     base = check_namespace(namespace)
-    return [f"{base}/{k}.r{tp_rank}" for k in keys]
+    return [f"{base}/{k}" for k in keys]
 
 
-def rank_path(path: str, tp_rank: int) -> str:
-    """Rank ``tp_rank``'s name of a chunk named for another rank."""
-    base, _, _ = path.rpartition(".r")
-    return f"{base}.r{tp_rank}"
+def rank_path(base: str, tp_rank: int = 0, pp_rank: int = 0) -> str:
+    """The pool path of the KV that tensor-parallel rank ``tp_rank`` of
+    pipeline stage ``pp_rank`` holds of chunk ``base``:
+    ``<base>.r<tp>`` (stage 0), ``<base>.r<tp>.p<pp>``."""
+    return f"{base}.r{tp_rank}" + (f".p{pp_rank}" if pp_rank else "")
+
+
+def chunk_paths(namespace: str, keys: Sequence[str], tp_rank: int = 0,
+                pp_rank: int = 0) -> List[str]:
+    """The pool paths of ``keys`` for one rank (:func:`rank_path`)."""
+    return [rank_path(b, tp_rank, pp_rank) for b in base_paths(namespace, keys)]

@@ -13,10 +13,10 @@ its layers not yet final is ever read.
 from __future__ import annotations
 
 import threading
-from typing import Any, List, Optional, Sequence, Set
+from typing import Any, List, Optional, Sequence, Set, Tuple
 
 from .metadata import LoadSpec
-from .paged import PagedLayout, layer_ops
+from .paged import LayerBuffers, PagedLayout, layer_ops
 from .store import ChunkStore
 
 
@@ -31,9 +31,9 @@ class _Request:
 class LoadJob:
     """The loads of one step; :meth:`run` in a thread, :meth:`wait_layer` from the model."""
 
-    def __init__(self, store: ChunkStore, layout: PagedLayout, caches: Sequence[Any],
+    def __init__(self, store: ChunkStore, layout: PagedLayout, buffers: Sequence[LayerBuffers],
                  specs: Sequence[LoadSpec], rank_path: Any, timeout_s: float) -> None:
-        self.store, self.layout, self.caches = store, layout, list(caches)
+        self.store, self.layout, self.buffers = store, layout, list(buffers)
         self.requests = [_Request(s) for s in specs]
         self.rank_path, self.timeout_s = rank_path, timeout_s
         self.layers = [threading.Event() for _ in range(layout.num_layers)]
@@ -72,12 +72,14 @@ class LoadJob:
                     r.cut = j  # never read a layer that is not final
                     break
         live = [(r, j) for r in self.requests for j in range(r.cut)]
-        ops = layer_ops(self.layout, self.caches[layer], layer,
-                        [(r.chunks[j], r.spec.chunks[j].block_ids) for r, j in live])
-        per_chunk = 2 * self.layout.chunk_blocks  # a K and a V copy per block
+        owner = [(r, j) for r, j in live
+                 for _ in range(self.layout.halves * len(r.spec.chunks[j].block_ids))]
+        ops = layer_ops(self.layout, self.buffers[layer], layer,
+                        [(r.chunks[j], r.spec.chunks[j].block_ids, r.spec.chunks[j].skip)
+                         for r, j in live])
         for i, err in enumerate(self.store.read(ops)):
             if err is not None:
-                r, j = live[i // per_chunk]
+                r, j = owner[i]
                 r.cut = min(r.cut, j)
 
     def wait_layer(self, layer: int) -> None:
@@ -98,3 +100,10 @@ class LoadJob:
 
     def req_ids(self) -> List[str]:
         return [r.spec.req_id for r in self.requests]
+
+    def loaded(self) -> Tuple[int, int]:
+        """(chunks, bytes) loaded (once :attr:`done`)."""
+        blocks = sum(len(c.block_ids) for r in self.requests for c in r.spec.chunks[:r.cut])
+        chunks = sum(r.cut for r in self.requests)
+        return chunks, blocks * self.layout.halves * self.layout.block_bytes * \
+            self.layout.num_layers

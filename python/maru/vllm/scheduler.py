@@ -1,17 +1,23 @@
 """The scheduler side of the connector: what to load and what to save.
 
-vLLM calls, per step: ``get_num_new_matched_tokens`` for each waiting
-request (side-effect free; may be called again), ``update_state_after_alloc``
-once its blocks are allocated, ``build_connector_meta`` once the step is
-scheduled, and ``request_finished`` when a request ends.
+vLLM's scheduler (v1/core/sched/scheduler.py:Scheduler.schedule at the
+pinned commit) calls, for a waiting request: ``get_num_new_matched_tokens
+(request, L)`` with ``L`` the tokens vLLM's own prefix cache already holds
+(block-aligned; side-effect free, may be called again), then, once the
+blocks are allocated, ``update_state_after_alloc(request, blocks, n)`` with
+``n`` the external tokens to load, **before** it sets
+``request.num_computed_tokens`` (still 0 there): so the loads start at the
+``L`` remembered from the first call, never at that field. Then
+``build_connector_meta`` once per step and ``request_finished`` at the end.
 
 A request may carry a retention hint for its chunks in vLLM's
-``kv_transfer_params`` (the OpenAI server's request field of that name):
+``kv_transfer_params`` (``sampling_params.extra_args["kv_transfer_params"]``,
+the OpenAI server's request field of that name):
 ``{"maru_retain": "keep"}`` while its conversation is open, ``"drop"``
 once the front end knows it ended, ``"none"`` to forget an earlier one.
-When the request ends, every chunk of its prompt (all tensor-parallel
-ranks', the loaded prefix too) gets that hint in one round trip per
-``maru.BATCH_MAX`` chunks (docs/integrations.md#retention-hints).
+When the request ends, every chunk of its prompt (every rank's, the loaded
+prefix too) gets that hint in one round trip per ``maru.BATCH_MAX`` chunks
+(docs/integrations.md#retention-hints).
 """
 
 from __future__ import annotations
@@ -22,10 +28,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..client import Hint
 from .config import ConnectorConfig
-from .keys import chain_keys, chunk_paths, model_tag, rank_path
+from .keys import base_paths, chain_keys, model_tag, rank_path
 from .metadata import ChunkSpec, LoadSpec, MaruConnectorMetadata, SaveSpec
 from .store import ChunkStore
-
 
 logger = logging.getLogger(__name__)
 
@@ -35,8 +40,9 @@ RETAIN_HINTS = {"keep": Hint.KEEP, "drop": Hint.DROP, "none": Hint.NONE}
 
 @dataclass
 class _Request:
-    paths: List[str]  # rank 0's paths of the prompt's complete chunks
+    paths: List[str]  # base paths of the prompt's complete chunks
     hits: int = 0  # chunks found by the last count
+    local: Optional[int] = None  # vLLM's own prefix-cache hit at the last count
     block_ids: List[int] = field(default_factory=list)
     saved: int = 0  # chunks [0, saved) are stored, being stored or loaded
 
@@ -50,10 +56,12 @@ class SchedulerSide:
 
     def __init__(self, cfg: ConnectorConfig, store: ChunkStore) -> None:
         self.cfg, self.store = cfg, store
-        self.tag = model_tag(cfg.model, cfg.dtype, cfg.block_size, cfg.chunk_blocks, cfg.tp_size)
+        self.tag = model_tag(cfg.model, cfg.dtype, cfg.block_size, cfg.chunk_blocks,
+                             cfg.tp_size, cfg.pp_size, cfg.cache_dtype, cfg.mla)
         self.requests: Dict[str, _Request] = {}
         self.pending_loads: List[LoadSpec] = []
         self.hinted = 0  # chunks whose retention hint the server accepted
+        self.stats: Dict[str, int] = {"lookups": 0, "hit_tokens": 0}
 
     def _state(self, req_id: str, tokens: Sequence[int]) -> _Request:
         st = self.requests.get(req_id)
@@ -62,28 +70,42 @@ class SchedulerSide:
         return st
 
     def _paths(self, tokens: Sequence[int]) -> List[str]:
-        keys = chain_keys(self.tag, tokens, self.cfg.chunk_tokens)
-        return chunk_paths(self.cfg.namespace, keys)
+        return base_paths(self.cfg.namespace,
+                          chain_keys(self.tag, tokens, self.cfg.chunk_tokens))
+
+    def every_rank(self, paths: Sequence[str]) -> List[str]:
+        """Each chunk's path for every rank that holds part of it, chunk by chunk."""
+        ranks = self.cfg.ranks()
+        return [rank_path(p, tp, pp) for p in paths for tp, pp in ranks]
 
     def get_num_new_matched_tokens(self, request: Any,
                                    num_computed_tokens: int) -> Tuple[Optional[int], bool]:
-        """Tokens beyond ``num_computed_tokens`` that can be loaded: the
-        chunks of the prompt found in the pool, from the start, never the
-        whole prompt (its last token is computed for its logits)."""
+        """Tokens beyond ``num_computed_tokens`` (vLLM's own prefix-cache
+        hit) that can be loaded: the chunks of the prompt found in the pool
+        for every rank, from the start, never the whole prompt (its last
+        token is computed for its logits)."""
         tokens = _tokens(request)
         if not self.cfg.load or not tokens:
             return 0, False
         st = self._state(request.request_id, tokens)
+        st.local = num_computed_tokens
         loadable = (len(tokens) - 1) // self.cfg.chunk_tokens
-        st.hits = self.store.count(st.paths[:loadable], self.cfg.count_writing)
+        ranks = len(self.cfg.ranks())
+        found = self.store.count(self.every_rank(st.paths[:loadable]), self.cfg.count_writing)
+        st.hits = found // ranks
+        self.stats["lookups"] += 1
         external = st.hits * self.cfg.chunk_tokens - num_computed_tokens
         if external <= 0:
             return 0, False
+        self.stats["hit_tokens"] += external
         return external, self.cfg.async_load
 
     def update_state_after_alloc(self, request: Any, blocks: Any,
                                  num_external_tokens: int) -> None:
-        """Records the request's blocks and, if it loads, the chunks to load."""
+        """Records the request's blocks and, if it loads, the chunks to load:
+        tokens [L, L + num_external_tokens), L the prefix-cache hit given to
+        get_num_new_matched_tokens (blocks before L hold vLLM's own KV and
+        are left alone)."""
         st = self._state(request.request_id, _tokens(request))
         block_ids = blocks.get_block_ids()[0] if blocks is not None else []
         if block_ids:
@@ -91,21 +113,39 @@ class SchedulerSide:
         st.saved = max(st.saved, st.hits)  # found in the pool: nothing to store
         if num_external_tokens <= 0:
             return
-        local = getattr(request, "num_computed_tokens", 0) or 0
-        first = local // self.cfg.chunk_tokens
-        end = (local + num_external_tokens) // self.cfg.chunk_tokens
-        g = self.cfg.chunk_blocks
+        bs, g = self.cfg.block_size, self.cfg.chunk_blocks
+        start = st.local if st.local is not None else \
+            int(getattr(request, "num_computed_tokens", 0) or 0)
+        first_block, end_block = start // bs, (start + num_external_tokens) // bs
+        chunks = []
+        for c in range(first_block // g, -(-end_block // g)):
+            lo, hi = max(c * g, first_block), min((c + 1) * g, end_block)
+            chunks.append(ChunkSpec(st.paths[c], st.block_ids[lo:hi], skip=lo - c * g))
         # Sent with the next step's metadata, whether or not the request is
         # scheduled in it (an asynchronous load waits outside the batch).
-        self.pending_loads.append(LoadSpec(request.request_id, [
-            ChunkSpec(st.paths[c], st.block_ids[c * g:(c + 1) * g]) for c in range(first, end)],
-            self.cfg.async_load))
-        st.saved = max(st.saved, end)
+        self.pending_loads.append(LoadSpec(request.request_id, chunks, self.cfg.async_load))
+        st.saved = max(st.saved, -(-end_block // g))
 
     def build_connector_meta(self, scheduler_output: Any) -> MaruConnectorMetadata:
         """The loads and saves of this step; resets the pending loads."""
         meta = MaruConnectorMetadata(loads=self.pending_loads)
         self.pending_loads = []
+        preempted = getattr(scheduler_output, "preempted_req_ids", None) or ()
+        meta.preempted = sorted(preempted)
+        for req_id in preempted:  # its blocks are freed; it resumes with new ones
+            st = self.requests.get(req_id)
+            if st is not None:
+                st.block_ids = []
+        try:
+            self._plan_saves(meta, scheduler_output)
+        except Exception:  # a save not planned is a later miss, never an error
+            logger.exception("maru.vllm: saves of this step not planned")
+            meta.saves = []
+        for req_id in getattr(scheduler_output, "finished_req_ids", ()) or ():
+            self.requests.pop(req_id, None)
+        return meta
+
+    def _plan_saves(self, meta: MaruConnectorMetadata, scheduler_output: Any) -> None:
         scheduled = scheduler_output.num_scheduled_tokens
         for new in scheduler_output.scheduled_new_reqs:
             st = self._state(new.req_id, list(new.prompt_token_ids or []))
@@ -125,9 +165,6 @@ class SchedulerSide:
                     st.block_ids.extend(new_ids[0])
             self._plan(meta, req_id, st,
                        cached.num_computed_tokens[i] + scheduled.get(req_id, 0))
-        for req_id in getattr(scheduler_output, "finished_req_ids", ()) or ():
-            self.requests.pop(req_id, None)
-        return meta
 
     def _plan(self, meta: MaruConnectorMetadata, req_id: str, st: _Request,
               computed_after: int) -> None:
@@ -156,8 +193,7 @@ class SchedulerSide:
     def _hint(self, request: Any, st: Optional[_Request], hint: Hint) -> None:
         try:
             paths = st.paths if st is not None else self._paths(_tokens(request))
-            everyone = [rank_path(p, r) for r in range(self.cfg.tp_size) for p in paths]
-            self.hinted += self.store.hint(everyone, hint)
+            self.hinted += self.store.hint(self.every_rank(paths), hint)
         except Exception as e:  # advisory: never raised into vLLM's scheduler
             logger.warning("maru.vllm: retention hint not given: %s", e)
 
