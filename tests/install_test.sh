@@ -35,8 +35,8 @@ for _ in $(seq 400); do
 done
 
 # check PYTHON [ENV...]: imports maru (maru.vllm, maru_vllm, maru_lmcache) in a clean
-# environment, checks that the
-# extension and the library come from WHERE, and round-trips a chunk.
+# environment, checks that the extension and the library come from WHERE, and
+# round-trips a chunk.
 check() {
   local what=$1 python=$2 where=$3
   shift 3
