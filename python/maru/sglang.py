@@ -67,6 +67,7 @@ PoolName = _hicache.PoolName
 PoolHitPolicy = _hicache.PoolHitPolicy
 PoolTransfer = _hicache.PoolTransfer
 PoolTransferResult = _hicache.PoolTransferResult
+count_pool_hits = _hicache.count_pool_hits
 STORAGE_BATCH_SIZE: int = _hicache.STORAGE_BATCH_SIZE
 #: True when the classes above are SGLang's own.
 SGLANG_IMPORTED: bool = _hicache.__name__.startswith("sglang.")
@@ -192,6 +193,7 @@ class MaruHiCacheStorage(HiCacheStorage):  # type: ignore[misc,valid-type]
             raise TypeError("maru.sglang: storage_config must be SGLang's HiCacheStorageConfig "
                             f"(or a dict of its fields), not {type(storage_config).__name__}")
         self.storage_config = storage_config
+        shard_name(storage_config, "page_first")  # refuses what it cannot store, now
         extra = _field(storage_config, "extra_config", None)
         if extra is not None and not isinstance(extra, dict):
             raise TypeError("maru.sglang: extra_config must be a dict")
