@@ -169,8 +169,9 @@ def _legacy_pieces(value: Any, location: Any, sizes: Any) -> List[Piece]:
 
 
 def _byte_pieces(pieces: List[Piece]) -> List[Piece]:
-    """Tensors as their bytes (any dtype; CPU and contiguous, else ValueError)."""
-    return [(_batchio.tensor_bytes(w) if hasattr(w, "element_size") else w, n)
+    """Tensors as numpy arrays of their bytes (any dtype; CPU and contiguous,
+    else ValueError), the form the library's batch calls take as it is."""
+    return [(_batchio.tensor_bytes(w).numpy() if hasattr(w, "element_size") else w, n)
             for w, n in pieces]
 
 
