@@ -447,7 +447,10 @@ class MaruHiCacheStorage(HiCacheStorage):  # type: ignore[misc,valid-type]
         pieces = self._pieces(self.mem_pool_host, keys, host_indices)
         return self._write([self.path(k) for k in keys], pieces, self._parents(keys, extra_info))
 
-    def _parents(self, keys: Sequence[str], extra_info: Any, pool: Any = None) -> List[Optional[str]]:
+    def _parents(self, keys: Sequence[str], extra_info: Any,
+                 pool: Any = None) -> List[Optional[str]]:
+        """Each page's parent path: the page before it (the first page's, the
+        last of ``prefix_keys`` when SGLang passes them)."""
         prefix = list(getattr(extra_info, "prefix_keys", None) or [])
         parents = [prefix[-1] if prefix else None] + list(keys[:-1])
         return [self.path(p, pool) if p else None for p in parents]

@@ -226,3 +226,22 @@ def test_the_original_maru_sglang_module():
         check_params(getattr(MaruStorage, method), mspec, f"MaruStorage.{method}",
                      defaults_equal=False)
     assert maru_sglang.MaruStorage is MaruStorage
+
+
+def test_sglang_own_factory_builds_it(server, ns):
+    """With SGLang installed: its own StorageBackendFactory builds our class
+    from the documented config (skipped here, where SGLang is not)."""
+    factory = pytest.importorskip("sglang.srt.mem_cache.storage.backend_factory")
+    from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, HiCacheStorageConfig
+
+    config = HiCacheStorageConfig(
+        tp_rank=0, tp_size=1, pp_rank=0, pp_size=1, attn_cp_rank=0, attn_cp_size=1,
+        is_mla_model=False, enable_storage_metrics=False, is_page_first_layout=True,
+        model_name="m", extra_config={"backend_name": "maru", "module_path": "maru.sglang",
+                                      "class_name": "MaruHiCacheStorage", "interface_v1": 1,
+                                      "maru_server": server.url, "maru_namespace": ns})
+    backend = factory.StorageBackendFactory.create_backend("dynamic", config, None)
+    try:
+        assert isinstance(backend, HiCacheStorage) and ms.SGLANG_IMPORTED
+    finally:
+        backend.close()
