@@ -617,10 +617,14 @@ class MaruHiCacheStorage(HiCacheStorage):  # type: ignore[misc,valid-type]
             return out
         paths = [self.path(k) for k in keys]
         try:
-            chunks = self._open_each(paths)
-        except OSError as e:
+            return self._get_each(paths, locations, wanted, out)
+        except OSError as e:  # a lost server: these pages are not loaded
             logger.warning("maru.sglang: batch_get: %s", e)
-            return out
+            return [None] * len(keys)
+
+    def _get_each(self, paths: Sequence[str], locations: List[Any],
+                  wanted: List[Optional[List[Piece]]], out: List[Any]) -> List[Any]:
+        chunks = self._open_each(paths)
         try:
             ops, targets = [], []
             for i, chunk in enumerate(chunks):
