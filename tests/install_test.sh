@@ -52,6 +52,8 @@ libs = {line.split()[-1] for line in open("/proc/self/maps") if "libmaru_direct"
 assert maru.__file__.startswith(where), f"maru from {maru.__file__}, not {where}"
 import maru_lmcache  # LMCache's own maru backend imports it: installed next to maru
 assert maru_lmcache.__file__.startswith(where), f"maru_lmcache from {maru_lmcache.__file__}"
+import maru_sglang.maru_storage  # SGLang's dynamic backend imports it: installed next to maru
+assert maru_sglang.__file__.startswith(where), f"maru_sglang from {maru_sglang.__file__}"
 assert libs and all(l.startswith(where) for l in libs), f"libmaru_direct from {libs}"
 with maru.Client(server, instance="install-test") as client:
     client.put("/install/a", b"x" * 4096)

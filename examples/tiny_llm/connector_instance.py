@@ -1,18 +1,18 @@
-"""An inference instance that saves KV through an engine connector: reads
+"""An inference instance that saves KV through the LMCache connector: reads
 JSON requests on stdin, one per line, answers each with one JSON line.
+(SGLang's instance is sglang_instance.py.)
 
   {"op": "save", "prompt": [...]}  -> {"stored": N}
       prefill, then store through the connector as the engine does
-      (engines.hicache_save / engines.lmcache_save)
+      (engines.lmcache_save)
   {"op": "stall", "prompt": [...], "pages": K}
-      stores the first K pages/chunks, then starts storing the rest and
-      stops in the middle of copying them into the pool (chunks created,
-      half written, never sealed or published); answers {"stalled": true}
-      and waits there, for tests that SIGKILL it
+      stores the first K chunks, then starts storing the rest and stops in
+      the middle of copying them into the pool (chunks created, half
+      written, never published); answers {"stalled": true} and waits
+      there, for tests that SIGKILL it
 
-Usage: connector_instance.py --engine sglang|lmcache --server URL
-         [--dir NAMESPACE] [--block PAGE] [--layout page_first|layer_first]
-         [--name NAME]
+Usage: connector_instance.py --engine lmcache --server URL
+         [--dir NAMESPACE] [--block CHUNK] [--name NAME]
 """
 from __future__ import annotations
 
@@ -24,8 +24,7 @@ import torch
 
 import maru
 import maru._batchio
-from engines import (HostKVPool, hicache_save, lmcache_metadata, lmcache_save, pack_2ltd,
-                     page_keys, sglang_config)
+from engines import lmcache_metadata, lmcache_save, pack_2ltd
 from model import Config, TinyLM, deterministic
 
 
@@ -44,28 +43,6 @@ def stall_copies() -> None:
         stall_here()
 
     maru._batchio.write_from_batch = half_then_stall
-
-
-class SGLangSide:
-    def __init__(self, model: TinyLM, args):
-        from maru.sglang import MaruHiCacheStorage
-
-        self.model, self.page = model, args.block
-        self.storage = MaruHiCacheStorage(sglang_config(
-            model.cfg, namespace=args.dir, server=args.server, layout=args.layout), {})
-        self.pool = HostKVPool(model.cfg, 1 << 14, args.block, args.layout)
-        self.storage.register_mem_pool_host(self.pool)
-
-    def save(self, prompt) -> int:
-        self.pool.free_slots = torch.arange(self.pool.size)  # one request at a time
-        return hicache_save(self.model, self.storage, self.pool, prompt)
-
-    def stall(self, prompt, pages: int) -> None:
-        keys = page_keys(self.model, prompt, self.page)
-        self.save(prompt[:pages * self.page])
-        assert pages < len(keys)
-        stall_copies()
-        self.save(prompt[:len(keys) * self.page])
 
 
 class LMCacheSide:
@@ -97,7 +74,7 @@ class LMCacheSide:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--engine", required=True, choices=("sglang", "lmcache"))
+    ap.add_argument("--engine", required=True, choices=("lmcache",))
     ap.add_argument("--server", required=True)
     ap.add_argument("--dir", default="tiny_llm")
     ap.add_argument("--block", type=int, default=16)
@@ -106,7 +83,7 @@ def main() -> None:
     args = ap.parse_args()
     deterministic()
     model = TinyLM(Config())
-    side = (SGLangSide if args.engine == "sglang" else LMCacheSide)(model, args)
+    side = LMCacheSide(model, args)
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
         req = json.loads(line)

@@ -20,7 +20,17 @@ loads N pages, side by side:
   handles, ``batch_retrieve``, ``batch_exists``, against ``alloc`` + fill +
   ``publish``, ``lookup_prefix``, ``count_prefix``.
 
-A second table: ``MaruHandler.batch_exists`` (every key checked, no
+A second table: SGLang's two paths in two dtypes, side by side: the v1
+calls (``batch_set_v1`` / ``batch_get_v1``) with a host pool in fp16 and in
+bf16 (the same bytes), and the legacy path in bf16 as SGLang's controller
+drives it without ``interface_v1`` (``_generic_page_set``: the host pool's
+flat ``get_data_page`` of each page, then ``batch_set``;
+``_generic_page_get``: ``batch_get`` into ``get_dummy_flat_data_page``
+tensors, then ``set_from_flat_data_page`` of each page): bf16 ÷ fp16 is
+the cost of bf16, legacy ÷ v1 the cost of the legacy path, and its
+``batch_get``/``batch_set`` alone what the backend's part of it costs.
+
+A third table: ``MaruHandler.batch_exists`` (every key checked, no
 prefix-stop: one ``count_prefix`` call, then one more after each miss)
 against one prefix-stopping ``count_prefix`` of the same 64 keys, with 0
 to 64 of them missing, with the pool's index (a Unix-socket client) and
@@ -62,10 +72,27 @@ class PageFirstPool:
 
     layout = "page_first"
 
-    def __init__(self, pages: int, page_size: int, layers: int, heads: int, dim: int) -> None:
+    def __init__(self, pages: int, page_size: int, layers: int, heads: int, dim: int,
+                 dtype: torch.dtype = torch.float16) -> None:
         self.page_size, self.size = page_size, pages * page_size
-        self.kv_buffer = torch.randn(2, self.size, layers, heads, dim).to(torch.float16)
+        self.layers, self.heads, self.dim, self.dtype = layers, heads, dim, dtype
+        self.kv_buffer = torch.randn(2, self.size, layers, heads, dim).to(dtype)
         self.tok = layers * heads * dim * 2
+
+    # SGLang's flat data pages (pool_host/mha.py), for the legacy path.
+    def get_data_page(self, index, flat: bool = True) -> torch.Tensor:
+        i = int(index)
+        page = self.kv_buffer[:, i:i + self.page_size]
+        return page.flatten() if flat else page
+
+    def get_dummy_flat_data_page(self) -> torch.Tensor:
+        return torch.zeros((2, self.layers, self.page_size, self.heads, self.dim),
+                           dtype=self.dtype).flatten()
+
+    def set_from_flat_data_page(self, index, data_page: torch.Tensor) -> None:
+        i = int(index)
+        self.kv_buffer[:, i:i + self.page_size] = data_page.reshape(
+            2, self.page_size, self.layers, self.heads, self.dim)
 
     def page_views(self, page: int) -> Tuple[torch.Tensor, torch.Tensor]:
         lo = page * self.page_size
@@ -130,6 +157,76 @@ def sglang_turn(client: maru.Client, store: MaruHiCacheStorage, src: PageFirstPo
     store.clear()
     client.unlink_batch(raw_paths)
     return out
+
+
+SGLANG_PATHS = ("v1_fp16", "v1_bf16", "legacy_bf16")
+
+
+def sglang_paths_turn(stores: Dict[str, MaruHiCacheStorage], pools: Dict[str, PageFirstPool],
+                      pages: int, turn: int) -> Dict[str, float]:
+    """Each path's set, then each path's get, in an order rotating by turn."""
+    tag = uuid.uuid4().hex[:8]
+    keys = {name: [f"{tag}-{name}-{i}" for i in range(pages)] for name in SGLANG_PATHS}
+    P = pools["v1_fp16"].page_size
+    idx = torch.arange(pages * P)
+
+    out: Dict[str, float] = {}
+
+    def set_(name: str) -> None:
+        store, pool = stores[name], pools[name]
+        if name.startswith("v1"):
+            store.batch_set_v1(keys[name], idx)
+        else:  # HiCacheController._generic_page_set
+            data = [pool.get_data_page(idx[i * P]) for i in range(pages)]
+            out["backend_set"] = timed(lambda: store.batch_set(keys[name], data))
+
+    def get(name: str) -> None:
+        store, pool = stores[name], pools[name]
+        if name.startswith("v1"):
+            store.batch_get_v1(keys[name], idx)
+        else:  # HiCacheController._generic_page_get
+            dummies = [pool.get_dummy_flat_data_page() for _ in range(pages)]
+            got: list = []
+            out["backend_get"] = timed(lambda: got.extend(store.batch_get(keys[name], dummies)))
+            for i in range(pages):
+                pool.set_from_flat_data_page(idx[i * P], got[i])
+
+    order = SGLANG_PATHS[turn % 3:] + SGLANG_PATHS[:turn % 3]
+    for name in order:
+        out[f"{name}_set"] = timed(lambda: set_(name))
+    for name in order:
+        out[f"{name}_get"] = timed(lambda: get(name))
+    for store in stores.values():
+        store.clear()
+    return out
+
+
+def sglang_paths_table(node: MaruNode, pages: int, repeat: int, cases) -> None:
+    print()
+    print("| pages | call | v1 fp16 (µs) | v1 bf16 (µs) | legacy bf16 (µs) "
+          "| of which batch_get/batch_set (µs) | bf16 ÷ fp16 (v1) | legacy ÷ v1 (bf16) "
+          "| batch_get/batch_set ÷ v1 (bf16) |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    for label, (tokens, layers, heads, dim) in cases:
+        pools = {name: PageFirstPool(pages, tokens, layers, heads, dim,
+                                     torch.bfloat16 if "bf16" in name else torch.float16)
+                 for name in SGLANG_PATHS}
+        stores = {name: MaruHiCacheStorage({"model_name": "bench", "extra_config": {
+            "maru_server": node.url, "maru_namespace": f"bench-{name}"}}, pools[name])
+            for name in SGLANG_PATHS}
+        turns = [sglang_paths_turn(stores, pools, pages, t) for t in range(repeat)]
+        for call in ("set", "get"):
+            med = {n: statistics.median(t[f"{n}_{call}"] for t in turns) for n in SGLANG_PATHS}
+            bf16 = statistics.median(t[f"v1_bf16_{call}"] / t[f"v1_fp16_{call}"] for t in turns)
+            legacy = statistics.median(t[f"legacy_bf16_{call}"] / t[f"v1_bf16_{call}"]
+                                       for t in turns)
+            backend = statistics.median(t[f"backend_{call}"] for t in turns)
+            own = statistics.median(t[f"backend_{call}"] / t[f"v1_bf16_{call}"] for t in turns)
+            print(f"| {pages} × {label} | sglang {call} | {med['v1_fp16']:.0f} | "
+                  f"{med['v1_bf16']:.0f} | {med['legacy_bf16']:.0f} | {backend:.0f} | "
+                  f"{bf16:.2f}× | {legacy:.2f}× | {own:.2f}× |")
+        for store in stores.values():
+            store.close()
 
 
 def lmcache_turn(client: maru.Client, backend: MaruBackend, shape: torch.Size,
@@ -370,6 +467,7 @@ def main() -> None:
             backend.close()
             intree.close()
             handler.close()
+        sglang_paths_table(node, args.pages, args.repeat, cases)
         exists_table(node, args.repeat)
     loop.call_soon_threadsafe(loop.stop)
 

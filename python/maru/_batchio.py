@@ -31,12 +31,32 @@ def raw_buffer(address: int, length: int) -> Any:
     return (ctypes.c_char * length).from_address(address)
 
 
+def tensor_bytes(tensor: Any) -> Any:
+    """A CPU tensor's bytes, as a flat uint8 tensor sharing its storage.
+
+    Any dtype: numpy has no bfloat16 (nor float8), so a tensor goes to the
+    library as bytes, never through ``.numpy()`` of its own dtype. Raises
+    ValueError for a tensor that is not on the CPU or not contiguous.
+    """
+    if tensor.device.type != "cpu":
+        raise ValueError(f"maru: a {tensor.device.type} tensor; the copy calls take CPU memory")
+    if not tensor.is_contiguous():
+        raise ValueError("maru: a tensor that is not contiguous")
+    import torch  # loaded already: a tensor exists
+
+    flat = tensor.reshape(-1)
+    return flat if flat.dtype == torch.uint8 else flat.view(torch.uint8)
+
+
 def _as_buffer(obj: Any) -> Any:
     # torch tensors (1.13) do not export the buffer protocol, which the
-    # binding takes; their numpy view shares the storage (CPU tensors only;
-    # the binding refuses a non-contiguous one).
+    # binding takes: the numpy view of their bytes shares the storage.
+    if isinstance(obj, (bytes, bytearray, memoryview)):
+        return obj
+    if hasattr(obj, "element_size") and hasattr(obj, "data_ptr"):
+        return tensor_bytes(obj).numpy()
     numpy = getattr(obj, "numpy", None)
-    if numpy is not None and not isinstance(obj, (bytes, bytearray, memoryview)):
+    if numpy is not None:
         return numpy()
     return obj
 
