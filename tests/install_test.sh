@@ -34,7 +34,7 @@ for _ in $(seq 400); do
   sleep 0.05
 done
 
-# check PYTHON [ENV...]: imports maru (maru.vllm, maru_vllm, maru_lmcache) in a clean
+# check PYTHON [ENV...]: imports maru (and maru_vllm, maru_lmcache, maru_sglang) in a clean
 # environment, checks that the extension and the library come from WHERE, and
 # round-trips a chunk.
 check() {
