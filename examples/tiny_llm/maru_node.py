@@ -6,6 +6,7 @@ socket answers, and at the end stop it by pid and remove what was made.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import shutil
@@ -16,7 +17,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import List, Optional
+from typing import Iterator, List, Optional
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -114,3 +115,38 @@ class MaruNode:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def free_port() -> int:
+    """A TCP port on loopback nobody listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def token_tcp_node(work: Path, pool_size: int = 96 << 20) -> Iterator[MaruNode]:
+    """A server on a Unix socket and on TCP (``node.port``), TCP callers
+    identified by a token mapped to this uid (docs/security.md, "TCP"); the
+    clients of this process and its children get the token through
+    MARU_TOKEN_FILE while it runs."""
+    token = uuid.uuid4().hex
+    tokens = work / "tokens"
+    tokens.write_text(f"{token} {os.getuid()}:{os.getgid()}\n")
+    tokens.chmod(0o600)
+    client_token = work / "token"
+    client_token.write_text(token + "\n")
+    client_token.chmod(0o600)
+    port = free_port()
+    saved = os.environ.get("MARU_TOKEN_FILE")
+    os.environ["MARU_TOKEN_FILE"] = str(client_token)
+    try:
+        with MaruNode(pool_size=pool_size, extra=["--listen", f"tcp://127.0.0.1:{port}",
+                                                  "--token-file", str(tokens)]) as n:
+            n.port = port
+            yield n
+    finally:
+        if saved is None:
+            os.environ.pop("MARU_TOKEN_FILE", None)
+        else:
+            os.environ["MARU_TOKEN_FILE"] = saved

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -202,6 +202,24 @@ class TinyLM(torch.nn.Module):
             logits.append(step)
             cur = step
         return tokens, torch.stack(logits) if logits else torch.empty(0, self.cfg.vocab)
+
+
+def linear_in_dtype(m: Any, dtype: torch.dtype) -> Any:
+    """A linear layer (plain or oneDNN) computing in ``dtype`` through oneDNN."""
+    lin = torch.nn.Linear(m.weight.shape[1], m.weight.shape[0], bias=m.bias is not None)
+    with torch.no_grad():
+        lin.weight.copy_(m.weight.to_dense())
+        if m.bias is not None:
+            lin.bias.copy_(m.bias.to_dense())
+    return mkldnn.to_mkldnn(lin, dtype)
+
+
+def block_in_dtype(block: Any, dtype: torch.dtype) -> Any:
+    """A transformer block computing in ``dtype`` (projections in oneDNN)."""
+    for name in ("qkv", "out", "up", "down"):
+        setattr(block, name, linear_in_dtype(getattr(block, name), dtype))
+    block.ln1, block.ln2 = block.ln1.to(dtype), block.ln2.to(dtype)
+    return block
 
 
 def random_prompt(seed: int, n: int) -> list:

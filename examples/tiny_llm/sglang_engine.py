@@ -73,10 +73,9 @@ from queue import Empty, Queue
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
-from torch.utils import mkldnn
 
 import maru.sglang as ms
-from model import Config, KVCache, TinyLM
+from model import Config, KVCache, TinyLM, block_in_dtype, linear_in_dtype
 
 logger = logging.getLogger(__name__)
 
@@ -89,15 +88,6 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 # --- the model in a dtype -----------------------------------------------------
 
 
-def _dense(m: Any) -> torch.nn.Linear:
-    lin = torch.nn.Linear(m.weight.shape[1], m.weight.shape[0], bias=m.bias is not None)
-    with torch.no_grad():
-        lin.weight.copy_(m.weight.to_dense())
-        if m.bias is not None:
-            lin.bias.copy_(m.bias.to_dense())
-    return lin
-
-
 def build_model(dtype: torch.dtype, cfg: Config = Config()) -> TinyLM:
     """The tiny model (model.py's weights, same seed), computing in ``dtype``:
     bf16 runs its projections in oneDNN's bf16 kernels, attention in bf16."""
@@ -105,10 +95,8 @@ def build_model(dtype: torch.dtype, cfg: Config = Config()) -> TinyLM:
     if dtype == torch.float32:
         return model
     for block in model.blocks:
-        for name in ("qkv", "out", "up", "down"):
-            setattr(block, name, mkldnn.to_mkldnn(_dense(getattr(block, name)), dtype))
-        block.ln1, block.ln2 = block.ln1.to(dtype), block.ln2.to(dtype)
-    model.head = mkldnn.to_mkldnn(_dense(model.head), dtype)
+        block_in_dtype(block, dtype)
+    model.head = linear_in_dtype(model.head, dtype)
     model.tok, model.pos, model.ln = model.tok.to(dtype), model.pos.to(dtype), model.ln.to(dtype)
     return model
 

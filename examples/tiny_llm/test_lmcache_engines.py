@@ -18,9 +18,7 @@ in the same segments, and B's attention read the chunks where they lie in
 the pool.
 """
 import os
-import socket
 import string
-import uuid
 
 import pytest
 import torch
@@ -28,7 +26,6 @@ import torch
 maru = pytest.importorskip("maru")
 pytest.importorskip("yaml")
 
-from maru_node import MaruNode  # noqa: E402
 from model import random_prompt as prompt  # noqa: E402
 from proc import InstanceProcess  # noqa: E402
 
@@ -112,38 +109,10 @@ def plugin_config(server: str, **top) -> str:
     return "\n".join(lines) + "\n"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def node(tmp_path_factory):
-    """A server on a Unix socket and on TCP, TCP callers identified by a
-    token mapped to this uid (docs/security.md, "TCP"); the instances get
-    the token through MARU_TOKEN_FILE."""
-    work = tmp_path_factory.mktemp("lmcache-tcp")
-    token = uuid.uuid4().hex
-    tokens = work / "tokens"
-    tokens.write_text(f"{token} {os.getuid()}:{os.getgid()}\n")
-    tokens.chmod(0o600)
-    client_token = work / "token"
-    client_token.write_text(token + "\n")
-    client_token.chmod(0o600)
-    port = free_port()
-    saved = os.environ.get("MARU_TOKEN_FILE")
-    os.environ["MARU_TOKEN_FILE"] = str(client_token)
-    try:
-        with MaruNode(pool_size=64 << 20, extra=["--listen", f"tcp://127.0.0.1:{port}",
-                                                 "--token-file", str(tokens)]) as n:
-            n.port = port
-            yield n
-    finally:
-        if saved is None:
-            os.environ.pop("MARU_TOKEN_FILE", None)
-        else:
-            os.environ["MARU_TOKEN_FILE"] = saved
+def node(tcp_node):
+    """A server also on TCP, with a token (conftest.tcp_node)."""
+    return tcp_node
 
 
 def instance(node, config_text: str, tmp_path, name: str) -> InstanceProcess:

@@ -10,7 +10,6 @@ equal A's.
 """
 import json
 import os
-import socket
 import tempfile
 
 import pytest
@@ -19,7 +18,7 @@ import torch
 pytest.importorskip("maru")
 maru_vllm = pytest.importorskip("maru_vllm")
 
-from maru_node import MaruNode  # noqa: E402
+from maru_node import token_tcp_node  # noqa: E402
 from model import random_prompt as prompt  # noqa: E402
 from proc import InstanceProcess  # noqa: E402
 from vllm_instance import make_engine  # noqa: E402
@@ -53,12 +52,6 @@ DOCS = """{
 }"""
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def instance_config(kv_transfer_config: dict, name: str) -> dict:
     """vllm_instance's config for a `vllm serve --kv-transfer-config` as given."""
     return {"server": None, "block": BLOCK, "name": name,
@@ -69,12 +62,10 @@ def instance_config(kv_transfer_config: dict, name: str) -> dict:
 
 
 @pytest.mark.parametrize("text", [LAUNCH_VLLM_SH, DOCS], ids=["launch_vllm.sh", "docs"])
-def test_the_originals_config_runs_against_our_server(text):
-    port = free_port()
-    ktc = json.loads(text % {"port": port})
-    c = instance_config(ktc, "orig")
+def test_the_originals_config_runs_against_our_server(text, tmp_path):
     p = prompt(50, 2 * 256 + 21)
-    with MaruNode(pool_size=96 << 20, extra=["--listen", f"tcp://127.0.0.1:{port}"]):
+    with token_tcp_node(tmp_path) as node:
+        c = instance_config(json.loads(text % {"port": node.port}), "orig")
         a = InstanceProcess("", script="vllm_instance.py", argv=["--config", json.dumps(c)])
         with a, tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "a.pt")

@@ -17,7 +17,6 @@ in the middle of a copy; the original Maru's example configs over TCP.
 """
 import json
 import os
-import socket
 import string
 import uuid
 
@@ -266,38 +265,6 @@ ORIGINAL_CONFIGS = {
 }
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def tcp_node(tmp_path_factory):
-    """A server on a Unix socket and on TCP, TCP callers identified by a
-    token mapped to this uid (docs/security.md, "TCP"); the instances get
-    the token through MARU_TOKEN_FILE."""
-    work = tmp_path_factory.mktemp("sglang-tcp")
-    token = uuid.uuid4().hex
-    tokens = work / "tokens"
-    tokens.write_text(f"{token} {os.getuid()}:{os.getgid()}\n")
-    tokens.chmod(0o600)
-    client_token = work / "token"
-    client_token.write_text(token + "\n")
-    client_token.chmod(0o600)
-    port = free_port()
-    saved = os.environ.get("MARU_TOKEN_FILE")
-    os.environ["MARU_TOKEN_FILE"] = str(client_token)
-    try:
-        with MaruNode(pool_size=64 << 20, extra=["--listen", f"tcp://127.0.0.1:{port}",
-                                                 "--token-file", str(tokens)]) as n:
-            n.port = port
-            yield n
-    finally:
-        if saved is None:
-            os.environ.pop("MARU_TOKEN_FILE", None)
-        else:
-            os.environ["MARU_TOKEN_FILE"] = saved
 
 
 def sessions(node) -> list:

@@ -55,7 +55,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils import mkldnn
 
-from model import Config, TinyLM, bmm_t, deterministic
+from model import Config, TinyLM, block_in_dtype, bmm_t, deterministic, linear_in_dtype
 from vllm_types import (AttentionMetadata, ForwardContext, KVCacheConfig, KVConnectorOutput,
                         ModelRunnerOutput, SchedulerOutput, VllmConfig)
 
@@ -128,8 +128,8 @@ class Weights:
         if self.compute == torch.bfloat16:
             self.tok, self.pos, self.ln = (m.to(torch.bfloat16) for m in
                                            (self.tok, self.pos, self.ln))
-            self.head = _to_bf16(self.head)
-            self.blocks = {i: _block_bf16(b) for i, b in self.blocks.items()}
+            self.head = linear_in_dtype(self.head, torch.bfloat16)
+            self.blocks = {i: block_in_dtype(b, torch.bfloat16) for i, b in self.blocks.items()}
         self.mla = None
         if mla:
             gen = torch.Generator().manual_seed(cfg.seed + 7)
@@ -145,27 +145,6 @@ class Weights:
             self.mla = {i: (lin(d, MLA_LATENT), lin(MLA_LATENT, d), lin(MLA_LATENT, d))
                         for i in range(cfg.n_layers)}
             self.mla = {i: self.mla[i] for i in layers}
-
-
-def _dense(m: Any) -> torch.nn.Linear:
-    lin = torch.nn.Linear(m.weight.shape[1], m.weight.shape[0], bias=m.bias is not None)
-    with torch.no_grad():
-        lin.weight.copy_(m.weight.to_dense())
-        if m.bias is not None:
-            lin.bias.copy_(m.bias.to_dense())
-    return lin
-
-
-def _to_bf16(m: Any) -> Any:
-    return mkldnn.to_mkldnn(_dense(m), torch.bfloat16)
-
-
-def _block_bf16(block: Any) -> Any:
-    for name in ("qkv", "out", "up", "down"):
-        setattr(block, name, _to_bf16(getattr(block, name)))
-    block.ln1 = block.ln1.to(torch.bfloat16)
-    block.ln2 = block.ln2.to(torch.bfloat16)
-    return block
 
 
 def allocate_kv_cache(layout: str, hnd: bool, num_blocks: int, block_size: int, heads: int,

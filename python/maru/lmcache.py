@@ -232,7 +232,25 @@ class MaruMemoryObj(TensorMemoryObj):
             chunk.release()
 
 
-class MaruAllocator(MemoryAllocatorInterface):
+class AllOrNone:
+    """``batched_allocate`` over ``allocate``, for the pool's allocators: all
+    the objects asked for, or None and none kept."""
+
+    def batched_allocate(self, shapes: Any, dtypes: Any, batch_size: int,
+                         fmt: Any = MemoryFormat.UNDEFINED,
+                         allocator_type: Optional[str] = None) -> Optional[List[MaruMemoryObj]]:
+        """``batch_size`` allocations, or None (and none kept) if one fails."""
+        objs: List[MaruMemoryObj] = []
+        for _ in range(batch_size):
+            obj = self.allocate(shapes, dtypes, fmt, allocator_type)  # type: ignore[attr-defined]
+            if obj is None:
+                self.batched_free(objs)  # type: ignore[attr-defined]
+                return None
+            objs.append(obj)
+        return objs
+
+
+class MaruAllocator(AllOrNone, MemoryAllocatorInterface):
     """LMCache memory allocator on a Maru pool (``MaruBackend``'s): each
     memory object is an unnamed chunk of exactly its size (``maru_alloc``),
     freed (given back, once no tensor of it is left) when its reference
@@ -263,19 +281,6 @@ class MaruAllocator(MemoryAllocatorInterface):
                 return None
             raise
         return self.wrap(chunk, shape_list, dtype_list, fmt)
-
-    def batched_allocate(self, shapes: Any, dtypes: Any, batch_size: int,
-                         fmt: Any = MemoryFormat.UNDEFINED,
-                         allocator_type: Optional[str] = None) -> Optional[List[MaruMemoryObj]]:
-        """``batch_size`` allocations, or None (and none kept) if one fails."""
-        objs: List[MaruMemoryObj] = []
-        for _ in range(batch_size):
-            obj = self.allocate(shapes, dtypes, fmt, allocator_type)
-            if obj is None:
-                self.batched_free(objs)
-                return None
-            objs.append(obj)
-        return objs
 
     def free(self, memory_obj: Any, allocator_type: Optional[str] = None) -> None:
         """Lets go of the object's chunk (:meth:`MaruMemoryObj.drop_lease`)."""

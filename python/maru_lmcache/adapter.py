@@ -28,13 +28,13 @@ import logging
 from typing import Any, List, Optional, Tuple
 
 from maru.handler import AllocHandle, MaruHandler
-from maru.lmcache import (MaruMemoryObj, MemoryAllocatorInterface, MemoryFormat,
+from maru.lmcache import (AllOrNone, MaruMemoryObj, MemoryAllocatorInterface, MemoryFormat,
                           MemoryObjMetadata, shapes_and_dtypes, size_bytes, view_tensor)
 
 logger = logging.getLogger(__name__)
 
 
-class CxlMemoryAdapter(MemoryAllocatorInterface):
+class CxlMemoryAdapter(AllOrNone, MemoryAllocatorInterface):
     """LMCache memory allocator backed by a :class:`maru.MaruHandler`.
 
     ``shapes``/``dtypes``: the full chunk's tensors (LMCache's metadata);
@@ -122,19 +122,6 @@ class CxlMemoryAdapter(MemoryAllocatorInterface):
         obj = self._obj(handle.buf, self.encode_address(handle.region_id, handle.page_index),
                         shape)
         return obj
-
-    def batched_allocate(self, shapes: Any, dtypes: Any, batch_size: int,
-                         fmt: Any = MemoryFormat.UNDEFINED,
-                         allocator_type: Optional[str] = None) -> Optional[List[MaruMemoryObj]]:
-        """``batch_size`` allocations, or None (and every one made freed)."""
-        objs: List[MaruMemoryObj] = []
-        for _ in range(batch_size):
-            obj = self.allocate(shapes, dtypes, fmt, allocator_type)
-            if obj is None:
-                self.batched_free(objs)
-                return None
-            objs.append(obj)
-        return objs
 
     def free(self, memory_obj: Any, allocator_type: Optional[str] = None) -> None:
         """Gives the object's region back to the handler (an unstored
