@@ -656,3 +656,122 @@ TEST(IndexRegions, SlotLeasesCountAgainstMaxLeases) {
         << env << out;
   }
 }
+
+namespace {
+
+// A uid in the pool's group (it may map the pool and write the index).
+std::string AsGroupMember(const TestPool &pool) {
+  struct stat st;
+  if (stat(pool.path().c_str(), &st) != 0) return "false ";
+  return "setpriv --reuid=1000 --regid=1000 --groups=" + std::to_string(st.st_gid) + " ";
+}
+
+int Probe(const std::string &prefix, const std::string &address, const std::string &args,
+          std::string *out) {
+  return maru_test::Run(
+      prefix + maru_test::BinDir("tests/probe_client") + " " + address + " " + args, out);
+}
+
+// The hits the server counts for `path` (opens by message and drained
+// index reads), or -1.
+long Hits(const Server &server, const std::string &path) {
+  std::string out = Maructl("stat " + path + " --json --server " + server.address());
+  size_t at = out.find("\"hits\":");
+  return at == std::string::npos ? -1 : strtol(out.c_str() + at + 7, nullptr, 10);
+}
+
+}  // namespace
+
+// The header is the clients' copy of the layout; a member of the pool's
+// group may write any of it. The server keeps its own and goes on serving
+// (a huge `entries` crashed the next seal; a forged `regions_offset` had
+// the next session's token written wherever it pointed).
+TEST(IndexHostile, TheServerIgnoresWhatTheGroupWritesInTheHeader) {
+  TestPool pool{32ull << 20};
+  Server server{pool.path(), {"--index-sessions", "8"}};
+  ASSERT_TRUE(server.Start());
+  maru_t *m = nullptr;
+  ASSERT_EQ(maru_connect(server.address().c_str(), &m), 0);
+  ASSERT_EQ(Store(m, "/h/before"), 0);
+  const std::string index = pool.path() + ".index";
+  for (const char *field :
+       {"entries 0x10000000000", "entries_offset 0x400000000000", "regions 0x80000000",
+        "slots_per_region 0x80000000", "regions_offset 0x400000000000", "key0 1"}) {
+    std::string out;
+    ASSERT_EQ(
+        Probe(AsGroupMember(pool), server.address(), "index-set " + index + " " + field, &out), 0)
+        << out;
+  }
+  // Seals enter chunks, opens lease them, a new session takes a region, an
+  // unlink scans the slots: all as before.
+  for (int i = 0; i < 8; ++i)
+    ASSERT_EQ(Store(m, "/h/after" + std::to_string(i)), 0) << server.log();
+  maru_t *other = nullptr;
+  ASSERT_EQ(maru_connect(server.address().c_str(), &other), 0) << server.log();
+  maru_chunk_t *c = nullptr;
+  ASSERT_EQ(maru_open(other, "/h/after3", &c), 0);
+  EXPECT_TRUE(maru_test::CheckPattern(maru_chunk_data(c), kSize, "/h/after3"));
+  maru_release(c);
+  ASSERT_EQ(maru_unlink(m, "/h/after3"), 0);
+  ASSERT_EQ(maru_unlink(m, "/h/before"), 0);
+  maru_disconnect(other);
+  maru_disconnect(m);
+  std::string df;
+  EXPECT_EQ(maru_test::Run(maru_test::MaructlBinary() + " df --server " + server.address(), &df), 0)
+      << df << server.log();
+}
+
+// A region passes to a new session with its ring of read notes emptied: a
+// former owner's notes (here forged, stamped a day ahead) made every later
+// read in that region look older than them, and eviction ignored them.
+TEST(IndexReads, ANewOwnerOfARegionHasEveryReadCounted) {
+  TestPool pool{32ull << 20};
+  Server server{pool.path(), {"--index-sessions", "1"}};
+  ASSERT_TRUE(server.Start());
+  maru_t *m = nullptr;
+  ASSERT_EQ(maru_connect(server.address().c_str(), &m), 0);
+  ASSERT_EQ(Store(m, "/j/x"), 0);
+  ASSERT_EQ(Store(m, "/j/y"), 0);
+  maru_disconnect(m);  // its region (the only one) is free again
+  std::string out;
+  ASSERT_EQ(Probe(AsGroupMember(pool), server.address(),
+                  "index-forge-notes " + pool.path() + ".index 0", &out),
+            0)
+      << out;
+  ASSERT_EQ(maru_connect(server.address().c_str(), &m), 0);
+  auto read = [&](const char *path) {
+    maru_chunk_t *c = nullptr;
+    ASSERT_EQ(maru_open(m, path, &c), 0);
+    maru_release(c);
+  };
+  read("/j/x");
+  EXPECT_TRUE(maru_test::WaitFor([&] { return Hits(server, "/j/x") == 1; }));
+  read("/j/y");
+  EXPECT_TRUE(maru_test::WaitFor([&] { return Hits(server, "/j/y") == 1; }))
+      << "a read after the forged notes was not counted";
+  maru_disconnect(m);
+}
+
+// One member of the pool's group opening many sessions takes at most a
+// quarter of the regions (--index-sessions-per-uid): the other clients of
+// the group still lease through the index (with the server stopped).
+TEST(IndexRegions, OneMemberOfTheGroupCannotTakeEveryRegion) {
+  TestPool pool{32ull << 20};
+  Server server{pool.path(), {"--index-sessions", "8", "--session-timeout-ms", "60000"}};
+  ASSERT_TRUE(server.Start());
+  std::string out;
+  ASSERT_EQ(Probe(AsGroupMember(pool), server.address(), "sessions 20", &out), 0) << out;
+  EXPECT_NE(out.find("regions 2"), std::string::npos) << out;
+  maru_t *m = nullptr;
+  ASSERT_EQ(maru_connect(server.address().c_str(), &m), 0);
+  ASSERT_EQ(Store(m, "/honest/a"), 0);
+  {
+    Frozen frozen(server);
+    ASSERT_TRUE(frozen.ok());
+    maru_chunk_t *c = nullptr;
+    ASSERT_EQ(maru_open(m, "/honest/a", &c), 0);
+    EXPECT_TRUE(maru_test::CheckPattern(maru_chunk_data(c), kSize, "/honest/a"));
+    maru_release(c);
+  }
+  maru_disconnect(m);
+}

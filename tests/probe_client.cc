@@ -34,10 +34,22 @@
 //   raw-open-ino INO ERR            Open by inode number: must fail with ERR
 //   raw-claim-held INO GEN N        a new session claiming it held a lease on
 //                                   (INO, GEN): N leases must be renewed
+//   index-set INDEX FIELD VALUE     writes VALUE into FIELD of the index's
+//                                   header (entries, entries_offset, regions,
+//                                   slots_per_region, regions_offset, key0), as
+//                                   a member of the pool's group may; needs
+//                                   no server (ADDRESS is ignored)
+//   index-forge-notes INDEX REGION  fills REGION's ring of read notes with
+//                                   notes stamped a day ahead, naming entry 0
+#include <fcntl.h>
 #include <grp.h>
 #include <grpcpp/grpcpp.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <cstddef>
+#include <ctime>
 
 #include <cstdio>
 #include <cstdlib>
@@ -46,6 +58,7 @@
 #include <string>
 #include <vector>
 
+#include "index_layout.h"
 #include "maru.grpc.pb.h"
 #include "util/address.h"
 
@@ -232,6 +245,66 @@ int Victim(Stub *stub, const std::string &dir, const std::string &out, const std
   return Expect("seal", Send(stub, &Stub::Seal, seal, &sealed), 0);
 }
 
+// Maps `bytes` of the index file read-write, as a client of the pool's
+// group does; null if it cannot.
+void *MapIndex(const std::string &path, size_t bytes) {
+  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return nullptr;
+  void *p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+int IndexSet(const std::string &path, const std::string &field, uint64_t value) {
+  namespace ix = maru::index;
+  void *p = MapIndex(path, ix::kPage);
+  if (!p) return Expect("map " + path, errno, 0);
+  auto *h = static_cast<ix::Header *>(p);
+  if (field == "entries")
+    h->entries = value;
+  else if (field == "entries_offset")
+    h->entries_offset = value;
+  else if (field == "regions")
+    h->regions = static_cast<uint32_t>(value);
+  else if (field == "slots_per_region")
+    h->slots_per_region = static_cast<uint32_t>(value);
+  else if (field == "regions_offset")
+    h->regions_offset = value;
+  else if (field == "key0")
+    h->key[0] = value;
+  else
+    return 64;
+  munmap(p, ix::kPage);
+  printf("%s = %lu\n", field.c_str(), static_cast<unsigned long>(value));
+  return 0;
+}
+
+int IndexForgeNotes(const std::string &path, uint32_t region) {
+  namespace ix = maru::index;
+  void *head = MapIndex(path, ix::kPage);
+  if (!head) return Expect("map " + path, errno, 0);
+  const auto *h = static_cast<ix::Header *>(head);
+  const size_t bytes = ix::FileBytes(h->entries, h->regions);
+  const bool ok = region < h->regions;
+  munmap(head, ix::kPage);
+  if (!ok) return 64;
+  void *base = MapIndex(path, bytes);
+  if (!base) return Expect("map " + path, errno, 0);
+  const auto *header = static_cast<ix::Header *>(base);
+  ix::ReadNote *ring = ix::Ring(ix::RegionAt(base, *header, region));
+  timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  const uint64_t ahead = (now.tv_sec + 86400) * 1000000000ull + now.tv_nsec;
+  for (uint32_t i = 0; i < ix::kRingSize; ++i) {
+    ring[i].pos.store(0);
+    ring[i].gen.store(0);
+    ring[i].stamp_ns.store(ahead);
+  }
+  munmap(base, bytes);
+  printf("forged %u notes\n", ix::kRingSize);
+  return 0;
+}
+
 // The commands that name someone else's session, lease or inode.
 int RawProbe(Stub *stub, const std::string &op, const std::vector<uint64_t> &n) {
   if (op == "raw-abort") {
@@ -273,6 +346,8 @@ int Run(const std::string &address, const std::vector<std::string> &cmd) {
   std::vector<uint64_t> n;  // the arguments as numbers, from the first
   for (size_t i = 1; i < cmd.size() || n.size() < 8; ++i)
     n.push_back(strtoull(arg(i).c_str(), nullptr, 0));
+  if (op == "index-set") return IndexSet(arg(1), arg(2), n[2]);
+  if (op == "index-forge-notes") return IndexForgeNotes(arg(1), static_cast<uint32_t>(n[1]));
   std::unique_ptr<Stub> stub = Dial(address);
   if (!stub) return 69;
   if (op == "raw-victim") return Victim(stub.get(), arg(1), arg(2), arg(3));

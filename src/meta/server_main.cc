@@ -49,7 +49,7 @@ struct ServerFlags {
   double high_watermark = 0.95, low_watermark = 0.90;
   bool sync = false, squash_tcp = true, no_fast_lane = false, no_index = false;
   std::string index_path;
-  int64_t index_entries = 0, index_sessions = 256;
+  int64_t index_entries = 0, index_sessions = 256, index_sessions_per_uid = 0;
   TcpAuthConfig tcp;
 };
 
@@ -125,6 +125,8 @@ int main(int argc, char **argv) {
             "entries of the index, a power of two (0: twice the pool's units)");
   flags.Int("index-sessions", &f.index_sessions,
             "sessions that may hold lease slots in the index at once");
+  flags.Int("index-sessions-per-uid", &f.index_sessions_per_uid,
+            "of those, how many one uid other than root may hold (0: a quarter of them)");
   flags.String("metrics-listen", &f.metrics_listen,
                "HOST:PORT to serve Prometheus metrics on at /metrics");
   flags.String("log-level", &f.log_level, "error, warn, info or debug");
@@ -175,6 +177,7 @@ int main(int argc, char **argv) {
   options.index_options.path = f.index_path;
   options.index_options.entries = static_cast<uint64_t>(std::max<int64_t>(0, f.index_entries));
   options.index_options.regions = limit(std::clamp<int64_t>(f.index_sessions, 1, 65536));
+  options.index_options.regions_per_uid = limit(f.index_sessions_per_uid);
   char *end = nullptr;
   options.root_mode = static_cast<uint32_t>(strtoul(f.root_mode.c_str(), &end, 8));
   if (*end || options.root_mode > 07777) return Fail("--root-mode takes octal permissions");

@@ -122,25 +122,33 @@ Result<std::unique_ptr<ShmIndex>> ShmIndex::Create(const IndexOptions &options,
     unlink(tmp.c_str());
     return s;
   }
+  index::Layout layout;
+  layout.entries = entries;
+  layout.regions = regions;
+  const uint64_t instance = Random64();
+  const uint64_t key[2] = {Random64(), Random64()};
   auto *h = static_cast<index::Header *>(base);
   h->magic = index::kMagic;
   h->version = index::kVersion;
   h->state.store(index::kStarting);
-  h->instance = Random64();
-  h->key[0] = Random64();
-  h->key[1] = Random64();
-  h->entries = entries;
-  h->entries_offset = index::kPage;
-  h->regions = regions;
-  h->slots_per_region = index::kSlotsPerRegion;
-  h->regions_offset = index::kPage + entries * sizeof(index::Entry);
+  h->instance = instance;
+  h->key[0] = key[0];
+  h->key[1] = key[1];
+  h->entries = layout.entries;
+  h->entries_offset = layout.entries_offset();
+  h->regions = layout.regions;
+  h->slots_per_region = layout.slots_per_region;
+  h->regions_offset = layout.regions_offset();
   if (rename(tmp.c_str(), options.path.c_str()) != 0) {
     Status err = Errno("rename to " + options.path);
     munmap(base, bytes);
     unlink(tmp.c_str());
     return err;
   }
-  auto index = std::unique_ptr<ShmIndex>(new ShmIndex(options.path, base, bytes, tree));
+  auto index =
+      std::unique_ptr<ShmIndex>(new ShmIndex(options.path, base, layout, instance, key, tree));
+  index->set_regions_per_uid(options.regions_per_uid ? options.regions_per_uid
+                                                     : std::max<uint32_t>(regions / 4, 1));
   index->file_uid_ = made.st_uid;
   index->file_gid_ = made.st_gid;
   index->file_mode_ = made.st_mode & 07777;
@@ -158,14 +166,17 @@ bool ShmIndex::MayOpen(const Caller &c) const {
   return (bits & 06) == 06;
 }
 
-ShmIndex::ShmIndex(std::string path, void *base, size_t bytes, const NamespaceTree &tree)
+ShmIndex::ShmIndex(std::string path, void *base, const index::Layout &layout, uint64_t instance,
+                   const uint64_t key[2], const NamespaceTree &tree)
     : path_(std::move(path)),
       base_(base),
-      bytes_(bytes),
+      layout_(layout),
+      instance_(instance),
+      key_{key[0], key[1]},
       header_(static_cast<index::Header *>(base)),
-      entries_(index::Entries(base, *header_)),
+      entries_(index::Entries(base, layout)),
       tree_(tree),
-      slots_(base, header_) {}
+      slots_(base, layout) {}
 
 ShmIndex::~ShmIndex() {
   header_->state.store(index::kDead);
@@ -174,12 +185,12 @@ ShmIndex::~ShmIndex() {
   if (fd >= 0) {
     void *p = mmap(nullptr, index::kPage, PROT_READ, MAP_SHARED, fd, 0);
     if (p != MAP_FAILED) {
-      if (static_cast<index::Header *>(p)->instance == header_->instance) unlink(path_.c_str());
+      if (static_cast<index::Header *>(p)->instance == instance_) unlink(path_.c_str());
       munmap(p, index::kPage);
     }
     close(fd);
   }
-  munmap(base_, bytes_);
+  munmap(base_, layout_.bytes());
 }
 
 void ShmIndex::PublishAll(const std::vector<Inode *> &order) {
@@ -201,9 +212,9 @@ void ShmIndex::PublishAll(const std::vector<Inode *> &order) {
   // the server for them). Past that load an insert probes its 32 entries
   // mostly in vain: ten million chunks into the default 4Mi entries took
   // 10 s of a start that way.
-  const uint64_t room = header_->entries / 8 * 7;
+  const uint64_t room = layout_.entries / 8 * 7;
   auto flush = [&] {
-    const uint64_t mask = header_->entries - 1;
+    const uint64_t mask = layout_.entries - 1;
     for (size_t i = 0; i < pending; ++i) {
       const char *e = reinterpret_cast<const char *>(&entry(batch[i].key[0] & mask));
       __builtin_prefetch(e);
@@ -225,11 +236,11 @@ void ShmIndex::PublishAll(const std::vector<Inode *> &order) {
       if (dir_path != "/") dir_path += '/';
       dir_open = (dir->mode & S_IXOTH) && PathOpen(tree_, *dir);
     }
-    if (by_gen_.size() + pending >= room) return (void)header_->overflow.fetch_add(1);
+    if (by_gen_.size() + pending >= room) return Overflowed();
     path.assign(dir_path).append(inode->name);
     Pending &p = batch[pending++];
     p.file = inode;
-    index::PathKey(header_->key, path, p.key);
+    index::PathKey(key_, path, p.key);
     p.path_open = dir_open;
     if (pending == std::size(batch)) flush();
   });
@@ -239,7 +250,7 @@ void ShmIndex::PublishAll(const std::vector<Inode *> &order) {
       if (inode.is_dir())
         dirs_.try_emplace(inode.ino, DirState{inode.parent, inode.mode, inode.name});
       else if (inode.is_file() && inode.current && !by_gen_.contains(inode.current->gen))
-        by_gen_.size() < room ? Publish(inode) : void(header_->overflow.fetch_add(1));
+        by_gen_.size() < room ? Publish(inode) : Overflowed();
     });
   header_->state.store(index::kLive, std::memory_order_seq_cst);
 }
@@ -300,7 +311,7 @@ void ShmIndex::Remove(uint64_t pos) {
 void ShmIndex::Publish(const Inode &file) {
   if (!file.is_file() || !file.current) return;
   uint64_t key[2];
-  index::PathKey(header_->key, tree_.PathOf(file), key);
+  index::PathKey(key_, tree_.PathOf(file), key);
   Enter(file, key, PathOpen(tree_, file));
 }
 
@@ -312,12 +323,15 @@ void ShmIndex::Enter(const Inode &file, const uint64_t key[2], bool path_open) {
     const uint64_t pos = *at;
     index::EntryData old{};
     uint64_t seq;
-    index::ReadEntry(entry(pos), &old, &seq);  // the only writer: always stable
+    index::ReadEntry(entry(pos), &old, &seq);
     if (old.key[0] == key[0] && old.key[1] == key[1]) return index::WriteEntry(&entry(pos), d);
     Remove(pos);  // renamed: the old path goes first
     by_gen_.erase(d.gen);
   }
-  const uint64_t mask = header_->entries - 1;
+  // What the entries say is only a hint (the pool's group may write them):
+  // an entry counts as another version's only where that version's place,
+  // by the server's own table, is this very entry.
+  const uint64_t mask = layout_.entries - 1;
   uint64_t free_pos = UINT64_MAX;
   for (uint64_t i = 0; i < index::kMaxProbe; ++i) {
     const uint64_t pos = (key[0] + i) & mask;
@@ -326,7 +340,7 @@ void ShmIndex::Enter(const Inode &file, const uint64_t key[2], bool path_open) {
     index::ReadEntry(entry(pos), &e, &seq);
     if (e.flags & index::kUsed) {
       if (e.key[0] != key[0] || e.key[1] != key[1]) continue;
-      if (e.gen != d.gen) {  // the same path under another version: replaced
+      if (e.gen != d.gen && Owns(pos, e.gen)) {  // the same path under another version: replaced
         by_gen_.erase(e.gen);
         draining_.insert(e.gen);
       }
@@ -336,12 +350,18 @@ void ShmIndex::Enter(const Inode &file, const uint64_t key[2], bool path_open) {
     if (free_pos == UINT64_MAX) free_pos = pos;
     if (!(e.flags & index::kTombstone)) break;  // empty: the key is nowhere further
   }
-  if (free_pos == UINT64_MAX) {
-    header_->overflow.fetch_add(1);
-    return;
-  }
+  if (free_pos == UINT64_MAX) return Overflowed();
   index::WriteEntry(&entry(free_pos), d);
   *by_gen_.try_emplace(d.gen, free_pos).first = free_pos;
+}
+
+bool ShmIndex::Owns(uint64_t pos, uint64_t gen) const {
+  const uint64_t *at = by_gen_.find(gen);
+  return at && *at == pos;
+}
+
+void ShmIndex::Overflowed() {
+  header_->overflow.store(++overflow_, std::memory_order_release);
 }
 
 void ShmIndex::Retiring(uint64_t gen) {
@@ -361,11 +381,13 @@ void ShmIndex::Retiring(uint64_t gen) {
 }
 
 void ShmIndex::Settle() {
+  // An entry a rewrite gave its new version stays; by the server's own
+  // table, not by the entry's flags, which the pool's group may clear.
   for (uint64_t pos : changing_) {
     index::EntryData e{};
     uint64_t seq;
     index::ReadEntry(entry(pos), &e, &seq);
-    if (e.flags & index::kChanging) Remove(pos);
+    if (!(e.flags & index::kUsed) || !Owns(pos, e.gen)) Remove(pos);
   }
   changing_.clear();
 }
