@@ -3,6 +3,7 @@
 // client processes. A frozen server (SIGSTOP) proves an answer came from the
 // index: by message it would time out.
 #include <fcntl.h>
+#include <glob.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -774,4 +775,100 @@ TEST(IndexRegions, OneMemberOfTheGroupCannotTakeEveryRegion) {
     maru_release(c);
   }
   maru_disconnect(m);
+}
+
+namespace {
+
+// Runs a shell command as uid 1000 with no groups: any local user.
+int AsAnyUser(const std::string &command, std::string *out = nullptr) {
+  return maru_test::Run("setpriv --reuid=1000 --regid=1000 --clear-groups sh -c '" + command + "'",
+                        out);
+}
+
+// True if `m` opens `path` with the server stopped: through the index.
+bool OpensThroughTheIndex(const Server &server, maru_t *m, const std::string &path) {
+  Frozen frozen(server);
+  if (!frozen.ok()) return false;
+  maru_chunk_t *c = nullptr;
+  if (maru_open(m, path.c_str(), &c) != 0) return false;
+  const bool same = maru_test::CheckPattern(maru_chunk_data(c), kSize, path);
+  maru_release(c);
+  return same;
+}
+
+}  // namespace
+
+// Any user may make names in /dev/shm: one made before the server starts
+// (where the index used to be made, then renamed into place) left the
+// server without an index. It is made unnamed now, and linked in.
+TEST(IndexSquat, ANameMadeBeforeTheStartDoesNotDisableTheIndex) {
+  TestPool pool{32ull << 20};
+  const std::string squat = pool.path() + ".index.new";
+  ASSERT_EQ(AsAnyUser("mkdir " + squat + " && touch " + squat + "/x"), 0);
+  Server server{pool.path()};
+  ASSERT_TRUE(server.Start());
+  maru_t *m = nullptr;
+  ASSERT_EQ(maru_connect(server.address().c_str(), &m), 0);
+  ASSERT_EQ(Store(m, "/sq/a"), 0);
+  EXPECT_TRUE(OpensThroughTheIndex(server, m, "/sq/a")) << server.log();
+  maru_disconnect(m);
+  server.Stop();
+  maru_test::Run("rm -rf " + squat);
+}
+
+// The index's own name taken by another user's directory: the server says
+// so loudly and serves the index under a name of its own, which clients
+// are told; a clean stop removes it.
+TEST(IndexSquat, TheIndexsNameTakenIsReportedAndTheIndexServesElsewhere) {
+  TestPool pool{32ull << 20};
+  const std::string squat = pool.path() + ".index";
+  ASSERT_EQ(AsAnyUser("mkdir " + squat), 0);
+  Server server{pool.path()};
+  ASSERT_TRUE(server.Start());
+  EXPECT_NE(server.log().find("cannot put the shared-memory index at " + squat), std::string::npos)
+      << server.log();
+  maru_t *m = nullptr;
+  ASSERT_EQ(maru_connect(server.address().c_str(), &m), 0);
+  ASSERT_EQ(Store(m, "/sq/b"), 0);
+  EXPECT_TRUE(OpensThroughTheIndex(server, m, "/sq/b")) << server.log();
+  maru_disconnect(m);
+  server.Stop();
+  glob_t left{};
+  EXPECT_EQ(glob((pool.path() + ".index.*").c_str(), 0, nullptr, &left), GLOB_NOMATCH);
+  globfree(&left);
+  rmdir(squat.c_str());
+}
+
+// A file at the index's name that this server's user does not own is
+// never written: a server used to map whatever file it found there and
+// mark it dead, so that root wrote into another user's file.
+TEST(IndexSquat, AnotherUsersFileAtTheNameIsNeitherWrittenNorUsed) {
+  TestPool pool{32ull << 20};
+  const std::string squat = pool.path() + ".index", kept = pool.path() + ".kept";
+  {
+    // A live index's header, as a previous server would have left it.
+    std::string header(maru::index::kPage, '\0');
+    auto *h = reinterpret_cast<maru::index::Header *>(header.data());
+    h->magic = maru::index::kMagic;
+    h->state.store(maru::index::kLive);
+    std::ofstream(kept, std::ios::binary) << header;
+  }
+  ASSERT_EQ(chown(kept.c_str(), 1000, 1000), 0);
+  ASSERT_EQ(AsAnyUser("ln " + kept + " " + squat), 0);  // the user's own file, twice
+  Server server{pool.path()};
+  ASSERT_TRUE(server.Start());
+  struct stat st;
+  ASSERT_EQ(stat(squat.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u);  // replaced by the server's own
+  const std::string after = ReadFile(kept);
+  ASSERT_EQ(after.size(), maru::index::kPage);
+  EXPECT_EQ(reinterpret_cast<const maru::index::Header *>(after.data())->state.load(),
+            maru::index::kLive);
+  maru_t *m = nullptr;
+  ASSERT_EQ(maru_connect(server.address().c_str(), &m), 0);
+  ASSERT_EQ(Store(m, "/sq/c"), 0);
+  EXPECT_TRUE(OpensThroughTheIndex(server, m, "/sq/c"));
+  maru_disconnect(m);
+  server.Stop();
+  unlink(kept.c_str());
 }

@@ -36,16 +36,85 @@ uint64_t EntriesFor(uint64_t units) {
 }
 
 // Marks an index left by an earlier server dead, so that clients still
-// mapping it stop trusting it.
+// mapping it stop trusting it. Only a regular file this server's user
+// owns: anything else at the name was put there by someone else, and is
+// neither written nor trusted (it is replaced, below).
 void MarkOldDead(const std::string &path) {
-  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) return;
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+      static_cast<uint64_t>(st.st_size) < index::kPage) {
+    if (fstat(fd, &st) == 0)
+      LOG_ERROR("%s belongs to uid %u, not to this server: left as it is, and replaced",
+                path.c_str(), st.st_uid);
+    close(fd);
+    return;
+  }
   void *p = mmap(nullptr, index::kPage, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
   if (p == MAP_FAILED) return;
   auto *h = static_cast<index::Header *>(p);
   if (h->magic == index::kMagic) h->state.store(index::kDead);
   munmap(p, index::kPage);
+}
+
+std::string DirOf(const std::string &path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+}
+
+std::string RandomSuffix() {
+  char hex[17];
+  snprintf(hex, sizeof(hex), "%016lx", static_cast<unsigned long>(Random64()));
+  return hex;
+}
+
+// A new file in `dir` that no one else can have opened or named: unnamed
+// (O_TMPFILE) where the filesystem allows, else under a random name.
+// Returns its descriptor and sets `named` to its name, if it has one.
+int MakeFile(const std::string &dir, const std::string &prefix, std::string *named) {
+  int fd = open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd >= 0 || (errno != EOPNOTSUPP && errno != EISDIR)) return fd;
+  for (int tries = 0; tries < 8; ++tries) {
+    *named = prefix + RandomSuffix();
+    fd = open(named->c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd >= 0 || errno != EEXIST) return fd;
+  }
+  return -1;
+}
+
+// Gives an unnamed file `fd` the name `name`; false if taken or impossible.
+bool LinkUnnamed(int fd, const std::string &name) {
+  if (linkat(fd, "", AT_FDCWD, name.c_str(), AT_EMPTY_PATH) == 0) return true;
+  // Without CAP_DAC_READ_SEARCH: through /proc, which links the same file.
+  const std::string self = "/proc/self/fd/" + std::to_string(fd);
+  return linkat(AT_FDCWD, self.c_str(), AT_FDCWD, name.c_str(), AT_SYMLINK_FOLLOW) == 0;
+}
+
+// Puts the made file at `path`: linked in under a random name (no one can
+// have taken it), then renamed over `path` (atomically replacing a
+// predecessor's index). Where `path` is taken by something this server
+// may not replace (a directory someone made there, another user's file),
+// the file stays under its random name, which clients are told, and the
+// name is reported loudly: the index keeps working.
+Result<std::string> PutInPlace(int fd, const std::string &path, std::string named) {
+  if (named.empty()) {
+    for (int tries = 0; tries < 8 && named.empty(); ++tries)
+      if (const std::string name = path + ".new." + RandomSuffix(); LinkUnnamed(fd, name))
+        named = name;
+    if (named.empty()) return Errno("link the index into " + DirOf(path));
+  }
+  if (rename(named.c_str(), path.c_str()) == 0) return path;
+  const int err = errno;
+  struct stat st {};
+  lstat(path.c_str(), &st);
+  LOG_ERROR(
+      "cannot put the shared-memory index at %s (%s; it is a %s of uid %u): serving it at %s; "
+      "remove what holds the name",
+      path.c_str(), strerror(err), S_ISDIR(st.st_mode) ? "directory" : "file", st.st_uid,
+      named.c_str());
+  return named;
 }
 
 // Every directory above `inode` lets anyone search it.
@@ -95,10 +164,9 @@ Result<std::unique_ptr<ShmIndex>> ShmIndex::Create(const IndexOptions &options,
   const uint32_t regions = std::max<uint32_t>(options.regions, 1);
   const size_t bytes = index::FileBytes(entries, regions);
   MarkOldDead(options.path);
-  const std::string tmp = options.path + ".new";
-  unlink(tmp.c_str());
-  int fd = open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) return Errno("create " + tmp);
+  std::string named;
+  int fd = MakeFile(DirOf(options.path), options.path + ".new.", &named);
+  if (fd < 0) return Errno("create the index in " + DirOf(options.path));
   // The pool's owner (when this server may give it), its group and at most
   // its bits: whoever may map the pool may read the index, and write lease
   // slots if it may write the pool.
@@ -113,13 +181,13 @@ Result<std::unique_ptr<ShmIndex>> ShmIndex::Create(const IndexOptions &options,
   struct stat made {};
   if (fchmod(fd, mode) != 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0 ||
       fstat(fd, &made) != 0)
-    s = Errno("size " + tmp);
+    s = Errno("size the index");
   else if ((base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED)
-    s = Errno("map " + tmp);
-  close(fd);
+    s = Errno("map the index");
   if (s.ok()) Populate(base, bytes);
   if (!s.ok()) {
-    unlink(tmp.c_str());
+    close(fd);
+    if (!named.empty()) unlink(named.c_str());
     return s;
   }
   index::Layout layout;
@@ -139,14 +207,15 @@ Result<std::unique_ptr<ShmIndex>> ShmIndex::Create(const IndexOptions &options,
   h->regions = layout.regions;
   h->slots_per_region = layout.slots_per_region;
   h->regions_offset = layout.regions_offset();
-  if (rename(tmp.c_str(), options.path.c_str()) != 0) {
-    Status err = Errno("rename to " + options.path);
+  // Named only now: a client that opens it finds a complete header.
+  Result<std::string> where = PutInPlace(fd, options.path, named);
+  close(fd);
+  if (!where.ok()) {
     munmap(base, bytes);
-    unlink(tmp.c_str());
-    return err;
+    if (!named.empty()) unlink(named.c_str());
+    return where.status();
   }
-  auto index =
-      std::unique_ptr<ShmIndex>(new ShmIndex(options.path, base, layout, instance, key, tree));
+  auto index = std::unique_ptr<ShmIndex>(new ShmIndex(*where, base, layout, instance, key, tree));
   index->set_regions_per_uid(options.regions_per_uid ? options.regions_per_uid
                                                      : std::max<uint32_t>(regions / 4, 1));
   index->file_uid_ = made.st_uid;
