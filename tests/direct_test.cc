@@ -710,6 +710,32 @@ TEST(TrustBoundaries, UnpublishedAllocationsCountAgainstTheUidsQuota) {
       << out;
 }
 
+// Legal paths and renames nest directories as deep as the caller likes:
+// 60 chains 2000 deep, each renamed into the next, reached ~120,000 levels,
+// and the server's walk of a moved tree (the index's) recursed until its
+// stack ran out. Directories nest at most 2047 deep now (ENAMETOOLONG, the
+// depth a path can name), and no walk of the server recurses.
+TEST(TrustBoundaries, DirectoriesNestNoDeeperThanAPathReaches) {
+  TestPool pool(64ull << 20);
+  Server server(pool.path());
+  ASSERT_TRUE(server.Start());
+  std::string out;
+  EXPECT_EQ(
+      maru_test::Run(AsNobody(server.address(), "nest /n 60 2000 " + std::to_string(ENAMETOOLONG)),
+                     &out),
+      0)
+      << out << server.log();
+  // The limit itself: /p1/a/.../x/p0/a/... ends 2046 deep, one more is refused.
+  EXPECT_EQ(maru_test::Run(AsNobody(server.address(), "nest /p 2 1022 0"), &out), 0) << out;
+  EXPECT_EQ(maru_test::Run(
+                AsNobody(server.address(), "nest /q 2 1023 " + std::to_string(ENAMETOOLONG)), &out),
+            0)
+      << out;
+  EXPECT_EQ(maru_test::Run(maru_test::MaructlBinary() + " df --server " + server.address(), &out),
+            0)
+      << out << server.log();
+}
+
 TEST(TrustBoundaries, OversizedRequestsAndGreedySessionsAreRefused) {
   TestPool pool(64ull << 20);
   Server server(pool.path(), {"--max-leases", "8"});

@@ -1077,6 +1077,27 @@ TEST_F(FuseTest, OverIoUringRequestsWaitingOnTheServerHoldUpNoReadOfTheirCpu) {
   EXPECT_TRUE(Slurp(ring / "sealed") == data);
 }
 
+// mkdir in the deepest directory, over and over, as another user: the
+// server stops it where a path could no longer name the directory.
+TEST_F(FuseTest, DirectoriesNestAtMostAPathDeep) {
+  ShellAs(1000, R"SH(
+    cd "$M"
+    /usr/bin/python3 -c '
+import errno, os
+depth = 0
+while depth < 2100:
+    try:
+        os.mkdir("a")
+    except OSError as e:
+        assert e.errno == errno.ENAMETOOLONG, e
+        break
+    os.chdir("a")  # relative: a shell cd keeps the whole path, too long here
+    depth += 1
+assert depth == 2047, "nested %d deep" % depth
+'
+  )SH");
+}
+
 // Whether `pid` (a child) has exited with status 0; it stays waitable.
 bool ExitedCleanly(pid_t pid, std::string *how) {
   siginfo_t info{};

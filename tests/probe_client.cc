@@ -34,6 +34,11 @@
 //   raw-open-ino INO ERR            Open by inode number: must fail with ERR
 //   raw-claim-held INO GEN N        a new session claiming it held a lease on
 //                                   (INO, GEN): N leases must be renewed
+//   nest DIR CHAINS LEVELS ERR    makes directories DIRK/a/a/... LEVELS deep
+//                                for K < CHAINS, then renames each DIRK into
+//                                the deepest directory of DIRK+1, nesting them
+//                                ever deeper: the first rename that fails
+//                                must fail with ERR (0: none may fail)
 //   index-set INDEX FIELD VALUE     writes VALUE into FIELD of the index's
 //                                   header (entries, entries_offset, regions,
 //                                   slots_per_region, regions_offset, key0), as
@@ -139,6 +144,29 @@ int LookupRepeat(Stub *stub, uint64_t session, const std::string &path, int n, u
   for (int i = 0; i < n; ++i) req.add_paths(path);
   rpc::LookupPrefixReply rep;
   return Expect("lookup", Send(stub, &Stub::LookupPrefix, req, &rep), want);
+}
+
+int Nest(Stub *stub, uint64_t session, const std::string &dir, int chains, int levels,
+         uint64_t want) {
+  std::string deep;
+  for (int i = 0; i < levels; ++i) deep += "/a";
+  for (int k = 0; k < chains; ++k) {
+    auto req = With<rpc::MkdirRequest>(session);
+    req.mutable_ref()->set_path(dir + std::to_string(k) + deep);
+    req.set_mode(0755);
+    req.set_parents(true);
+    rpc::AttrReply rep;
+    if (int err = Send(stub, &Stub::Mkdir, req, &rep)) return Expect("mkdir", err, 0);
+  }
+  for (int k = 1; k < chains; ++k) {
+    auto req = With<rpc::RenameRequest>(session);
+    req.mutable_from()->set_path(dir + std::to_string(k - 1));
+    req.mutable_to()->set_path(dir + std::to_string(k) + deep + "/x");
+    rpc::ErrorReply rep;
+    if (int err = Send(stub, &Stub::Rename, req, &rep))
+      return Expect("rename " + std::to_string(k), err, want);
+  }
+  return Expect("every rename", 0, want);
 }
 
 // Calls `one(i)` for i = 1..n: each must answer 0 but the last, `want`.
@@ -363,6 +391,8 @@ int Run(const std::string &address, const std::vector<std::string> &cmd) {
   if (op == "lookup-repeat") return LookupRepeat(stub.get(), session, arg(1), count, n[2]);
   if (op == "open-until") return OpenUntil(stub.get(), session, arg(1), count, n[2]);
   if (op == "alloc-until") return AllocUntil(stub.get(), session, n[0], count, n[2]);
+  if (op == "nest")
+    return Nest(stub.get(), session, arg(1), static_cast<int>(n[1]), static_cast<int>(n[2]), n[3]);
   fprintf(stderr, "unknown command %s\n", op.c_str());
   return 64;
 }

@@ -180,6 +180,8 @@ void MetaEngine::FillChunk(const Inode &inode, const Version &v, uint64_t lease,
 Result<Inode *> MetaEngine::MakeDirectory(Txn &txn, Inode *dir, const std::string &name,
                                           uint32_t mode, const Caller &c) {
   if (!MayAccess(*dir, c, kMayWrite | kMayExec)) return Status::Error(EACCES);
+  if (tree_.Depth(*dir) >= kMaxDepth)
+    return Status::Error(ENAMETOOLONG, "directories nest at most 2047 deep");
   auto inode = std::make_unique<Inode>();
   inode->ino = NextIno(txn);
   inode->mode = S_IFDIR | (mode & 07777);
@@ -237,15 +239,28 @@ void MetaEngine::RemoveFile(Txn &txn, Inode *inode) {
   tree_.Release(inode->ino);
 }
 
-void MetaEngine::RemoveTree(Txn &txn, Inode *inode) {
-  if (!inode->is_dir()) return RemoveFile(txn, inode);
-  std::vector<uint64_t> children;
-  for (const auto &[name, ino] : inode->children) children.push_back(ino);
-  for (uint64_t ino : children)
-    if (Inode *child = tree_.Find(ino)) RemoveTree(txn, child);
-  tree_.Unlink(inode);
-  txn.Deleted(inode->ino);
-  tree_.Release(inode->ino);
+// Children before their directory, on a stack of its own: the depth is
+// the users' to choose.
+void MetaEngine::RemoveTree(Txn &txn, Inode *top) {
+  std::vector<std::pair<uint64_t, bool>> todo{{top->ino, false}};  // (ino, children done)
+  while (!todo.empty()) {
+    auto [ino, expanded] = todo.back();
+    Inode *inode = tree_.Find(ino);
+    if (!inode) {
+      todo.pop_back();
+    } else if (!inode->is_dir()) {
+      todo.pop_back();
+      RemoveFile(txn, inode);
+    } else if (!expanded) {
+      todo.back().second = true;
+      for (const auto &[name, child] : inode->children) todo.emplace_back(child, false);
+    } else {
+      todo.pop_back();
+      tree_.Unlink(inode);
+      txn.Deleted(inode->ino);
+      tree_.Release(inode->ino);
+    }
+  }
 }
 
 // Ends a reservation without publishing it. A file that never had a sealed
@@ -480,6 +495,8 @@ void MetaEngine::Rename(const Caller &c, const rpc::RenameRequest &req, rpc::Err
     if (!StickyAllows(*from->dir, *src, c)) return Status::Error(EPERM);
     if (src->is_dir() && tree_.IsAncestor(*src, *to->dir)) return Status::Error(EINVAL);
     Inode *dst = tree_.Child(*to->dir, to->name);
+    if (!FitsDepth(*src, *to->dir) || (req.exchange() && dst && !FitsDepth(*dst, *from->dir)))
+      return Status::Error(ENAMETOOLONG, "directories nest at most 2047 deep");
     if (dst == src) return Status::Ok();
     if (dst) {
       if (req.noreplace()) return Status::Error(EEXIST);
@@ -512,6 +529,11 @@ void MetaEngine::Rename(const Caller &c, const rpc::RenameRequest &req, rpc::Err
     TouchDir(txn, to->dir);
     return Status::Ok();
   });
+}
+
+bool MetaEngine::FitsDepth(const Inode &moved, const Inode &into) const {
+  if (!moved.is_dir()) return true;
+  return tree_.Depth(into) + 1 + tree_.Height(moved) <= kMaxDepth;
 }
 
 void MetaEngine::Readdir(const Caller &c, const rpc::ReaddirRequest &req, rpc::ReaddirReply *rep) {

@@ -248,7 +248,10 @@ class MetaEngine {
   // What eviction may do within `txn`: remove chunks, record freed space.
   Evictor::Scope EvictionScope(Txn &txn);
   void RemoveFile(Txn &txn, Inode *inode);
-  void RemoveTree(Txn &txn, Inode *inode);
+  void RemoveTree(Txn &txn, Inode *top);
+  // Whether `moved` may go into `into` without a directory deeper than
+  // kMaxDepth (NamespaceTree).
+  bool FitsDepth(const Inode &moved, const Inode &into) const;
   void DropPending(Txn &txn, Inode *inode, bool keep_inode_record);
   void ExpireSession(Txn &txn, uint64_t id);
   void UnrefGen(Txn &txn, uint64_t gen);

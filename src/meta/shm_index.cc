@@ -361,14 +361,20 @@ void ShmIndex::Changed(const Inode &inode) {
   if (moved || searchable) RefreshTree(inode);
 }
 
-void ShmIndex::RefreshTree(const Inode &dir) {
-  for (const auto &[name, ino] : dir.children)
-    if (const Inode *child = tree_.Find(ino)) {
-      if (child->is_dir())
-        RefreshTree(*child);
-      else
-        Publish(*child);
-    }
+void ShmIndex::RefreshTree(const Inode &top) {
+  // On a stack of its own, not the thread's: the depth is the users' to shape.
+  std::vector<const Inode *> dirs{&top};
+  while (!dirs.empty()) {
+    const Inode *dir = dirs.back();
+    dirs.pop_back();
+    for (const auto &[name, ino] : dir->children)
+      if (const Inode *child = tree_.Find(ino)) {
+        if (child->is_dir())
+          dirs.push_back(child);
+        else
+          Publish(*child);
+      }
+  }
 }
 
 void ShmIndex::Remove(uint64_t pos) {
