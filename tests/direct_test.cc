@@ -736,6 +736,42 @@ TEST(TrustBoundaries, DirectoriesNestNoDeeperThanAPathReaches) {
       << out << server.log();
 }
 
+// A directory's quota counts what is renamed into it: creating 1 MiB in
+// /qa (128 KiB) was refused, creating it elsewhere and renaming it in was
+// not (/qa at 850 %). The rename fails, and nothing moves.
+TEST(TrustBoundaries, ARenameIntoADirectoryPastItsQuotaIsRefused) {
+  TestPool pool(64ull << 20);
+  Server server(pool.path());
+  ASSERT_TRUE(server.Start());
+  const std::string addr = server.address();
+  auto probe = [&](const std::string &args) {
+    std::string out;
+    EXPECT_EQ(maru_test::Run(AsNobody(addr, args), &out), 0) << args << ": " << out;
+  };
+  const std::string edquot = std::to_string(EDQUOT);
+  probe("mkdir /qa 755");
+  probe("mkdir /qfree 755");
+  std::string out;
+  ASSERT_EQ(
+      maru_test::Run(maru_test::MaructlBinary() + " quota set /qa 128K --server " + addr, &out), 0)
+      << out;
+  probe("create-seal /qfree/big 1048576");
+  probe("rename /qfree/big /qa/big " + edquot);
+  probe("mkdir /qfree/tree 755");
+  probe("mkdir /qfree/tree/sub 755");
+  probe("create-seal /qfree/tree/sub/big 1048576");
+  probe("rename /qfree/tree /qa/tree " + edquot);
+  probe("create-seal /qfree/small 65536");
+  probe("rename /qfree/small /qa/small 0");  // what fits still moves
+  // Nothing moved: the files are where they were, and /qa holds 64 KiB.
+  for (const char *path : {"/qfree/big", "/qfree/tree/sub/big", "/qa/small"})
+    EXPECT_EQ(
+        maru_test::Run(maru_test::MaructlBinary() + " stat " + path + " --server " + addr, &out), 0)
+        << path << ": " << out;
+  ASSERT_EQ(maru_test::Run(maru_test::MaructlBinary() + " quota show --server " + addr, &out), 0);
+  EXPECT_NE(out.find("64K"), std::string::npos) << out;
+}
+
 TEST(TrustBoundaries, OversizedRequestsAndGreedySessionsAreRefused) {
   TestPool pool(64ull << 20);
   Server server(pool.path(), {"--max-leases", "8"});

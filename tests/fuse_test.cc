@@ -1077,6 +1077,27 @@ TEST_F(FuseTest, OverIoUringRequestsWaitingOnTheServerHoldUpNoReadOfTheirCpu) {
   EXPECT_TRUE(Slurp(ring / "sealed") == data);
 }
 
+// mv into a directory whose quota it would pass fails (EDQUOT, not a
+// copy), and leaves the file where it was.
+TEST_F(FuseTest, MvIntoADirectoryPastItsQuotaIsRefused) {
+  ShellAs(1000, "mkdir \"$M/qa\" \"$M/qfree\"");
+  std::string out;
+  ASSERT_EQ(
+      maru_test::Run(
+          maru_test::MaructlBinary() + " quota set /qa 128K --server " + server_.address(), &out),
+      0)
+      << out;
+  ShellAs(1000, R"SH(
+    head -c 1048576 /dev/zero > "$M/qfree/big"
+    expect_fail mv "$M/qfree/big" "$M/qa/big"
+    mv "$M/qfree/big" "$M/qa/big" 2>&1 | grep -q "Disk quota exceeded"
+    test -f "$M/qfree/big"
+    test ! -e "$M/qa/big"
+    head -c 4096 /dev/zero > "$M/qfree/small"
+    mv "$M/qfree/small" "$M/qa/small"
+  )SH");
+}
+
 // mkdir in the deepest directory, over and over, as another user: the
 // server stops it where a path could no longer name the directory.
 TEST_F(FuseTest, DirectoriesNestAtMostAPathDeep) {

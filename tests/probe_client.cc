@@ -34,6 +34,7 @@
 //   raw-open-ino INO ERR            Open by inode number: must fail with ERR
 //   raw-claim-held INO GEN N        a new session claiming it held a lease on
 //                                   (INO, GEN): N leases must be renewed
+//   rename FROM TO ERR           rename FROM to TO: must fail with ERR (0: succeed)
 //   nest DIR CHAINS LEVELS ERR    makes directories DIRK/a/a/... LEVELS deep
 //                                for K < CHAINS, then renames each DIRK into
 //                                the deepest directory of DIRK+1, nesting them
@@ -144,6 +145,15 @@ int LookupRepeat(Stub *stub, uint64_t session, const std::string &path, int n, u
   for (int i = 0; i < n; ++i) req.add_paths(path);
   rpc::LookupPrefixReply rep;
   return Expect("lookup", Send(stub, &Stub::LookupPrefix, req, &rep), want);
+}
+
+int Rename(Stub *stub, uint64_t session, const std::string &from, const std::string &to,
+           uint64_t want) {
+  auto req = With<rpc::RenameRequest>(session);
+  req.mutable_from()->set_path(from);
+  req.mutable_to()->set_path(to);
+  rpc::ErrorReply rep;
+  return Expect("rename", Send(stub, &Stub::Rename, req, &rep), want);
 }
 
 int Nest(Stub *stub, uint64_t session, const std::string &dir, int chains, int levels,
@@ -391,6 +401,7 @@ int Run(const std::string &address, const std::vector<std::string> &cmd) {
   if (op == "lookup-repeat") return LookupRepeat(stub.get(), session, arg(1), count, n[2]);
   if (op == "open-until") return OpenUntil(stub.get(), session, arg(1), count, n[2]);
   if (op == "alloc-until") return AllocUntil(stub.get(), session, n[0], count, n[2]);
+  if (op == "rename") return Rename(stub.get(), session, arg(1), arg(2), n[2]);
   if (op == "nest")
     return Nest(stub.get(), session, arg(1), static_cast<int>(n[1]), static_cast<int>(n[2]), n[3]);
   fprintf(stderr, "unknown command %s\n", op.c_str());

@@ -481,30 +481,47 @@ void MetaEngine::Unlink(const Caller &c, const rpc::RefRequest &req, rpc::ErrorR
   RunOp(c, req, rep, [&](Txn &txn, Session *) { return RemoveEntry(txn, c, req.ref(), false); });
 }
 
+// Whether `c` may rename `src` as `req` asks (`dst`: what the target
+// names now); every refusal comes before anything moves.
+Status MetaEngine::MayRename(const Caller &c, const rpc::RenameRequest &req,
+                             const NamespaceTree::ParentAndName &from,
+                             const NamespaceTree::ParentAndName &to, const Inode &src,
+                             const Inode *dst) const {
+  if (!MayAccess(*from.dir, c, kMayWrite | kMayExec) ||
+      !MayAccess(*to.dir, c, kMayWrite | kMayExec))
+    return Status::Error(EACCES);
+  if (!StickyAllows(*from.dir, src, c)) return Status::Error(EPERM);
+  if (src.is_dir() && tree_.IsAncestor(src, *to.dir)) return Status::Error(EINVAL);
+  if (dst == &src) return Status::Ok();  // nothing to do
+  if (dst) {
+    if (req.noreplace()) return Status::Error(EEXIST);
+    if (!StickyAllows(*to.dir, *dst, c)) return Status::Error(EPERM);
+  }
+  if (req.exchange()) {
+    if (!dst) return Status::Error(ENOENT);
+    if (dst->is_dir() && tree_.IsAncestor(*dst, *from.dir)) return Status::Error(EINVAL);
+  } else if (dst) {
+    if (src.is_dir() && !dst->is_dir()) return Status::Error(ENOTDIR);
+    if (!src.is_dir() && dst->is_dir()) return Status::Error(EISDIR);
+    if (dst->is_dir() && !dst->children.empty()) return Status::Error(ENOTEMPTY);
+  }
+  if (!FitsDepth(src, *to.dir) || (req.exchange() && !FitsDepth(*dst, *from.dir)))
+    return Status::Error(ENAMETOOLONG, "directories nest at most 2047 deep");
+  return quotas_.MayMove(src, *from.dir, *to.dir, dst, req.exchange());
+}
+
 void MetaEngine::Rename(const Caller &c, const rpc::RenameRequest &req, rpc::ErrorReply *rep) {
-  RunOp(c, req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
+  RunOp(c, req, rep, [&](Txn &txn, Session *) -> Status {
     Result<NamespaceTree::ParentAndName> from = tree_.ResolveParent(req.from(), c);
     if (!from.ok()) return from.status().errnum() == EEXIST ? Status::Error(EBUSY) : from.status();
     Result<NamespaceTree::ParentAndName> to = tree_.ResolveParent(req.to(), c);
     if (!to.ok()) return to.status().errnum() == EEXIST ? Status::Error(EBUSY) : to.status();
     Inode *src = tree_.Child(*from->dir, from->name);
     if (!src) return Status::Error(ENOENT);
-    if (!MayAccess(*from->dir, c, kMayWrite | kMayExec) ||
-        !MayAccess(*to->dir, c, kMayWrite | kMayExec))
-      return Status::Error(EACCES);
-    if (!StickyAllows(*from->dir, *src, c)) return Status::Error(EPERM);
-    if (src->is_dir() && tree_.IsAncestor(*src, *to->dir)) return Status::Error(EINVAL);
     Inode *dst = tree_.Child(*to->dir, to->name);
-    if (!FitsDepth(*src, *to->dir) || (req.exchange() && dst && !FitsDepth(*dst, *from->dir)))
-      return Status::Error(ENAMETOOLONG, "directories nest at most 2047 deep");
+    MARU_RETURN_IF_ERROR(MayRename(c, req, *from, *to, *src, dst));
     if (dst == src) return Status::Ok();
-    if (dst) {
-      if (req.noreplace()) return Status::Error(EEXIST);
-      if (!StickyAllows(*to->dir, *dst, c)) return Status::Error(EPERM);
-    }
     if (req.exchange()) {
-      if (!dst) return Status::Error(ENOENT);
-      if (dst->is_dir() && tree_.IsAncestor(*dst, *from->dir)) return Status::Error(EINVAL);
       tree_.Unlink(src);
       tree_.Unlink(dst);
       tree_.Link(to->dir, src, to->name);
@@ -513,12 +530,7 @@ void MetaEngine::Rename(const Caller &c, const rpc::RenameRequest &req, rpc::Err
       txn.Dirty(src);
       txn.Dirty(dst);
     } else {
-      if (dst) {
-        if (src->is_dir() && !dst->is_dir()) return Status::Error(ENOTDIR);
-        if (!src->is_dir() && dst->is_dir()) return Status::Error(EISDIR);
-        if (dst->is_dir() && !dst->children.empty()) return Status::Error(ENOTEMPTY);
-        RemoveTree(txn, dst);
-      }
+      if (dst) RemoveTree(txn, dst);
       tree_.Unlink(src);
       tree_.Link(to->dir, src, to->name);
       src->ctime_ns = RealtimeNs();

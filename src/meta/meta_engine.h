@@ -249,6 +249,9 @@ class MetaEngine {
   Evictor::Scope EvictionScope(Txn &txn);
   void RemoveFile(Txn &txn, Inode *inode);
   void RemoveTree(Txn &txn, Inode *top);
+  Status MayRename(const Caller &c, const rpc::RenameRequest &req,
+                   const NamespaceTree::ParentAndName &from, const NamespaceTree::ParentAndName &to,
+                   const Inode &src, const Inode *dst) const;
   // Whether `moved` may go into `into` without a directory deeper than
   // kMaxDepth (NamespaceTree).
   bool FitsDepth(const Inode &moved, const Inode &into) const;

@@ -1,5 +1,6 @@
 #include "meta/quota_table.h"
 
+#include <algorithm>
 #include <cerrno>
 
 #include "alloc/extent.h"
@@ -103,6 +104,52 @@ void QuotaTable::Moved(const Inode &a, const Inode *b) {
   if (a.is_dir() || (b && b->is_dir())) return Recompute();
   Update(a);
   if (b) Update(*b);
+}
+
+QuotaTable::Usage QuotaTable::Subtree(const Inode &top) const {
+  Usage u;
+  std::vector<const Inode *> todo{&top};
+  while (!todo.empty()) {
+    const Inode *at = todo.back();
+    todo.pop_back();
+    if (at->is_file()) {
+      u.bytes += Footprint(*at);
+      u.pins += at->pinned;
+    }
+    if (!at->is_dir()) continue;
+    for (const auto &[name, ino] : at->children)
+      if (const Inode *child = tree_.Find(ino)) todo.push_back(child);
+  }
+  return u;
+}
+
+Status QuotaTable::MayMove(const Inode &src, const Inode &from, const Inode &to, const Inode *dst,
+                           bool exchange) const {
+  if (dirs_.empty()) return Status::Ok();
+  const std::vector<uint64_t> above_to = QuotaDirs(to), above_from = QuotaDirs(from);
+  if (above_to.empty() && !(exchange && dst && !above_from.empty())) return Status::Ok();
+  const Usage moved = Subtree(src), there = dst ? Subtree(*dst) : Usage{};
+  auto has = [](const std::vector<uint64_t> &v, uint64_t ino) {
+    return std::find(v.begin(), v.end(), ino) != v.end();
+  };
+  // A directory above both sees no change; one above the target gains what
+  // moves in and loses what it replaces; one above the source gains what
+  // an exchange sends back.
+  auto grows = [&](uint64_t ino, uint64_t Usage::*field) {
+    const int64_t in = has(above_to, ino), out = has(above_from, ino);
+    return (in - out) * static_cast<int64_t>(moved.*field) +
+           (exchange ? out - in : -in) * static_cast<int64_t>(there.*field);
+  };
+  for (const std::vector<uint64_t> *dirs : {&above_to, &above_from})
+    for (uint64_t ino : *dirs) {
+      const Entry &e = dirs_.at(ino);
+      const int64_t bytes = grows(ino, &Usage::bytes), pins = grows(ino, &Usage::pins);
+      if (e.limit.bytes && bytes > 0 && e.used.bytes + bytes > e.limit.bytes)
+        return Status::Error(EDQUOT, "the target directory would pass its quota");
+      if (e.limit.pins && pins > 0 && e.used.pins + pins > e.limit.pins)
+        return Status::Error(EDQUOT, "the target directory would pass its pins quota");
+    }
+  return Status::Ok();
 }
 
 Status QuotaTable::MayPin(const Inode &file) const {

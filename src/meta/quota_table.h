@@ -66,6 +66,11 @@ class QuotaTable {
   // ... `bytes` more for a file to be made at `path` (missing directories
   // of the path are under the deepest one that exists).
   Status MayReserveAt(std::string_view path, uint32_t uid, uint64_t bytes) const;
+  // EDQUOT if renaming `src` from directory `from` into `to` (replacing or,
+  // with `exchange`, trading places with `dst`) would pass a directory's
+  // limit: what moves counts where it lands, before anything moves.
+  Status MayMove(const Inode &src, const Inode &from, const Inode &to, const Inode *dst,
+                 bool exchange) const;
   // EDQUOT if pinning `file` would pass a pin limit.
   Status MayPin(const Inode &file) const;
   // Charges `file`'s footprint now (call after its versions, owner or pin changed).
@@ -102,6 +107,8 @@ class QuotaTable {
     std::vector<uint64_t> dirs;  // the quota'd directories above it
   };
   static uint64_t Footprint(const Inode &file);
+  // What the files at and under `top` hold, without recursion.
+  Usage Subtree(const Inode &top) const;
   // The quota'd directories at or above `dir`.
   std::vector<uint64_t> QuotaDirs(const Inode &dir) const;
   void Apply(const Charge &c, int sign);
