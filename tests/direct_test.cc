@@ -772,6 +772,57 @@ TEST(TrustBoundaries, ARenameIntoADirectoryPastItsQuotaIsRefused) {
   EXPECT_NE(out.find("64K"), std::string::npos) << out;
 }
 
+// A version removed while it is still read counts for the uid that reads
+// it: before, it counted for nobody, and a uid holding its own removed
+// files (create, seal keeping the lease, unlink) held the pool under a
+// 1 MiB quota. The fifth 256 KiB create is over the quota now.
+TEST(TrustBoundaries, RemovedFilesStillReadCountForTheirReader) {
+  TestPool pool(64ull << 20);
+  Server server(pool.path(), {"--session-timeout-ms", "600", "--heartbeat-ms", "200"});
+  ASSERT_TRUE(server.Start());
+  std::string out;
+  ASSERT_EQ(maru_test::Run(maru_test::MaructlBinary() + " quota set --uid 65534 1M --server " +
+                               server.address(),
+                           &out),
+            0)
+      << out;
+  EXPECT_EQ(maru_test::Run(
+                AsNobody(server.address(), "hold-removed /held 262144 5 " + std::to_string(EDQUOT)),
+                &out),
+            0)
+      << out;
+  // The probe's session timed out: its leases, so its charge, went with it.
+  EXPECT_TRUE(maru_test::WaitFor([&] {
+    maru_test::Run(maru_test::MaructlBinary() + " quota show --json --server " + server.address(),
+                   &out);
+    return out.find("\"used\":0,") != std::string::npos;
+  })) << out;
+  EXPECT_EQ(maru_test::Run(AsNobody(server.address(), "hold-removed /again 262144 4 0"), &out), 0)
+      << out;
+}
+
+// One uid opens at most 1024 sessions (--max-sessions-per-uid); 50,000
+// were taken before, each of which may hold leases and reservations.
+TEST(TrustBoundaries, OneUidOpensABoundedNumberOfSessions) {
+  TestPool pool(64ull << 20);
+  Server server(pool.path());
+  ASSERT_TRUE(server.Start());
+  std::string out;
+  EXPECT_EQ(maru_test::Run(
+                AsNobody(server.address(), "sessions-until 1025 " + std::to_string(EMFILE)), &out),
+            0)
+      << out.substr(out.size() > 2000 ? out.size() - 2000 : 0);
+  // Another uid, and root, are not held up by it.
+  EXPECT_EQ(maru_test::Run("setpriv --reuid=1001 --regid=1001 --clear-groups " +
+                               ProbeCommand(server.address(), "sessions-until 2 0"),
+                           &out),
+            0)
+      << out;
+  maru_t *m = nullptr;
+  ASSERT_EQ(maru_connect(server.address().c_str(), &m), 0);
+  maru_disconnect(m);
+}
+
 TEST(TrustBoundaries, OversizedRequestsAndGreedySessionsAreRefused) {
   TestPool pool(64ull << 20);
   Server server(pool.path(), {"--max-leases", "8"});

@@ -1077,6 +1077,41 @@ TEST_F(FuseTest, OverIoUringRequestsWaitingOnTheServerHoldUpNoReadOfTheirCpu) {
   EXPECT_TRUE(Slurp(ring / "sealed") == data);
 }
 
+// A file removed while its writer still reads it counts for that writer
+// (not for maru-fuse, whose session holds the lease): under a 2 MiB uid
+// quota, `head > f; exec {fd}<f; rm f` 260 times held 267 MB of a 256 MB
+// pool before. Two fit now; the third write is over the quota, and the
+// space comes back when the descriptors close.
+TEST_F(FuseTest, FilesRemovedWhileOpenCountForWhoHoldsThem) {
+  ShellAs(1000, "mkdir \"$M/hold\"");
+  std::string out;
+  ASSERT_EQ(maru_test::Run(maru_test::MaructlBinary() + " quota set --uid 1000 2M --server " +
+                               server_.address(),
+                           &out),
+            0)
+      << out;
+  ShellAs(1000, R"SH(
+    cd "$M/hold"
+    /usr/bin/python3 -c '
+import errno, os
+held, kept = 0, []
+for i in range(20):
+    name = "f%d" % i
+    try:
+        with open(name, "wb") as f:
+            f.write(bytes(1 << 20))
+        held += 1
+    except OSError as e:
+        assert e.errno == errno.EDQUOT, e
+    kept.append(open(name, "rb"))
+    os.unlink(name)
+assert held == 2, "held %d MiB under a 2 MiB quota" % held
+'
+  )SH");
+  // Those descriptors went with the process: the quota is free again.
+  ShellAs(1000, "head -c 1048576 /dev/zero > \"$M/hold/after\"");
+}
+
 // mv into a directory whose quota it would pass fails (EDQUOT, not a
 // copy), and leaves the file where it was.
 TEST_F(FuseTest, MvIntoADirectoryPastItsQuotaIsRefused) {

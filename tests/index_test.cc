@@ -872,3 +872,36 @@ TEST(IndexSquat, AnotherUsersFileAtTheNameIsNeitherWrittenNorUsed) {
   server.Stop();
   unlink(kept.c_str());
 }
+
+// A removed chunk that a member of the pool's group still reads through a
+// lease slot (no message: the server finds the slot when the chunk goes)
+// counts for that member's uid until it lets go.
+TEST(IndexRegions, ARemovedChunkHeldInALeaseSlotCountsForItsReader) {
+  TestPool pool{32ull << 20};
+  Server server{pool.path()};
+  ASSERT_TRUE(server.Start());
+  maru_t *m = nullptr;
+  ASSERT_EQ(maru_connect(server.address().c_str(), &m), 0);
+  ASSERT_EQ(Store(m, "/slot/a", kSize, 0644), 0);
+  ASSERT_EQ(Maructl("quota set --uid 1000 1G --server " + server.address()), "");
+  maru_test::TempDir dir;
+  const std::string out = dir.path() + "/out", go = dir.path() + "/go";
+  pid_t reader =
+      Spawn(AsGroupMember(pool) +
+                maru_test::ClientCommand(server.address(),
+                                         "hold-read /slot/a " + std::to_string(kSize) + " " + go),
+            out);
+  ASSERT_TRUE(maru_test::WaitFor([&] { return ReadFile(out).find("opened") != std::string::npos; }))
+      << ReadFile(out);
+  ASSERT_EQ(maru_unlink(m, "/slot/a"), 0);
+  auto used = [&] {
+    const std::string q = Maructl("quota show --json --server " + server.address());
+    const size_t at = q.find("\"used\":");
+    return at == std::string::npos ? ~0ull : strtoull(q.c_str() + at + 7, nullptr, 10);
+  };
+  EXPECT_EQ(used(), kSize);
+  std::ofstream(go).put('x');
+  EXPECT_EQ(maru_test::Wait(reader), 0) << ReadFile(out);
+  EXPECT_TRUE(maru_test::WaitFor([&] { return used() == 0; })) << used();
+  maru_disconnect(m);
+}

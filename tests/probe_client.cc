@@ -34,6 +34,11 @@
 //   raw-open-ino INO ERR            Open by inode number: must fail with ERR
 //   raw-claim-held INO GEN N        a new session claiming it held a lease on
 //                                   (INO, GEN): N leases must be renewed
+//   hold-removed DIR SIZE N ERR   N times: create DIR/fI (SIZE bytes), seal it,
+//                                open it (a lease) and unlink it, keeping the
+//                                lease: the last create must fail with ERR
+//   sessions-until N ERR         opens N sessions (left open): the last must
+//                                fail with ERR, the others succeed
 //   rename FROM TO ERR           rename FROM to TO: must fail with ERR (0: succeed)
 //   nest DIR CHAINS LEVELS ERR    makes directories DIRK/a/a/... LEVELS deep
 //                                for K < CHAINS, then renames each DIRK into
@@ -185,6 +190,41 @@ int Until(const std::string &what, int n, uint64_t want, F one) {
   for (int i = 1; i <= n; ++i)
     if (int rc = Expect(what + " " + std::to_string(i), one(i), i == n ? want : 0)) return rc;
   return 0;
+}
+
+int HoldRemoved(Stub *stub, uint64_t session, const std::string &dir, uint64_t size, int n,
+                uint64_t want) {
+  return Until("create", n, want, [&](int i) {
+    const std::string path = dir + "/f" + std::to_string(i);
+    auto create = With<rpc::CreateRequest>(session);
+    create.mutable_ref()->set_path(path);
+    create.set_size(size);
+    create.set_mode(0644);
+    create.set_parents(true);
+    rpc::ChunkReply created;
+    if (int err = Send(stub, &Stub::Create, create, &created)) return err;
+    auto seal = With<rpc::SealRequest>(session);
+    seal.set_ino(created.attr().ino());
+    seal.set_gen(created.attr().gen());
+    seal.set_size(size);
+    seal.set_keep_lease(true);  // read on, as a reader would
+    rpc::ChunkReply sealed;
+    if (int err = Send(stub, &Stub::Seal, seal, &sealed)) return 1000 + err;
+    auto unlink = With<rpc::RefRequest>(session);
+    unlink.mutable_ref()->set_path(path);
+    rpc::ErrorReply unlinked;
+    if (int err = Send(stub, &Stub::Unlink, unlink, &unlinked)) return 2000 + err;
+    return 0;
+  });
+}
+
+int SessionsUntil(Stub *stub, int n, uint64_t want) {
+  return Until("session", n, want, [&](int) {
+    rpc::OpenSessionRequest req;
+    req.set_client("probe_client");
+    rpc::OpenSessionReply rep;
+    return Send(stub, &Stub::OpenSession, req, &rep);
+  });
 }
 
 int OpenUntil(Stub *stub, uint64_t session, const std::string &path, int n, uint64_t want) {
@@ -392,6 +432,7 @@ int Run(const std::string &address, const std::vector<std::string> &cmd) {
   if (op == "session-strings") return SessionStrings(stub.get(), n[0], n[1], n[2], n[3]);
   if (op == "check-extents") return CheckExtents(stub.get(), n);
   if (op == "sessions") return Sessions(stub.get(), n[0]);
+  if (op == "sessions-until") return SessionsUntil(stub.get(), static_cast<int>(n[0]), n[1]);
   if (op.rfind("raw-", 0) == 0) return RawProbe(stub.get(), op, n);
   const uint64_t session = OpenSession(stub.get());
   if (!session) return 71;
@@ -401,6 +442,8 @@ int Run(const std::string &address, const std::vector<std::string> &cmd) {
   if (op == "lookup-repeat") return LookupRepeat(stub.get(), session, arg(1), count, n[2]);
   if (op == "open-until") return OpenUntil(stub.get(), session, arg(1), count, n[2]);
   if (op == "alloc-until") return AllocUntil(stub.get(), session, n[0], count, n[2]);
+  if (op == "hold-removed")
+    return HoldRemoved(stub.get(), session, arg(1), n[1], static_cast<int>(n[2]), n[3]);
   if (op == "rename") return Rename(stub.get(), session, arg(1), arg(2), n[2]);
   if (op == "nest")
     return Nest(stub.get(), session, arg(1), static_cast<int>(n[1]), static_cast<int>(n[2]), n[3]);

@@ -86,6 +86,21 @@ bool LeaseSlots::Holds(uint64_t gen) const {
   return false;
 }
 
+std::vector<uint32_t> LeaseSlots::HoldersOf(uint64_t gen) const {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  std::vector<uint32_t> uids;
+  for (const auto &[session, a] : by_session_) {
+    const index::Region *r = At(a.region);
+    const uint64_t scanned = Scanned(a, r);
+    for (uint64_t i = 0; i < scanned; ++i)
+      if (r->slots[i].load(std::memory_order_relaxed) == gen) {
+        uids.push_back(a.uid);
+        break;
+      }
+  }
+  return uids;
+}
+
 size_t LeaseSlots::Held(uint64_t session) const {
   auto it = by_session_.find(session);
   if (it == by_session_.end()) return 0;

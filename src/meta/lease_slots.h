@@ -36,6 +36,8 @@ class LeaseSlots {
   void Drop(uint64_t session);
   // True if any assigned region holds `gen` in a slot within its limit.
   bool Holds(uint64_t gen) const;
+  // The uids of the sessions whose slots hold `gen` now.
+  std::vector<uint32_t> HoldersOf(uint64_t gen) const;
   // The leases `session` holds in its slots now (0 without a region).
   size_t Held(uint64_t session) const;
   size_t assigned() const { return by_session_.size(); }

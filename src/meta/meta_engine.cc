@@ -63,7 +63,9 @@ uint64_t RandomSessionId() {
 }  // namespace
 
 MetaEngine::MetaEngine(const EngineOptions &options)
-    : options_(options), grant_key_(NewGrantKey()) {}
+    : options_(options), grant_key_(NewGrantKey()) {
+  space_.set_on_free([this](uint64_t gen) { quotas_.DropReads(gen); });
+}
 MetaEngine::~MetaEngine() = default;
 
 Result<std::unique_ptr<MetaEngine>> MetaEngine::Open(const EngineOptions &options) {
@@ -207,6 +209,25 @@ void MetaEngine::TouchDir(Txn &txn, Inode *dir) {
   txn.Dirty(dir);
 }
 
+// What still reads `v` once it is retired counts for the uids that hold it
+// (QuotaTable::HoldRead) until they let go: removing a file one reads no
+// longer takes its space out of every quota.
+void MetaEngine::RetireVersion(Txn &txn, const Version &v, uint64_t ino, bool writing) {
+  space_.Retire(v.gen, v.extents, &txn.batch, writing ? &v : nullptr, ino);
+  auto kept = space_.retired().find(v.gen);
+  if (kept == space_.retired().end()) return;
+  const uint64_t bytes = TotalLength(kept->second);
+  for (uint32_t uid : leases_.Holders(v.gen)) quotas_.HoldRead(v.gen, uid, bytes);
+  if (index_)
+    for (uint32_t uid : index_->SlotHolders(v.gen)) quotas_.HoldRead(v.gen, uid, bytes);
+}
+
+void MetaEngine::LeaseEnded(Txn &txn, uint64_t id, const Lease &lease) {
+  parts_.LeaseGone(id);
+  if (!leases_.Held(lease.gen, lease.uid)) quotas_.UnholdRead(lease.gen, lease.uid);
+  UnrefGen(txn, lease.gen);
+}
+
 void MetaEngine::UnrefGen(Txn &txn, uint64_t gen) {
   quotas_.Unhold(gen);  // a writer letting go of space it held under no name
   space_.Unref(gen, &txn.batch);
@@ -221,19 +242,17 @@ void MetaEngine::RemoveFile(Txn &txn, Inode *inode) {
   evictor_->Removed(*inode);
   quotas_.Forget(inode->ino);
   if (inode->pinned) --pins_;
-  if (inode->current) {
-    space_.Retire(inode->current->gen, inode->current->extents, &txn.batch, nullptr, inode->ino);
-  }
+  if (inode->current) RetireVersion(txn, *inode->current, inode->ino, false);
   if (inode->pending) {
     if (Session *s = sessions_.Find(inode->pending->writer_session)) {
       s->reservations.erase(inode->ino);
       s->orphan_gens.insert(inode->pending->gen);
-      quotas_.Hold(inode->pending->gen, s->uid, TotalLength(inode->pending->extents));
+      quotas_.Hold(inode->pending->gen, inode->pending->charged_uid,
+                   TotalLength(inode->pending->extents));
     }
     reserved_bytes_ -= TotalLength(inode->pending->extents);
     parts_.Ended(inode->pending->gen, PartTable::State::kAborted);
-    space_.Retire(inode->pending->gen, inode->pending->extents, &txn.batch, &*inode->pending,
-                  inode->ino);
+    RetireVersion(txn, *inode->pending, inode->ino, true);
   }
   txn.Deleted(inode->ino);
   tree_.Release(inode->ino);
@@ -272,7 +291,7 @@ void MetaEngine::DropPending(Txn &txn, Inode *inode, bool keep_inode_record) {
   quotas_.Update(*inode);
   if (Session *s = sessions_.Find(v.writer_session)) s->reservations.erase(inode->ino);
   UnrefGen(txn, v.gen);
-  space_.Retire(v.gen, v.extents, &txn.batch, nullptr, inode->ino);
+  RetireVersion(txn, v, inode->ino, false);
   parts_.Ended(v.gen, PartTable::State::kAborted);
   if (inode->current || keep_inode_record) {
     txn.Dirty(inode);
@@ -291,10 +310,7 @@ void MetaEngine::ExpireSession(Txn &txn, uint64_t id) {
   Session *s = sessions_.Find(id);
   if (!s) return;
   for (uint64_t lease_id : s->leases)
-    if (std::optional<Lease> lease = leases_.Take(lease_id, id)) {
-      parts_.LeaseGone(lease_id);
-      UnrefGen(txn, lease->gen);
-    }
+    if (std::optional<Lease> lease = leases_.Take(lease_id, id)) LeaseEnded(txn, lease_id, *lease);
   for (uint64_t ino : std::vector<uint64_t>(s->reservations.begin(), s->reservations.end())) {
     Inode *inode = tree_.Find(ino);
     if (inode && inode->pending && inode->pending->writer_session == id)
@@ -346,11 +362,16 @@ void MetaEngine::OpenSession(const Caller &c, const rpc::OpenSessionRequest &req
   // Any other id is the server's to choose: a client that could pick one
   // could take an id another uid will be told to resume.
   if (s && (s->uid != c.uid || !s->orphaned)) s = nullptr;
+  // Every session costs the server memory and every lease it may take:
+  // one uid other than root holds a bounded number (root's are maru-fuse's
+  // and the agents').
+  const uint32_t max = options_.limits.sessions_per_uid;
+  if (!s && c.uid != 0 && max && sessions_.CountOf(c.uid) >= max) return rep->set_error(EMFILE);
   Txn txn(this);
   if (!s) {
     do id = RandomSessionId();
     while (sessions_.Find(id));
-    s = sessions_.Create(id);
+    s = sessions_.Create(id, c.uid);
     s->since_ns = RealtimeNs();
   } else {
     rep->set_resumed(true);
@@ -360,7 +381,6 @@ void MetaEngine::OpenSession(const Caller &c, const rpc::OpenSessionRequest &req
   s->hostname = req.hostname();
   s->instance = req.instance();
   s->pid = req.pid() ? req.pid() : c.pid;
-  s->uid = c.uid;
   s->last_seen_ns = MonotonicNs();
   RenewHeldLeases(c, req, s, rep);
   txn.Commit();
@@ -379,9 +399,11 @@ void MetaEngine::RenewHeldLeases(const Caller &c, const rpc::OpenSessionRequest 
   for (const rpc::HeldLease &held : req.held()) {
     if (!MayRenew(c, held, rep->resumed())) continue;
     if (CheckLeaseCount(*s)) break;
-    uint64_t lease = leases_.Grant(s->id, held.ino(), held.gen());
+    uint64_t lease = leases_.Grant(s->id, held.ino(), held.gen(), c.uid);
     s->leases.insert(lease);
     space_.Ref(held.gen());
+    if (auto kept = space_.retired().find(held.gen()); kept != space_.retired().end())
+      quotas_.HoldRead(held.gen(), c.uid, TotalLength(kept->second));
     ToWire(RenewedLease{held.lease(), lease, held.gen()}, rep->add_renewed());
   }
 }
@@ -697,17 +719,18 @@ Inode *MetaEngine::NewFile(Txn &txn, const Caller &c, const NamespaceTree::Paren
 }
 
 // Makes `extents` the reservation `session` writes into `inode`.
-void MetaEngine::Reserve(Txn &txn, Session *session, const rpc::CreateRequest &req, Inode *inode,
-                         ExtentList extents, int64_t now) {
+void MetaEngine::Reserve(Txn &txn, Session *session, const Caller &c, const rpc::CreateRequest &req,
+                         Inode *inode, ExtentList extents, int64_t now) {
   Version v;
   v.gen = NextGen(txn);
   v.size = req.size();
   v.extents = std::move(extents);
   v.writer_session = session->id;
   v.writer_uid = session->uid;
+  v.charged_uid = c.uid;
   v.request_id = req.request_id();
   v.created_ns = now;
-  v.parts = req.parts() > 1 ? req.parts() : 0;
+  v.parts = static_cast<uint16_t>(req.parts() > 1 ? req.parts() : 0);  // CheckParts: <= 4096
   space_.Ref(v.gen);
   reserved_bytes_ += TotalLength(v.extents);
   session->reservations.insert(inode->ino);
@@ -768,7 +791,7 @@ MetaEngine::TxnOp MetaEngine::CreateOp(const Caller &c, const rpc::CreateRequest
     else
       DropSetIdOnWrite(inode, c);  // a rewrite: write(2), truncate(2)
     if (*parent_chunk) evictor_->SetParent(inode, *parent_chunk);
-    Reserve(txn, session, req, inode, std::move(extents), now);
+    Reserve(txn, session, c, req, inode, std::move(extents), now);
     FillChunk(*inode, *inode->pending, inode->pending->gen, rep);
     return Status::Ok();
   };
@@ -842,8 +865,8 @@ MetaEngine::TxnOp MetaEngine::SealOp(const rpc::SealRequest &req, rpc::ChunkRepl
     v.checksum = req.checksum();
     v.writer_session = 0;
     v.request_id = 0;
-    if (inode->current)
-      space_.Retire(inode->current->gen, inode->current->extents, &txn.batch, nullptr, inode->ino);
+    if (inode->current) RetireVersion(txn, *inode->current, inode->ino, false);
+    const uint32_t writer = v.charged_uid;
     inode->current = std::move(v);
     quotas_.Update(*inode);
     inode->mtime_ns = inode->ctime_ns = RealtimeNs();
@@ -851,7 +874,7 @@ MetaEngine::TxnOp MetaEngine::SealOp(const rpc::SealRequest &req, rpc::ChunkRepl
     bytes_stored_ += req.size();
     uint64_t lease = 0;
     if (req.keep_lease()) {
-      lease = leases_.Grant(session->id, inode->ino, inode->current->gen);
+      lease = leases_.Grant(session->id, inode->ino, inode->current->gen, writer);
       session->leases.insert(lease);
     } else {
       UnrefGen(txn, inode->current->gen);
@@ -884,7 +907,7 @@ Status MetaEngine::OpenForRead(const Caller &c, Session *s, Inode *inode, rpc::C
   if (!MayAccess(*inode, c, kMayRead)) return Status::Error(EACCES);
   if (int err = CheckLeaseCount(*s)) return Status::Error(err, "too many leases in this session");
   const uint64_t gen = inode->current->gen;
-  uint64_t lease = leases_.Grant(s->id, inode->ino, gen);
+  uint64_t lease = leases_.Grant(s->id, inode->ino, gen, c.uid);
   s->leases.insert(lease);
   space_.Ref(gen);
   ++inode->hits;
@@ -912,8 +935,7 @@ void MetaEngine::ReleaseLeases(Txn &txn, Session *session,
     std::optional<Lease> lease = leases_.Take(id, session->id);
     if (!lease) continue;  // already released, or dropped with an old session
     session->leases.erase(id);
-    parts_.LeaseGone(id);
-    UnrefGen(txn, lease->gen);
+    LeaseEnded(txn, id, *lease);
   }
 }
 
@@ -1227,7 +1249,7 @@ void MetaEngine::Alloc(const Caller &c, const rpc::AllocRequest &req, rpc::Chunk
     if (req.size() == 0) return Status::Error(EINVAL, "an allocation needs a size");
     if (int err = CheckAllocation(options_.limits, *session))
       return Status::Error(err, "too many allocations in this session");
-    MARU_RETURN_IF_ERROR(quotas_.MayReserve(*tree_.root(), session->uid, req.size()));
+    MARU_RETURN_IF_ERROR(quotas_.MayReserve(*tree_.root(), c.uid, req.size()));
     Result<ExtentList> got = AllocateWithEviction(txn, req.size(), 0);
     if (!got.ok()) return got.status();
     if (req.contiguous() && got->size() > 1) {
@@ -1243,12 +1265,13 @@ void MetaEngine::Alloc(const Caller &c, const rpc::AllocRequest &req, rpc::Chunk
     v.size = req.size();
     v.writer_session = session->id;
     v.writer_uid = session->uid;
+    v.charged_uid = c.uid;
     // Held by the writer, recorded (with the writer) as retired: nothing
     // reuses it until the writer publishes it, aborts it or goes away.
     space_.Ref(v.gen);
     space_.Retire(v.gen, *got, &txn.batch, &v);
     session->orphan_gens.insert(v.gen);
-    quotas_.Hold(v.gen, session->uid, TotalLength(*got));
+    quotas_.Hold(v.gen, c.uid, TotalLength(*got));
     rpc::Attr *a = rep->mutable_attr();
     a->set_gen(v.gen);
     a->set_size(v.size);
@@ -1273,7 +1296,7 @@ void MetaEngine::Publish(const Caller &c, const rpc::PublishRequest &req, rpc::C
     const uint64_t bytes = TotalLength(held->second);
     quotas_.Unhold(req.gen());
     auto keep = [&](Status s) {
-      if (s.errnum() != EEXIST) quotas_.Hold(req.gen(), session->uid, bytes);
+      if (s.errnum() != EEXIST) quotas_.Hold(req.gen(), c.uid, bytes);
       return s;
     };
     MARU_RETURN_IF_ERROR(keep(quotas_.MayReserveAt(req.path(), c.uid, bytes)));

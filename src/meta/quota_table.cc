@@ -218,16 +218,44 @@ void QuotaTable::Unhold(uint64_t gen) {
   held_.erase(it);
 }
 
+void QuotaTable::HoldRead(uint64_t gen, uint32_t uid, uint64_t bytes) {
+  auto [it, added] = reads_[gen].try_emplace(uid);
+  if (!added) return;
+  it->second = HeldCharge(uid, bytes);
+  Apply(it->second, +1);
+}
+
+void QuotaTable::UnholdRead(uint64_t gen, uint32_t uid) {
+  auto readers = reads_.find(gen);
+  if (readers == reads_.end()) return;
+  if (auto it = readers->second.find(uid); it != readers->second.end()) {
+    Apply(it->second, -1);
+    readers->second.erase(it);
+  }
+  if (readers->second.empty()) reads_.erase(readers);
+}
+
+void QuotaTable::DropReads(uint64_t gen) {
+  auto readers = reads_.find(gen);
+  if (readers == reads_.end()) return;
+  for (const auto &[uid, c] : readers->second) Apply(c, -1);
+  reads_.erase(readers);
+}
+
 void QuotaTable::Recompute() {
   charged_.clear();
   for (auto &[ino, e] : dirs_) e.used = {};
   for (auto &[uid, e] : uids_) e.used = {};
   for (auto &[gen, c] : held_) c = HeldCharge(c.uid, c.bytes);  // quotas may have changed
+  for (auto &[gen, readers] : reads_)
+    for (auto &[uid, c] : readers) c = HeldCharge(uid, c.bytes);
   if (empty()) return;
   tree_.ForEach([this](const Inode &inode) {
     if (inode.is_file()) Update(inode);
   });
   for (const auto &[gen, c] : held_) Apply(c, +1);
+  for (const auto &[gen, readers] : reads_)
+    for (const auto &[uid, c] : readers) Apply(c, +1);
 }
 
 void QuotaTable::Fill(google::protobuf::RepeatedPtrField<rpc::QuotaInfo> *out) const {

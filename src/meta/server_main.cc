@@ -45,7 +45,8 @@ struct ServerFlags {
   // What one request and one session may ask (meta/client_limits.h); 0: no limit.
   Limits d;
   int64_t max_keys = d.keys_per_call, max_leases = d.leases_per_session,
-          max_reservations = d.reservations_per_session, max_pins = d.pins_per_session;
+          max_reservations = d.reservations_per_session, max_pins = d.pins_per_session,
+          max_sessions_per_uid = d.sessions_per_uid;
   double high_watermark = 0.95, low_watermark = 0.90;
   bool sync = false, squash_tcp = true, no_fast_lane = false, no_index = false;
   std::string index_path;
@@ -95,6 +96,8 @@ int main(int argc, char **argv) {
   flags.Int("max-reservations", &f.max_reservations,
             "most unsealed writes one non-root session may hold (0: no limit)");
   flags.Int("max-pins", &f.max_pins, "most pins one non-root session may set (0: no limit)");
+  flags.Int("max-sessions-per-uid", &f.max_sessions_per_uid,
+            "most sessions one uid other than root may hold at once (0: no limit)");
   flags.String("root-mode", &f.root_mode,
                "permissions of the root directory when the database is new (octal)");
   flags.Bool("sync", &f.sync, "fsync every metadata write (survives power loss, slower)");
@@ -173,6 +176,7 @@ int main(int argc, char **argv) {
   options.limits.leases_per_session = limit(f.max_leases);
   options.limits.reservations_per_session = limit(f.max_reservations);
   options.limits.pins_per_session = limit(f.max_pins);
+  options.limits.sessions_per_uid = limit(f.max_sessions_per_uid);
   options.index = !f.no_index;
   options.index_options.path = f.index_path;
   options.index_options.entries = static_cast<uint64_t>(std::max<int64_t>(0, f.index_entries));

@@ -67,6 +67,10 @@ class ShmIndex {
   // True if a client's lease slot holds `gen` (only versions once in the
   // index can be held: others cost nothing).
   bool Held(uint64_t gen);
+  // The uids whose sessions hold `gen` in a lease slot (it left the index).
+  std::vector<uint32_t> SlotHolders(uint64_t gen) const {
+    return draining_.count(gen) ? slots_.HoldersOf(gen) : std::vector<uint32_t>{};
+  }
 
   // Calls `read(ino, gen)` for each read through the index noted since the
   // last call, oldest first (a note is the client's word: check the gen).
