@@ -1112,6 +1112,33 @@ assert held == 2, "held %d MiB under a 2 MiB quota" % held
   ShellAs(1000, "head -c 1048576 /dev/zero > \"$M/hold/after\"");
 }
 
+// A writer's reservation grows a MiB at a time; where that step does not
+// fit a quota but the write does, the write succeeds (it failed, leaving
+// an empty file), and one that does not fit fails with EDQUOT, with what
+// fitted written, through the page cache or not.
+TEST_F(FuseTest, WritesUnderAQuotaGetWhatFitsThenEdquot) {
+  FuseMount cached(server_.address(), "cached_writes");
+  ASSERT_TRUE(cached.Start());
+  ShellAs(1000, "mkdir \"$M/qw\"");
+  std::string out;
+  ASSERT_EQ(
+      maru_test::Run(
+          maru_test::MaructlBinary() + " quota set /qw 512K --server " + server_.address(), &out),
+      0)
+      << out;
+  for (const std::string &m : {mount_->path(), cached.path()}) {
+    ShellAs(1000, R"SH(
+      head -c 100000 /dev/zero > "$M/qw/small"
+      test $(stat -c %s "$M/qw/small") -eq 100000
+      expect_fail sh -c "head -c 600000 /dev/zero > '$M/qw/big'"
+      head -c 600000 /dev/zero 2>&1 > "$M/qw/big" | grep -q "Disk quota exceeded"
+      test $(stat -c %s "$M/qw/big") -gt 0
+      rm "$M/qw/small" "$M/qw/big"
+    )SH",
+            m);
+  }
+}
+
 // mv into a directory whose quota it would pass fails (EDQUOT, not a
 // copy), and leaves the file where it was.
 TEST_F(FuseTest, MvIntoADirectoryPastItsQuotaIsRefused) {

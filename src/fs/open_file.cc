@@ -199,7 +199,9 @@ int OpenFile::Reserve(const CallerFn &caller, uint64_t end) {
   rpc::ChunkReply rep;
   const rpc::Caller who = caller();
   int rc = env_->client->Call(&Stub::Extend, r, &rep, &who);
-  if (rc == -ENOSPC && want > end) {  // all that is left may still do
+  // The step is ours, not the caller's: what the write needs may still fit
+  // the pool (ENOSPC) or a quota (EDQUOT) where the step does not.
+  if ((rc == -ENOSPC || rc == -EDQUOT) && want > end) {
     r.set_size(end);
     rc = env_->client->Call(&Stub::Extend, r, &rep, &who);
   }
