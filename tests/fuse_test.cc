@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/sysinfo.h>
 #include <sys/sysmacros.h>
@@ -1110,6 +1111,81 @@ assert held == 2, "held %d MiB under a 2 MiB quota" % held
   )SH");
   // Those descriptors went with the process: the quota is free again.
   ShellAs(1000, "head -c 1048576 /dev/zero > \"$M/hold/after\"");
+}
+
+// Writing needs write permission only (pjdfstest open/06.t 30, 34, 38): a
+// new version used to open the old one for its content in the caller's
+// name, so that O_WRONLY, O_APPEND and a truncate to a non-zero size of a
+// file the caller may write but not read failed with EACCES.
+TEST_F(FuseTest, WritingAFileNeedsWritePermissionOnly) {
+  Shell("mkdir \"$M/wo\"\nchmod 777 \"$M/wo\"");
+  ShellAs(kOwner, "printf hello > \"$M/wo/f\"\nchmod 622 \"$M/wo/f\"");
+  ShellAs(kNobody, R"SH(
+    expect_fail cat "$M/wo/f"
+    printf X >> "$M/wo/f"
+    printf Y | dd of="$M/wo/f" conv=notrunc status=none
+    truncate -s 4 "$M/wo/f"
+  )SH");
+  ShellAs(kOwner, "test \"$(cat \"$M/wo/f\")\" = Yell");
+  ShellAs(kNobody, "truncate -s 0 \"$M/wo/f\"\nexpect_fail chmod 666 \"$M/wo/f\"");
+  ShellAs(kOwner, "test ! -s \"$M/wo/f\"");
+}
+
+// An unlinked file stays usable through its descriptors, for writing too
+// (the temp-file pattern): writes that grow it, fsync, ftruncate, reads,
+// fstat; its space is freed at the last close. Also for a file sealed
+// (fsync) before it was unlinked. Before, write and close failed with
+// ENOENT, fsync and ftruncate with ESTALE.
+TEST_F(FuseTest, AnUnlinkedFileStaysWritableUntilItsLastClose) {
+  ShellAs(1000, "mkdir \"$M/tmp\"");
+  struct statvfs before;
+  ASSERT_EQ(statvfs(mount_->path().c_str(), &before), 0);
+  ShellAs(1000, R"SH(
+    cd "$M/tmp"
+    /usr/bin/python3 -c '
+import os
+for sealed_first in (False, True):
+    fd = os.open("t", os.O_CREAT | os.O_RDWR | os.O_EXCL, 0o600)
+    if sealed_first:
+        os.write(fd, b"s" * 4096)
+        os.fsync(fd)
+    os.unlink("t")
+    assert os.fstat(fd).st_nlink == 0
+    data = b"".join(bytes([65 + i % 26]) * 65536 for i in range(48))  # 3 MiB: grows twice
+    os.pwrite(fd, data, 0)
+    os.fsync(fd)
+    assert os.pread(fd, len(data), 0) == data
+    os.ftruncate(fd, 100000)
+    assert os.fstat(fd).st_size == 100000
+    os.pwrite(fd, b"end", 100000)
+    os.fsync(fd)
+    assert os.pread(fd, 200000, 0) == data[:100000] + b"end"
+    other = os.open("/proc/self/fd/%d" % fd, os.O_RDONLY)  # a second descriptor
+    os.close(fd)
+    assert os.pread(other, 3, 100000) == b"end"
+    os.close(other)
+assert not os.listdir(".")
+'
+  )SH");
+  // Every byte came back at the last close.
+  struct statvfs after;
+  EXPECT_TRUE(maru_test::WaitFor([&] {
+    return statvfs(mount_->path().c_str(), &after) == 0 && after.f_bfree == before.f_bfree;
+  })) << before.f_bfree
+      << " free before, " << after.f_bfree << " after";
+}
+
+// A file larger than the pool (here 256 MiB) cannot be: EFBIG. One that
+// fits is written even where the reservation's doubling step would not
+// (a 160 MiB file's next step asked for 320 MiB).
+TEST_F(FuseTest, AFileLargerThanThePoolGetsEfbig) {
+  ShellAs(1000, R"SH(
+    head -c 167772160 /dev/zero > "$M/fits"
+    test $(stat -c %s "$M/fits") -eq 167772160
+    rm "$M/fits"
+    head -c 300000000 /dev/zero 2>&1 > "$M/too-big" | grep -q "File too large"
+    rm "$M/too-big"
+  )SH");
 }
 
 // A writer's reservation grows a MiB at a time; where that step does not

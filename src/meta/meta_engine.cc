@@ -804,6 +804,9 @@ void MetaEngine::Extend(const Caller &c, const rpc::ExtendRequest &req, rpc::Chu
       return Status::Error(session->orphan_gens.count(req.gen()) ? ENOENT : ESTALE);
     Version &v = *inode->pending;
     if (v.writer_session != session->id) return Status::Error(EPERM);
+    // Larger than the whole pool is never room to wait for (a full pool is
+    // ENOSPC): EFBIG, as a create of that size gets.
+    if (req.size() > space_.capacity()) return Status::Error(EFBIG, "larger than the pool");
     uint64_t have = TotalLength(v.extents);
     if (req.size() > have) {
       MARU_RETURN_IF_ERROR(quotas_.MayGrow(*inode, req.size() - have));
@@ -836,8 +839,11 @@ MetaEngine::TxnOp MetaEngine::SealOp(const rpc::SealRequest &req, rpc::ChunkRepl
   return [this, &req, rep](Txn &txn, Session *session) -> Status {
     Inode *inode = tree_.Find(req.ino());
     if (!inode || !inode->pending || inode->pending->gen != req.gen()) {
-      if (session->orphan_gens.erase(req.gen())) {
-        UnrefGen(txn, req.gen());
+      if (session->orphan_gens.count(req.gen())) {
+        if (!req.keep_if_removed()) {
+          session->orphan_gens.erase(req.gen());
+          UnrefGen(txn, req.gen());
+        }
         return Status::Error(ENOENT, "the file was removed while being written");
       }
       return Status::Error(ESTALE);
