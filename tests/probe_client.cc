@@ -45,6 +45,14 @@
 //                                the deepest directory of DIRK+1, nesting them
 //                                ever deeper: the first rename that fails
 //                                must fail with ERR (0: none may fail)
+//   ping N                        one session, then N Statfs calls: prints the
+//                                 latency's p50, p99 and max in µs ("ping
+//                                 p50 X p99 Y max Z"); over TCP with the
+//                                 client's MARU_TLS_* and MARU_TOKEN_FILE
+//   tcp-flood PORT SOURCES EACH GO  opens EACH connections to 127.0.0.1:PORT
+//                                 from each of SOURCES addresses 127.2.x.y
+//                                 and holds them, idle; prints "opened N"
+//                                 and waits for the file GO to exist
 //   index-set INDEX FIELD VALUE     writes VALUE into FIELD of the index's
 //                                   header (entries, entries_offset, regions,
 //                                   slots_per_region, regions_offset, key0), as
@@ -55,13 +63,17 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstddef>
 #include <ctime>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -69,6 +81,7 @@
 #include <string>
 #include <vector>
 
+#include "client/tcp_auth.h"
 #include "index_layout.h"
 #include "maru.grpc.pb.h"
 #include "util/address.h"
@@ -82,11 +95,19 @@ namespace rpc = maru::rpc;
 
 constexpr int kMismatch = 70;
 
+std::string g_token;  // a TCP caller's bearer token (MARU_TOKEN_FILE), sent with every call
+
 std::unique_ptr<Stub> Dial(const std::string &address) {
   maru::Result<maru::Address> addr = maru::ParseAddress(address);
   if (!addr.ok()) return nullptr;
-  auto channel = grpc::CreateChannel(addr->GrpcTarget(), grpc::InsecureChannelCredentials());
-  return rpc::Meta::NewStub(channel);
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (addr->kind == maru::Address::Kind::kTcp) {
+    maru::Result<maru::TcpClientAuth> auth = maru::TcpClientAuthFromEnv();
+    if (!auth.ok()) return nullptr;
+    credentials = auth->credentials;
+    g_token = auth->token;
+  }
+  return rpc::Meta::NewStub(grpc::CreateChannel(addr->GrpcTarget(), credentials));
 }
 
 // One call; the reply's error, or -1 when the transport failed.
@@ -95,6 +116,7 @@ int Send(Stub *stub, grpc::Status (Stub::*method)(grpc::ClientContext *, const R
          const Req &req, Rep *rep) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  if (!g_token.empty()) ctx.AddMetadata("authorization", "Bearer " + g_token);
   grpc::Status s = (stub->*method)(&ctx, req, rep);
   if (!s.ok()) {
     fprintf(stderr, "transport: %s\n", s.error_message().c_str());
@@ -150,6 +172,56 @@ int LookupRepeat(Stub *stub, uint64_t session, const std::string &path, int n, u
   for (int i = 0; i < n; ++i) req.add_paths(path);
   rpc::LookupPrefixReply rep;
   return Expect("lookup", Send(stub, &Stub::LookupPrefix, req, &rep), want);
+}
+
+int Ping(Stub *stub, uint64_t session, int n) {
+  std::vector<int64_t> us;
+  for (int i = 0; i < n; ++i) {
+    auto req = With<rpc::StatfsRequest>(session);
+    rpc::StatfsReply rep;
+    const auto start = std::chrono::steady_clock::now();
+    if (int err = Send(stub, &Stub::Statfs, req, &rep)) return Expect("statfs", err, 0);
+    us.push_back(std::chrono::duration_cast<std::chrono::microseconds>(
+                     std::chrono::steady_clock::now() - start)
+                     .count());
+  }
+  std::sort(us.begin(), us.end());
+  if (us.empty()) return 64;
+  printf("ping p50 %ld p99 %ld max %ld\n", static_cast<long>(us[us.size() / 2]),
+         static_cast<long>(us[us.size() * 99 / 100]), static_cast<long>(us.back()));
+  return 0;
+}
+
+// Opens connections and keeps them, saying nothing on them: what an
+// attacker does to take a server's descriptors.
+int TcpFlood(int port, int sources, int each, const std::string &go) {
+  std::vector<int> held;
+  for (int s = 0; s < sources; ++s) {
+    sockaddr_in from{};
+    from.sin_family = AF_INET;
+    from.sin_addr.s_addr = htonl((127u << 24) | (2u << 16) | ((s / 200u) << 8) | (s % 200u + 10));
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(static_cast<uint16_t>(port));
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    for (int i = 0; i < each; ++i) {
+      int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      if (fd < 0) break;
+      if (bind(fd, reinterpret_cast<sockaddr *>(&from), sizeof(from)) != 0 ||
+          (connect(fd, reinterpret_cast<sockaddr *>(&to), sizeof(to)) != 0 &&
+           errno != EINPROGRESS)) {
+        close(fd);
+        continue;
+      }
+      held.push_back(fd);
+    }
+  }
+  printf("opened %zu\n", held.size());
+  fflush(stdout);
+  struct stat st;
+  while (stat(go.c_str(), &st) != 0) usleep(20000);  // a heartbeat's pace: it only holds
+  for (int fd : held) close(fd);
+  return 0;
 }
 
 int Rename(Stub *stub, uint64_t session, const std::string &from, const std::string &to,
@@ -426,6 +498,8 @@ int Run(const std::string &address, const std::vector<std::string> &cmd) {
     n.push_back(strtoull(arg(i).c_str(), nullptr, 0));
   if (op == "index-set") return IndexSet(arg(1), arg(2), n[2]);
   if (op == "index-forge-notes") return IndexForgeNotes(arg(1), static_cast<uint32_t>(n[1]));
+  if (op == "tcp-flood")
+    return TcpFlood(static_cast<int>(n[0]), static_cast<int>(n[1]), static_cast<int>(n[2]), arg(4));
   std::unique_ptr<Stub> stub = Dial(address);
   if (!stub) return 69;
   if (op == "raw-victim") return Victim(stub.get(), arg(1), arg(2), arg(3));
@@ -444,6 +518,7 @@ int Run(const std::string &address, const std::vector<std::string> &cmd) {
   if (op == "alloc-until") return AllocUntil(stub.get(), session, n[0], count, n[2]);
   if (op == "hold-removed")
     return HoldRemoved(stub.get(), session, arg(1), n[1], static_cast<int>(n[2]), n[3]);
+  if (op == "ping") return Ping(stub.get(), session, static_cast<int>(n[0]));
   if (op == "rename") return Rename(stub.get(), session, arg(1), arg(2), n[2]);
   if (op == "nest")
     return Nest(stub.get(), session, arg(1), static_cast<int>(n[1]), static_cast<int>(n[2]), n[3]);

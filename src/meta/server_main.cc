@@ -9,17 +9,20 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <thread>
 
 #include "fast_lane.h"
 #include "meta/acceptor.h"
+#include "meta/connection_gate.h"
 #include "meta/fast_lane_server.h"
 #include "meta/identity.h"
 #include "meta/meta_engine.h"
 #include "meta/meta_service.h"
 #include "meta/metrics_server.h"
 #include "meta/tcp_credentials.h"
+#include "meta/tcp_relay.h"
 #include "util/address.h"
 #include "util/flags.h"
 #include "util/log.h"
@@ -51,12 +54,53 @@ struct ServerFlags {
   bool sync = false, squash_tcp = true, no_fast_lane = false, no_index = false;
   std::string index_path;
   int64_t index_entries = 0, index_sessions = 256, index_sessions_per_uid = 0;
+  ConnectionGate::Limits g;
+  int64_t max_tcp_connections = g.tcp_per_listener, max_tcp_per_peer = g.tcp_per_peer;
   TcpAuthConfig tcp;
 };
 
 int Fail(const std::string &message) {
   fprintf(stderr, "maru-server: %s\n", message.c_str());
   return 1;
+}
+
+// The process's limit on descriptors, raised to the hard limit first: every
+// client connection and RocksDB file is one.
+uint64_t RaiseDescriptorLimit() {
+  rlimit files;
+  if (getrlimit(RLIMIT_NOFILE, &files) != 0) return 1024;
+  if (files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &files);
+    getrlimit(RLIMIT_NOFILE, &files);
+  }
+  return files.rlim_cur == RLIM_INFINITY ? 1u << 20 : files.rlim_cur;
+}
+
+// Who may listen on TCP without proof is said at start: such a listener
+// makes every caller nobody, and tokens without TLS cross the network in
+// clear.
+void WarnAboutPlainTcp(const TcpAuthConfig &tcp, const Address &a) {
+  if (!tcp.tls_cert.empty()) return;
+  if (tcp.token_file.empty())
+    LOG_WARN(
+        "%s: listening without TLS or tokens: every TCP caller is nobody, and what it "
+        "sends and reads crosses the network in clear (docs/security.md, TCP)",
+        a.ToString().c_str());
+  else
+    LOG_WARN(
+        "%s: listening with tokens but without TLS: tokens and data cross the network in "
+        "clear (docs/security.md, TCP)",
+        a.ToString().c_str());
+}
+
+// A directory only this server may enter, for the Unix sockets gRPC
+// serves TCP callers on behind the relays (meta/tcp_relay.h).
+Result<std::string> PrivateDirectory() {
+  const char *tmp = getenv("TMPDIR");
+  std::string dir = std::string(tmp && *tmp ? tmp : "/tmp") + "/maru-server-XXXXXX";
+  if (!mkdtemp(dir.data())) return Status::Error(errno, "cannot make a directory in /tmp");
+  return dir;
 }
 
 }  // namespace
@@ -96,6 +140,11 @@ int main(int argc, char **argv) {
   flags.Int("max-reservations", &f.max_reservations,
             "most unsealed writes one non-root session may hold (0: no limit)");
   flags.Int("max-pins", &f.max_pins, "most pins one non-root session may set (0: no limit)");
+  flags.Int("max-tcp-connections", &f.max_tcp_connections,
+            "most connections one TCP listener holds at once (0: as many as the descriptor "
+            "limit allows)");
+  flags.Int("max-tcp-per-peer", &f.max_tcp_per_peer,
+            "most TCP connections one peer address holds at once (0: no limit)");
   flags.Int("max-sessions-per-uid", &f.max_sessions_per_uid,
             "most sessions one uid other than root may hold at once (0: no limit)");
   flags.String("root-mode", &f.root_mode,
@@ -207,12 +256,8 @@ int main(int argc, char **argv) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
-  // Every client connection and RocksDB file is a descriptor: use all we may.
-  rlimit files;
-  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
-    files.rlim_cur = files.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &files);
-  }
+  ConnectionGate gate(RaiseDescriptorLimit(),
+                      {limit(f.max_tcp_connections), limit(f.max_tcp_per_peer)});
 
   if (!f.no_fast_lane)
     for (const Address &a : addresses)
@@ -228,8 +273,9 @@ int main(int argc, char **argv) {
   builder.SetMaxReceiveMessageSize(64 << 20);
   builder.SetMaxSendMessageSize(64 << 20);
   std::vector<std::unique_ptr<Acceptor>> unix_listeners;
+  std::vector<std::unique_ptr<TcpRelay>> tcp_listeners;
+  std::string relay_dir;  // gRPC's sockets behind the TCP relays, removed at the end
   std::unique_ptr<FastLaneServer> fast_lane;
-  std::vector<int> ports(addresses.size(), 0);
   for (size_t i = 0; i < addresses.size(); ++i) {
     if (addresses[i].kind == Address::Kind::kUnix) {
       Result<std::unique_ptr<Acceptor>> l = Acceptor::ListenUnix(addresses[i].path);
@@ -238,26 +284,36 @@ int main(int argc, char **argv) {
       if (!fast_lane && !f.no_fast_lane) {
         fast_lane =
             std::make_unique<FastLaneServer>(addresses[i].path + fastlane::kSuffix, engine->get(),
-                                             IdentityPolicy{});  // Unix peers only
+                                             IdentityPolicy{},  // Unix peers only
+                                             gate.fast_lane_connections());
         s = fast_lane->Bind();
         if (!s.ok()) return Fail(s.message());
       }
     } else {
-      builder.AddListeningPort(addresses[i].GrpcTarget(), *tcp_credentials, &ports[i]);
+      if (relay_dir.empty()) {
+        Result<std::string> dir = PrivateDirectory();
+        if (!dir.ok()) return Fail(dir.status().message());
+        relay_dir = *dir;
+      }
+      const std::string target = relay_dir + "/tcp" + std::to_string(i) + ".sock";
+      Result<std::unique_ptr<TcpRelay>> relay =
+          TcpRelay::Listen(addresses[i].ToString().substr(6), target, &gate);
+      if (!relay.ok()) return Fail(relay.status().message());
+      tcp_listeners.push_back(std::move(*relay));
+      builder.AddListeningPort("unix:" + target, *tcp_credentials);
+      WarnAboutPlainTcp(f.tcp, addresses[i]);
     }
   }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server) return Fail("cannot start the gRPC server (is a TCP port in use?)");
-  for (size_t i = 0; i < addresses.size(); ++i)
-    if (addresses[i].kind == Address::Kind::kTcp && ports[i] == 0)
-      return Fail("cannot listen on " + addresses[i].ToString());
+  if (!server) return Fail("cannot start the gRPC server");
+  for (auto &l : tcp_listeners) l->Start();
   // Unix connections are accepted here, so that the kernel tells who is
   // calling (SO_PEERCRED), then handed to gRPC, which names the peer "fd:N".
   for (auto &l : unix_listeners)
     l->Start(
-        [&peers, srv = server.get()](int conn) {
+        [&peers, &gate, srv = server.get()](int conn) {
           std::optional<PeerCredentials> creds = ReadPeerCredentials(conn);
-          if (!creds) return (void)close(conn);
+          if (!creds || !gate.AdmitUnix(conn)) return (void)close(conn);
           peers.Set(conn, *creds);
           grpc::AddInsecureChannelFromFd(srv, conn);
         },
@@ -304,8 +360,10 @@ int main(int argc, char **argv) {
   tick_cv.notify_all();
   ticker.join();
   for (auto &l : unix_listeners) l->Stop();
+  for (auto &l : tcp_listeners) l->Stop();
   if (fast_lane) fast_lane->Stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   metrics.reset();
+  if (!relay_dir.empty()) std::filesystem::remove_all(relay_dir);
   return 0;
 }
