@@ -3,6 +3,7 @@
 #include <grpcpp/server_posix.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <systemd/sd-daemon.h>
 
 #include <algorithm>
@@ -95,13 +96,46 @@ void WarnAboutPlainTcp(const TcpAuthConfig &tcp, const Address &a) {
 }
 
 // A directory only this server may enter, for the Unix sockets gRPC
-// serves TCP callers on behind the relays (meta/tcp_relay.h).
-Result<std::string> PrivateDirectory() {
-  const char *tmp = getenv("TMPDIR");
-  std::string dir = std::string(tmp && *tmp ? tmp : "/tmp") + "/maru-server-XXXXXX";
-  if (!mkdtemp(dir.data())) return Status::Error(errno, "cannot make a directory in /tmp");
-  return dir;
-}
+// serves TCP callers on behind the relays (meta/tcp_relay.h):
+// TMPDIR/maru-server-PID-XXXXXX. Removed with what it holds when the
+// server returns from main, on every path; one a killed server left is
+// removed by the next start (its process is gone).
+class PrivateDirectory {
+ public:
+  ~PrivateDirectory() {
+    std::error_code ignored;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
+  }
+  Status Make() {
+    if (!path_.empty()) return Status::Ok();
+    const char *tmp = getenv("TMPDIR");
+    const std::string parent = tmp && *tmp ? tmp : "/tmp";
+    RemoveStale(parent);
+    std::string dir = parent + "/maru-server-" + std::to_string(getpid()) + "-XXXXXX";
+    if (!mkdtemp(dir.data())) return Status::Error(errno, "cannot make a directory in " + parent);
+    path_ = dir;
+    return Status::Ok();
+  }
+  const std::string &path() const { return path_; }
+
+ private:
+  // This user's directories of servers that no longer run.
+  static void RemoveStale(const std::string &parent) {
+    std::error_code ec;
+    for (const auto &entry : std::filesystem::directory_iterator(parent, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind("maru-server-", 0) != 0) continue;
+      const long pid = strtol(name.c_str() + 12, nullptr, 10);
+      struct stat st;
+      if (pid <= 0 || lstat(entry.path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
+          st.st_uid != geteuid() || kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH)
+        continue;
+      std::filesystem::remove_all(entry.path(), ec);
+    }
+  }
+
+  std::string path_;
+};
 
 }  // namespace
 
@@ -274,7 +308,7 @@ int main(int argc, char **argv) {
   builder.SetMaxSendMessageSize(64 << 20);
   std::vector<std::unique_ptr<Acceptor>> unix_listeners;
   std::vector<std::unique_ptr<TcpRelay>> tcp_listeners;
-  std::string relay_dir;  // gRPC's sockets behind the TCP relays, removed at the end
+  PrivateDirectory relay_dir;  // gRPC's sockets behind the TCP relays
   std::unique_ptr<FastLaneServer> fast_lane;
   for (size_t i = 0; i < addresses.size(); ++i) {
     if (addresses[i].kind == Address::Kind::kUnix) {
@@ -290,12 +324,9 @@ int main(int argc, char **argv) {
         if (!s.ok()) return Fail(s.message());
       }
     } else {
-      if (relay_dir.empty()) {
-        Result<std::string> dir = PrivateDirectory();
-        if (!dir.ok()) return Fail(dir.status().message());
-        relay_dir = *dir;
-      }
-      const std::string target = relay_dir + "/tcp" + std::to_string(i) + ".sock";
+      s = relay_dir.Make();
+      if (!s.ok()) return Fail(s.message());
+      const std::string target = relay_dir.path() + "/tcp" + std::to_string(i) + ".sock";
       Result<std::unique_ptr<TcpRelay>> relay =
           TcpRelay::Listen(addresses[i].ToString().substr(6), target, &gate);
       if (!relay.ok()) return Fail(relay.status().message());
@@ -364,6 +395,5 @@ int main(int argc, char **argv) {
   if (fast_lane) fast_lane->Stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   metrics.reset();
-  if (!relay_dir.empty()) std::filesystem::remove_all(relay_dir);
   return 0;
 }
