@@ -710,6 +710,119 @@ TEST(TrustBoundaries, UnpublishedAllocationsCountAgainstTheUidsQuota) {
       << out;
 }
 
+// Legal paths and renames nest directories as deep as the caller likes:
+// 60 chains 2000 deep, each renamed into the next, reached ~120,000 levels,
+// and the server's walk of a moved tree (the index's) recursed until its
+// stack ran out. Directories nest at most 2047 deep now (ENAMETOOLONG, the
+// depth a path can name), and no walk of the server recurses.
+TEST(TrustBoundaries, DirectoriesNestNoDeeperThanAPathReaches) {
+  TestPool pool(64ull << 20);
+  Server server(pool.path());
+  ASSERT_TRUE(server.Start());
+  std::string out;
+  EXPECT_EQ(
+      maru_test::Run(AsNobody(server.address(), "nest /n 60 2000 " + std::to_string(ENAMETOOLONG)),
+                     &out),
+      0)
+      << out << server.log();
+  // The limit itself: /p1/a/.../x/p0/a/... ends 2046 deep, one more is refused.
+  EXPECT_EQ(maru_test::Run(AsNobody(server.address(), "nest /p 2 1022 0"), &out), 0) << out;
+  EXPECT_EQ(maru_test::Run(
+                AsNobody(server.address(), "nest /q 2 1023 " + std::to_string(ENAMETOOLONG)), &out),
+            0)
+      << out;
+  EXPECT_EQ(maru_test::Run(maru_test::MaructlBinary() + " df --server " + server.address(), &out),
+            0)
+      << out << server.log();
+}
+
+// A directory's quota counts what is renamed into it: creating 1 MiB in
+// /qa (128 KiB) was refused, creating it elsewhere and renaming it in was
+// not (/qa at 850 %). The rename fails, and nothing moves.
+TEST(TrustBoundaries, ARenameIntoADirectoryPastItsQuotaIsRefused) {
+  TestPool pool(64ull << 20);
+  Server server(pool.path());
+  ASSERT_TRUE(server.Start());
+  const std::string addr = server.address();
+  auto probe = [&](const std::string &args) {
+    std::string out;
+    EXPECT_EQ(maru_test::Run(AsNobody(addr, args), &out), 0) << args << ": " << out;
+  };
+  const std::string edquot = std::to_string(EDQUOT);
+  probe("mkdir /qa 755");
+  probe("mkdir /qfree 755");
+  std::string out;
+  ASSERT_EQ(
+      maru_test::Run(maru_test::MaructlBinary() + " quota set /qa 128K --server " + addr, &out), 0)
+      << out;
+  probe("create-seal /qfree/big 1048576");
+  probe("rename /qfree/big /qa/big " + edquot);
+  probe("mkdir /qfree/tree 755");
+  probe("mkdir /qfree/tree/sub 755");
+  probe("create-seal /qfree/tree/sub/big 1048576");
+  probe("rename /qfree/tree /qa/tree " + edquot);
+  probe("create-seal /qfree/small 65536");
+  probe("rename /qfree/small /qa/small 0");  // what fits still moves
+  // Nothing moved: the files are where they were, and /qa holds 64 KiB.
+  for (const char *path : {"/qfree/big", "/qfree/tree/sub/big", "/qa/small"})
+    EXPECT_EQ(
+        maru_test::Run(maru_test::MaructlBinary() + " stat " + path + " --server " + addr, &out), 0)
+        << path << ": " << out;
+  ASSERT_EQ(maru_test::Run(maru_test::MaructlBinary() + " quota show --server " + addr, &out), 0);
+  EXPECT_NE(out.find("64K"), std::string::npos) << out;
+}
+
+// A version removed while it is still read counts for the uid that reads
+// it: before, it counted for nobody, and a uid holding its own removed
+// files (create, seal keeping the lease, unlink) held the pool under a
+// 1 MiB quota. The fifth 256 KiB create is over the quota now.
+TEST(TrustBoundaries, RemovedFilesStillReadCountForTheirReader) {
+  TestPool pool(64ull << 20);
+  Server server(pool.path(), {"--session-timeout-ms", "600", "--heartbeat-ms", "200"});
+  ASSERT_TRUE(server.Start());
+  std::string out;
+  ASSERT_EQ(maru_test::Run(maru_test::MaructlBinary() + " quota set --uid 65534 1M --server " +
+                               server.address(),
+                           &out),
+            0)
+      << out;
+  EXPECT_EQ(maru_test::Run(
+                AsNobody(server.address(), "hold-removed /held 262144 5 " + std::to_string(EDQUOT)),
+                &out),
+            0)
+      << out;
+  // The probe's session timed out: its leases, so its charge, went with it.
+  EXPECT_TRUE(maru_test::WaitFor([&] {
+    maru_test::Run(maru_test::MaructlBinary() + " quota show --json --server " + server.address(),
+                   &out);
+    return out.find("\"used\":0,") != std::string::npos;
+  })) << out;
+  EXPECT_EQ(maru_test::Run(AsNobody(server.address(), "hold-removed /again 262144 4 0"), &out), 0)
+      << out;
+}
+
+// One uid opens at most 1024 sessions (--max-sessions-per-uid); 50,000
+// were taken before, each of which may hold leases and reservations.
+TEST(TrustBoundaries, OneUidOpensABoundedNumberOfSessions) {
+  TestPool pool(64ull << 20);
+  Server server(pool.path());
+  ASSERT_TRUE(server.Start());
+  std::string out;
+  EXPECT_EQ(maru_test::Run(
+                AsNobody(server.address(), "sessions-until 1025 " + std::to_string(EMFILE)), &out),
+            0)
+      << out.substr(out.size() > 2000 ? out.size() - 2000 : 0);
+  // Another uid, and root, are not held up by it.
+  EXPECT_EQ(maru_test::Run("setpriv --reuid=1001 --regid=1001 --clear-groups " +
+                               ProbeCommand(server.address(), "sessions-until 2 0"),
+                           &out),
+            0)
+      << out;
+  maru_t *m = nullptr;
+  ASSERT_EQ(maru_connect(server.address().c_str(), &m), 0);
+  maru_disconnect(m);
+}
+
 TEST(TrustBoundaries, OversizedRequestsAndGreedySessionsAreRefused) {
   TestPool pool(64ull << 20);
   Server server(pool.path(), {"--max-leases", "8"});

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -213,11 +214,15 @@ static void Exec(const std::vector<std::string> &args) {
 // Starts `args` with its output in `log`; waits until `ready` holds.
 // Returns the pid, or -1 if the process exited or never got ready.
 static pid_t StartLogged(const std::vector<std::string> &args, const std::string &log,
-                         const std::function<bool()> &ready) {
+                         const std::function<bool()> &ready, uint64_t nofile = 0) {
   pid_t pid = fork();
   if (pid == 0) {
     // If the test dies, so does what it started.
     prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (nofile) {
+      rlimit files{nofile, nofile};
+      setrlimit(RLIMIT_NOFILE, &files);
+    }
     int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     dup2(fd, 2);
     dup2(fd, 1);
@@ -240,8 +245,8 @@ static pid_t StartLogged(const std::vector<std::string> &args, const std::string
 }
 
 bool Server::Start() {
-  pid_ =
-      StartLogged(ServerArgs(pool_, db_, socket_, extra_), log_, [&] { return Answers(socket_); });
+  pid_ = StartLogged(
+      ServerArgs(pool_, db_, socket_, extra_), log_, [&] { return Answers(socket_); }, nofile_);
   if (pid_ < 0) fprintf(stderr, "maru-server did not start:\n%s\n", log().c_str());
   return pid_ > 0;
 }

@@ -47,6 +47,9 @@ class Server {
   void Kill9();  // SIGKILL and wait
   bool running() const { return pid_ > 0; }
   pid_t pid() const { return pid_; }
+  // Starts it with at most `n` open descriptors (soft and hard limit), as
+  // a host configured so would: a flood reaches the limit sooner.
+  void LimitDescriptors(uint64_t n) { nofile_ = n; }
   std::string address() const { return "unix://" + socket_; }
   const std::string &socket_path() const { return socket_; }
   const std::string &db() const { return db_; }
@@ -59,6 +62,7 @@ class Server {
   TempDir dir_;
   std::string pool_, socket_, db_, log_;
   std::vector<std::string> extra_;
+  uint64_t nofile_ = 0;
   pid_t pid_ = -1;
 };
 

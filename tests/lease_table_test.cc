@@ -23,7 +23,7 @@ TEST(LeaseTable, EmptyTableHoldsNothing) {
 
 TEST(LeaseTable, GrantedLeasesAreFoundWithWhatTheyHold) {
   LeaseTable t;
-  const uint64_t id = t.Grant(7, 42, 3);
+  const uint64_t id = t.Grant(7, 42, 3, 0);
   EXPECT_NE(id, 0u);
   const Lease *lease = t.Find(id);
   ASSERT_NE(lease, nullptr);
@@ -36,7 +36,7 @@ TEST(LeaseTable, GrantedLeasesAreFoundWithWhatTheyHold) {
 
 TEST(LeaseTable, OnlyTheHoldingSessionTakesALeaseAndOnlyOnce) {
   LeaseTable t;
-  const uint64_t id = t.Grant(7, 42, 3);
+  const uint64_t id = t.Grant(7, 42, 3, 0);
   EXPECT_FALSE(t.Take(id, 8).has_value());  // another session's
   EXPECT_FALSE(t.Take(id, 0).has_value());
   EXPECT_NE(t.Find(id), nullptr);  // still held
@@ -52,7 +52,7 @@ TEST(LeaseTable, OnlyTheHoldingSessionTakesALeaseAndOnlyOnce) {
 
 TEST(LeaseTable, SameChunkLeasedTwiceGetsTwoLeases) {
   LeaseTable t;
-  const uint64_t a = t.Grant(1, 10, 5), b = t.Grant(1, 10, 5);
+  const uint64_t a = t.Grant(1, 10, 5, 0), b = t.Grant(1, 10, 5, 0);
   EXPECT_NE(a, b);
   EXPECT_EQ(t.size(), 2u);
   ASSERT_TRUE(t.Take(a, 1).has_value());
@@ -63,7 +63,7 @@ TEST(LeaseTable, IdsNeverRepeatEvenAfterRelease) {
   LeaseTable t;
   std::set<uint64_t> ids;
   for (int i = 0; i < 10000; ++i) {
-    const uint64_t id = t.Grant(1, static_cast<uint64_t>(i), 1);
+    const uint64_t id = t.Grant(1, static_cast<uint64_t>(i), 1, 0);
     ASSERT_NE(id, 0u);
     ASSERT_TRUE(ids.insert(id).second) << "id " << id << " granted twice";
     if (i % 2) {
@@ -78,7 +78,7 @@ TEST(LeaseTable, IdsStartFarFromWrapping) {
   // could grant for centuries before reaching the top.
   for (int i = 0; i < 16; ++i) {
     LeaseTable t;
-    const uint64_t id = t.Grant(1, 1, 1);
+    const uint64_t id = t.Grant(1, 1, 1, 0);
     EXPECT_GE(id, 1u);
     EXPECT_LE(id, (UINT64_MAX >> 2) + 1);
   }
@@ -88,8 +88,8 @@ TEST(LeaseTable, TablesStartAtDifferentIds) {
   // What makes an id from before a restart name no lease after it. Two
   // equal 62-bit random draws are not a thing a test run will see.
   LeaseTable before, after;
-  const uint64_t old_id = before.Grant(1, 1, 1);
-  EXPECT_NE(after.Grant(1, 1, 1), old_id);
+  const uint64_t old_id = before.Grant(1, 1, 1, 0);
+  EXPECT_NE(after.Grant(1, 1, 1, 0), old_id);
   EXPECT_EQ(after.Find(old_id), nullptr);
   EXPECT_FALSE(after.Take(old_id, 1).has_value());
 }
@@ -100,7 +100,7 @@ TEST(LeaseTable, ExpiringASessionTakesItsRecordedIdsAndNoOthers) {
   LeaseTable t;
   std::vector<uint64_t> recorded;
   for (uint64_t i = 0; i < 300; ++i) {
-    const uint64_t id = t.Grant(i % 3, i, 1);
+    const uint64_t id = t.Grant(i % 3, i, 1, 0);
     if (i % 3 == 1) recorded.push_back(id);
   }
   for (size_t i = 0; i < recorded.size(); i += 4) ASSERT_TRUE(t.Take(recorded[i], 1).has_value());

@@ -187,6 +187,34 @@ TEST_F(QuotaTest, DirectoryQuotaStopsItsTreeOnly) {
   EXPECT_EQ(0, Store("/a/four", 8 * kUnit, root_, root_s_));
 }
 
+TEST_F(QuotaTest, RenamesCountWhatMovesWhereItLands) {
+  ASSERT_EQ(0, Mkdir("/q", root_, root_s_));
+  ASSERT_EQ(0, Mkdir("/q/in", root_, root_s_));
+  ASSERT_EQ(0, Mkdir("/free", root_, root_s_));
+  ASSERT_EQ(0, SetQuota("/q", 4 * kUnit));
+  ASSERT_EQ(0, Store("/q/small", kUnit, root_, root_s_));
+  ASSERT_EQ(0, Store("/q/in/two", 2 * kUnit, root_, root_s_));
+  ASSERT_EQ(0, Store("/free/big", 8 * kUnit, root_, root_s_));
+  ASSERT_EQ(0, Store("/free/one", kUnit, root_, root_s_));
+  auto rename = [&](const std::string &from, const std::string &to, bool exchange) {
+    auto req = With<rpc::RenameRequest>(root_s_);
+    req.mutable_from()->set_path(from);
+    req.mutable_to()->set_path(to);
+    req.set_exchange(exchange);
+    rpc::ErrorReply rep;
+    engine_->Rename(root_, req, &rep);
+    return rep.error();
+  };
+  EXPECT_EQ(EDQUOT, rename("/free/big", "/q/big", false));
+  EXPECT_EQ(EDQUOT, rename("/free/big", "/q/small", false));  // replacing 1 of the 8 units
+  EXPECT_EQ(EDQUOT, rename("/q/small", "/free/big", true));   // 8 in for 1 out
+  EXPECT_EQ(0, rename("/q/small", "/free/one", true));        // 1 for 1
+  EXPECT_EQ(0, rename("/q/in/two", "/q/two", false));         // within the tree: no change
+  EXPECT_EQ(0, rename("/free/one", "/q/small", false));       // 1 replacing 1
+  EXPECT_EQ(3 * kUnit, Quota("/q").used_bytes());
+  EXPECT_EQ(0, rename("/free/big", "/free/big2", false));
+}
+
 TEST_F(QuotaTest, ExtendAndAllocAreChecked) {
   ASSERT_EQ(0, Mkdir("/a", root_, root_s_));
   ASSERT_EQ(0, SetQuota("/a", 2 * kUnit));

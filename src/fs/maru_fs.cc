@@ -298,6 +298,13 @@ void MaruFs::SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_s
   rpc::SetAttrRequest r = SetAttrOf(ino, *attr, to_set);
   rpc::AttrReply rep;
   int rc = Call(req, &Stub::SetAttr, r, &rep);
+  // ftruncate (or futimens) of a file unlinked while open: the size is the
+  // open file's, and so is the answer, as fstat's.
+  const bool owner = to_set & (FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID);
+  if (rc == -ESTALE && fi && !owner && Handle(fi)->LastAttr(rep.mutable_attr())) {
+    rep.mutable_attr()->set_nlink(0);
+    rc = 0;
+  }
   if (rc < 0) return (void)fuse_reply_err(req, FsErrno(rc));
   struct stat st;
   ToStat(rep.attr(), &st);

@@ -15,6 +15,22 @@ namespace {
 using Stub = rpc::Meta::Stub;
 constexpr uint64_t kMinGrowth = 1 << 20;  // a writer's reservation grows by at least this
 
+// Room for `end` bytes where `have` are reserved: `ask(size)` for a step
+// ahead (doubling, at least kMinGrowth), so that a file written in small
+// pieces costs few calls; where the step does not fit and the write may
+// (ENOSPC, EDQUOT, or EFBIG: the step is larger than the pool), half the
+// step, down to just `end`. (Exactly `end` a write at a time would cost a
+// fragment each, and a chunk has at most 64.)
+template <typename Ask>
+int Grow(uint64_t have, uint64_t end, Ask &&ask) {
+  uint64_t want = std::max({end, have * 2, kMinGrowth});
+  for (;;) {
+    const int rc = ask(want);
+    if ((rc != -ENOSPC && rc != -EDQUOT && rc != -EFBIG) || want == end) return rc;
+    want = std::max(end, have + (want - have) / 2);
+  }
+}
+
 }  // namespace
 
 OpenFile::OpenFile(const FileEnv *env, uint64_t ino, Role role)
@@ -124,14 +140,20 @@ int OpenFile::NewVersion(const rpc::Caller &caller, uint64_t keep) {
   if (moved) {
     old = MovePublished();
   } else if (keep > 0) {
-    if (int rc = OpenCurrent(caller, &old); rc < 0) return rc;
+    if (int rc = OpenCurrent(&old); rc < 0) return rc;
   }
   const uint64_t kept = old ? std::min(keep, old->size_) : 0;
   rpc::ChunkReply rep;
-  if (int rc = CreateVersion(caller, kept, &rep); rc < 0) {
+  int rc = CreateVersion(caller, kept, &rep);
+  // The file is gone (unlinked since it was sealed): this writer goes on
+  // in a version of its own, under no name.
+  const bool gone = (rc == -ESTALE || rc == -ENOENT) && sealed_;
+  if (gone) rc = AllocVersion(caller, kept, &rep);
+  if (rc < 0) {
     if (moved) std::swap(lease_, old->lease_);  // still the sealed version: read on under it
     return rc;
   }
+  detached_ = gone;
   ReleaseLease();  // the sealed version nothing is kept of
   gen_ = rep.attr().gen();
   attr_ = rep.attr();
@@ -152,6 +174,34 @@ int OpenFile::CreateVersion(const rpc::Caller &caller, uint64_t size, rpc::Chunk
   return env_->client->Call(&Stub::Create, r, rep, &caller);
 }
 
+int OpenFile::AllocVersion(const rpc::Caller &caller, uint64_t size, rpc::ChunkReply *rep) {
+  rpc::AllocRequest r;
+  r.set_size(std::max<uint64_t>(size, 1));
+  // Charged to the caller (asserted), as a create in its name would be.
+  int rc = env_->client->Call(&Stub::Alloc, r, rep, &caller);
+  if (rc == 0) rep->mutable_attr()->set_ino(ino_);  // an allocation names no file
+  return rc;
+}
+
+int OpenFile::GrowDetached(const rpc::Caller &caller, uint64_t end) {
+  rpc::ChunkReply rep;
+  int rc =
+      Grow(map_.length(), end, [&](uint64_t size) { return AllocVersion(caller, size, &rep); });
+  if (rc < 0) return rc;
+  OpenFile old(env_, ino_, Role::kReader);  // the bytes so far, given back after the copy
+  old.map_ = std::move(map_);
+  old.size_ = size_;
+  const uint64_t old_gen = gen_;
+  gen_ = rep.attr().gen();
+  if (int err = MapOf(rep); err < 0) return err;
+  CopyFrom(old, old.size_);
+  rpc::HandleRequest abort;  // an allocation under no name: only aborting frees it
+  abort.set_gen(old_gen);
+  rpc::ErrorReply ignored;
+  env_->client->Call(&Stub::Abort, abort, &ignored, &caller_);
+  return 0;
+}
+
 std::shared_ptr<OpenFile> OpenFile::MovePublished() {
   auto old = std::make_shared<OpenFile>(env_, ino_, Role::kReader);
   old->map_ = map_;
@@ -161,9 +211,12 @@ std::shared_ptr<OpenFile> OpenFile::MovePublished() {
   return old;
 }
 
-int OpenFile::OpenCurrent(const rpc::Caller &caller, std::shared_ptr<OpenFile> *old) {
+int OpenFile::OpenCurrent(std::shared_ptr<OpenFile> *old) {
   auto current = std::make_shared<OpenFile>(env_, ino_, Role::kReader);
-  int rc = current->OpenSealed(caller);
+  // Read by the mount itself, not by the caller: writing needs write
+  // permission only (the server checks it at the create that follows, and
+  // nothing is copied unless that succeeds), as on a local filesystem.
+  int rc = current->OpenSealed(rpc::Caller());
   if (rc == -ENOENT) return 0;  // no sealed version: nothing to keep
   if (rc < 0) return rc;
   *old = std::move(current);
@@ -190,18 +243,19 @@ void OpenFile::Zero(uint64_t off, uint64_t len) {
 
 int OpenFile::Reserve(const CallerFn &caller, uint64_t end) {
   if (end <= map_.length()) return 0;
-  // Grow geometrically: a file written in small pieces costs few RPCs.
-  uint64_t want = std::max({end, map_.length() * 2, kMinGrowth});
+  if (detached_) return GrowDetached(caller(), end);
   rpc::ExtendRequest r;
   r.set_ino(ino_);
   r.set_gen(gen_);
-  r.set_size(want);
   rpc::ChunkReply rep;
   const rpc::Caller who = caller();
-  int rc = env_->client->Call(&Stub::Extend, r, &rep, &who);
-  if (rc == -ENOSPC && want > end) {  // all that is left may still do
-    r.set_size(end);
-    rc = env_->client->Call(&Stub::Extend, r, &rep, &who);
+  int rc = Grow(map_.length(), end, [&](uint64_t size) {
+    r.set_size(size);
+    return env_->client->Call(&Stub::Extend, r, &rep, &who);
+  });
+  if (rc == -ENOENT) {  // removed while written: on under no name
+    detached_ = true;
+    return GrowDetached(who, end);
   }
   if (rc < 0) return rc;
   return MapOf(rep);
@@ -240,6 +294,9 @@ int OpenFile::Truncate(const CallerFn &caller, uint64_t size) {
 int OpenFile::Publish() {
   if (!writer()) return 0;
   std::lock_guard<std::mutex> lock(mu_);
+  // A file that is gone has no name to publish under: its bytes stay this
+  // writer's until the last close.
+  if (detached_) return 0;
   return PublishedLocked() ? 0 : Seal();
 }
 
@@ -254,6 +311,7 @@ int OpenFile::Seal() {
   r.set_gen(gen_);
   r.set_size(size_);
   r.set_keep_lease(true);
+  r.set_keep_if_removed(true);
   if (env_->checksum != ChecksumKind::kNone) {
     // Checksummed where it lies, piece by piece if it is fragmented.
     ChecksumStream sum(env_->checksum);
@@ -265,6 +323,10 @@ int OpenFile::Seal() {
   }
   rpc::ChunkReply rep;
   int rc = env_->client->Call(&Stub::Seal, r, &rep, &caller_);
+  if (rc == -ENOENT) {  // removed while written: kept, the writer's alone
+    detached_ = true;
+    return 0;
+  }
   if (rc < 0) return rc;
   sealed_ = true;
   dirty_ = false;

@@ -13,6 +13,12 @@
 //                         content, as a rewrite of a sealed file does
 //   last reference gone   a version never sealed is aborted; the lease or
 //                         the reservation is given back
+//   file removed          (unlinked or replaced by another, anywhere) the
+//                         writer goes on in a version of its own under no
+//                         name (an allocation, grown by copying), which is
+//                         never sealed and goes at the last close: the
+//                         temp-file pattern (create, unlink, write, fsync,
+//                         ftruncate) works as on a local filesystem
 //
 // Processes on this mount that read a file while it is written follow its
 // writer (one kernel inode, one file, as on a local filesystem): they read
@@ -132,10 +138,14 @@ class OpenFile {
   int NewVersion(const rpc::Caller &caller, uint64_t keep);  // StartVersion, locked
   // Asks the server for a new version with room for `size` bytes.
   int CreateVersion(const rpc::Caller &caller, uint64_t size, rpc::ChunkReply *rep);
+  // A version under no name of `size` bytes, for a writer whose file is gone.
+  int AllocVersion(const rpc::Caller &caller, uint64_t size, rpc::ChunkReply *rep);
+  // Moves a detached writer's bytes into an allocation with room for `end`.
+  int GrowDetached(const rpc::Caller &caller, uint64_t end);
   // The current content a new version keeps: the version this writer
   // published (its lease moves along), or else the server's sealed one.
   std::shared_ptr<OpenFile> MovePublished();
-  int OpenCurrent(const rpc::Caller &caller, std::shared_ptr<OpenFile> *old);
+  int OpenCurrent(std::shared_ptr<OpenFile> *old);
   int Reserve(const CallerFn &caller, uint64_t end);
   int Seal();
   void ReleaseLease();
@@ -154,6 +164,7 @@ class OpenFile {
   uint64_t lease_ = 0;            // MetaClient lease handle once there is one, else 0
   MetaClient::LeaseWatch watch_;  // readers: lease_, checked without a lock
   bool sealed_ = false;           // writers: published by a Publish
+  bool detached_ = false;         // writers: the file is gone; gen_ is an allocation
   bool dirty_ = false;            // writers: written since the last Publish
   rpc::Caller caller_;            // writers: who started the version, for the seal
   rpc::Attr attr_;                // as the server last replied; ino 0 until then

@@ -26,6 +26,7 @@ struct Limits {
   uint32_t reservations_per_session = 4096;  // unsealed writes, and apart from
                                              // them lease-free allocations (EMFILE)
   uint32_t pins_per_session = 65536;         // pins it set (EMFILE)
+  uint32_t sessions_per_uid = 1024;          // sessions one uid other than root holds (EMFILE)
 };
 
 // E2BIG when a call names more than `keys_per_call` keys.

@@ -54,7 +54,7 @@ void MetaEngine::AssignIndexRegion(const Caller &c, Session *s, rpc::OpenSession
   // slots than that, and an open by message counts the filled ones.
   const uint32_t max = options_.limits.leases_per_session;
   const uint32_t limit = s->uid == 0 || max == 0 ? index_->slots_per_region() : max;
-  LeaseSlots::Assigned a = index_->AssignRegion(s->id, limit);
+  LeaseSlots::Assigned a = index_->AssignRegion(s->id, s->uid, limit);
   rep->set_index_path(index_->path());
   rep->set_index_instance(index_->instance());
   rep->set_index_region(a.region);

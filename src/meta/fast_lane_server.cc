@@ -1,5 +1,7 @@
 #include "meta/fast_lane_server.h"
 
+#include <algorithm>
+
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -14,8 +16,12 @@
 
 namespace maru {
 
-FastLaneServer::FastLaneServer(std::string path, MetaEngine *engine, IdentityPolicy policy)
-    : path_(std::move(path)), engine_(engine), policy_(policy) {
+FastLaneServer::FastLaneServer(std::string path, MetaEngine *engine, IdentityPolicy policy,
+                               size_t max_connections)
+    : path_(std::move(path)),
+      max_connections_(std::min(max_connections, kMaxConnections)),
+      engine_(engine),
+      policy_(policy) {
   // Counted with the same operations over gRPC.
 #define MARU_FAST_OP(Code, Name, Req, Rep) \
   slots_[fastlane::k##Name] = engine_->op_stats().Register(#Name);
@@ -69,7 +75,7 @@ void FastLaneServer::Accept(int fd) {
   }
   // Each connection holds a thread; a client opening sockets in a loop must
   // not exhaust the server. Clients fall back to gRPC when refused.
-  if (connections_.size() >= kMaxConnections) {
+  if (connections_.size() >= max_connections_) {
     LOG_WARN("fast lane: %zu connections open, refusing one from pid %d", connections_.size(),
              peer->pid);
     close(fd);

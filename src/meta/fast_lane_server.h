@@ -21,7 +21,10 @@ struct FastLaneFuzzer;
 
 class FastLaneServer {
  public:
-  FastLaneServer(std::string path, MetaEngine *engine, IdentityPolicy policy);
+  // At most `max_connections` connections at once (past them, new ones are
+  // refused and clients use gRPC), and never more than kMaxConnections.
+  FastLaneServer(std::string path, MetaEngine *engine, IdentityPolicy policy,
+                 size_t max_connections = kMaxConnections);
   ~FastLaneServer();
 
   Status Bind();
@@ -52,6 +55,7 @@ class FastLaneServer {
               const std::string &in, std::string *out, int *error);
 
   std::string path_;
+  size_t max_connections_;
   MetaEngine *engine_;
   IdentityPolicy policy_;
   int slots_[fastlane::kOpLimit] = {};  // op -> OpStats slot

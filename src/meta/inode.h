@@ -30,8 +30,13 @@ struct Version {
   uint64_t writer_session = 0;  // reservations only
   uint64_t request_id = 0;      // reservations only
   int64_t created_ns = 0;
-  uint32_t parts = 0;      // layer-wise: written in this many equal parts (0, 1: one)
-  uint32_t published = 0;  // reservations only: parts published so far (not persisted)
+  // Layer-wise: written in this many equal parts (0, 1: one; at most
+  // PartTable::kMaxParts, so 16 bits: an inode holds a Version inline).
+  uint16_t parts = 0;
+  uint16_t published = 0;  // reservations only: parts published so far (not persisted)
+  // Reservations only: whose quota the space counts for if its file goes
+  // while it is written (the caller who made it, whom maru-fuse asserts).
+  uint32_t charged_uid = 0;
 };
 
 // An optional value kept on the heap: one pointer where it is absent,

@@ -44,7 +44,7 @@ Status MetaEngine::OpenPartialPending(const Caller &c, Session *s, Inode *inode,
   if (!MayAccess(*inode, c, kMayRead)) return Status::Error(EACCES);
   if (int err = CheckLeaseCount(*s)) return Status::Error(err, "too many leases in this session");
   const Version &v = *inode->pending;
-  const uint64_t lease = leases_.Grant(s->id, inode->ino, v.gen);
+  const uint64_t lease = leases_.Grant(s->id, inode->ino, v.gen, c.uid);
   s->leases.insert(lease);
   space_.Ref(v.gen);
   parts_.LeaseGranted(lease, v.gen);
@@ -65,7 +65,7 @@ void MetaEngine::PublishPart(const Caller &c, const rpc::PartRequest &req, rpc::
     if (req.upto() >= std::max<uint32_t>(v.parts, 1)) return Status::Error(EINVAL, "no such part");
     // Monotonic: publishing a published part again changes nothing.
     if (req.upto() >= v.published) {
-      v.published = req.upto() + 1;
+      v.published = static_cast<uint16_t>(req.upto() + 1);  // below parts
       parts_.Published(v.gen);
     }
     rep->set_published(v.published);

@@ -8,33 +8,44 @@
 
 namespace maru {
 
-LeaseSlots::LeaseSlots(void *base, const index::Header *header) : base_(base), header_(header) {
-  for (uint32_t r = header->regions; r > 0; --r) free_.push_back(r - 1);
+LeaseSlots::LeaseSlots(void *base, const index::Layout &layout) : base_(base), layout_(layout) {
+  for (uint32_t r = layout.regions; r > 0; --r) free_.push_back(r - 1);
 }
 
+// Every slot and note, not only as far as the client's `used` and head
+// say: a former owner may have written past them, and its notes may carry
+// any stamp (a forged one far ahead made the next owner's reads look old,
+// so that eviction ignored them).
 void LeaseSlots::Clear(index::Region *r) {
   r->owner.store(0, std::memory_order_seq_cst);
   r->limit.store(0, std::memory_order_relaxed);
-  const uint64_t used = std::min<uint64_t>(r->used.load(), header_->slots_per_region);
-  for (uint64_t i = 0; i < used; ++i) r->slots[i].store(0, std::memory_order_relaxed);
+  for (uint64_t i = 0; i < layout_.slots_per_region; ++i)
+    r->slots[i].store(0, std::memory_order_relaxed);
+  index::ReadNote *ring = index::Ring(r);
+  for (uint32_t i = 0; i < index::kRingSize; ++i) {
+    ring[i].stamp_ns.store(0, std::memory_order_relaxed);
+    ring[i].pos.store(0, std::memory_order_relaxed);
+    ring[i].gen.store(0, std::memory_order_relaxed);
+  }
   r->used.store(0, std::memory_order_seq_cst);
   r->reads_head.store(0);
 }
 
-LeaseSlots::Assigned LeaseSlots::Assign(uint64_t session, uint32_t limit) {
+LeaseSlots::Assigned LeaseSlots::Assign(uint64_t session, uint32_t uid, uint32_t limit) {
   uint32_t region;
   if (auto it = by_session_.find(session); it != by_session_.end()) {
     region = it->second.region;
   } else {
-    if (free_.empty()) return {};
+    // Root's sessions (maru-fuse, agents) are few and not capped.
+    if (free_.empty() || (uid != 0 && max_per_uid_ && per_uid_[uid] >= max_per_uid_)) return {};
     region = free_.back();
     free_.pop_back();
+    ++per_uid_[uid];
   }
-  limit = std::min(limit, header_->slots_per_region);
-  by_session_[session] = Assignment{region, limit};
-  index::Region *r = index::RegionAt(base_, *header_, region);
+  limit = std::min(limit, layout_.slots_per_region);
+  by_session_[session] = Assignment{region, limit, uid};
+  index::Region *r = At(region);
   Clear(r);
-  // Notes a former owner left in the ring are older than this.
   drained_[region] = Drained{0, static_cast<uint64_t>(MonotonicNs())};
   r->limit.store(limit, std::memory_order_seq_cst);  // before the owner: the client reads it after
   // A random token, not the session id: every member of the pool's group
@@ -50,9 +61,11 @@ void LeaseSlots::Drop(uint64_t session) {
   auto it = by_session_.find(session);
   if (it == by_session_.end()) return;
   const uint32_t region = it->second.region;
-  Clear(index::RegionAt(base_, *header_, region));
+  Clear(At(region));
   drained_.erase(region);
   free_.push_back(region);
+  if (auto u = per_uid_.find(it->second.uid); u != per_uid_.end() && --u->second == 0)
+    per_uid_.erase(u);
   by_session_.erase(it);
 }
 
@@ -65,7 +78,7 @@ uint64_t LeaseSlots::Scanned(const Assignment &a, const index::Region *r) const 
 bool LeaseSlots::Holds(uint64_t gen) const {
   std::atomic_thread_fence(std::memory_order_seq_cst);
   for (const auto &[session, a] : by_session_) {
-    const index::Region *r = index::RegionAt(base_, *header_, a.region);
+    const index::Region *r = At(a.region);
     const uint64_t scanned = Scanned(a, r);
     for (uint64_t i = 0; i < scanned; ++i)
       if (r->slots[i].load(std::memory_order_relaxed) == gen) return true;
@@ -73,10 +86,25 @@ bool LeaseSlots::Holds(uint64_t gen) const {
   return false;
 }
 
+std::vector<uint32_t> LeaseSlots::HoldersOf(uint64_t gen) const {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  std::vector<uint32_t> uids;
+  for (const auto &[session, a] : by_session_) {
+    const index::Region *r = At(a.region);
+    const uint64_t scanned = Scanned(a, r);
+    for (uint64_t i = 0; i < scanned; ++i)
+      if (r->slots[i].load(std::memory_order_relaxed) == gen) {
+        uids.push_back(a.uid);
+        break;
+      }
+  }
+  return uids;
+}
+
 size_t LeaseSlots::Held(uint64_t session) const {
   auto it = by_session_.find(session);
   if (it == by_session_.end()) return 0;
-  const index::Region *r = index::RegionAt(base_, *header_, it->second.region);
+  const index::Region *r = At(it->second.region);
   const uint64_t scanned = Scanned(it->second, r);
   size_t held = 0;
   for (uint64_t i = 0; i < scanned; ++i) held += r->slots[i].load(std::memory_order_relaxed) != 0;
@@ -85,9 +113,10 @@ size_t LeaseSlots::Held(uint64_t session) const {
 
 std::vector<LeaseSlots::Read> LeaseSlots::DrainReads() {
   std::vector<Read> reads;
+  const uint64_t now = static_cast<uint64_t>(MonotonicNs());
   for (const auto &[session, a] : by_session_) {
     const uint32_t region = a.region;
-    index::Region *r = index::RegionAt(base_, *header_, region);
+    index::Region *r = At(region);
     const index::ReadNote *ring = index::Ring(r);
     // The head is the client's word: at most one ring's worth is read.
     const uint64_t head = r->reads_head.load(std::memory_order_acquire);
@@ -103,6 +132,7 @@ std::vector<LeaseSlots::Read> LeaseSlots::DrainReads() {
       const index::ReadNote &n = ring[at % index::kRingSize];
       const uint64_t stamp = n.stamp_ns.load(std::memory_order_acquire);
       if (stamp <= d.stamp_ns) continue;  // taken already, or not written yet
+      if (stamp > now) continue;          // no read happens later than now: a forged stamp
       reads.push_back(
           {stamp, n.pos.load(std::memory_order_relaxed), n.gen.load(std::memory_order_relaxed)});
       newest = std::max(newest, stamp);

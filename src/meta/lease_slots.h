@@ -19,19 +19,25 @@ namespace maru {
 
 class LeaseSlots {
  public:
-  LeaseSlots(void *base, const index::Header *header);
+  // `layout` is the server's own copy: nothing is read from the header.
+  LeaseSlots(void *base, const index::Layout &layout);
 
   struct Assigned {
     uint32_t region = 0;  // 1-based; 0: none free (the client leases by message)
     uint64_t token = 0;   // written as the region's owner while the session lives
   };
-  // A region for `session` (the same one again if it has one), emptied, of
-  // which the first `limit` slots hold leases (at most slots_per_region).
-  Assigned Assign(uint64_t session, uint32_t limit);
+  // A region for `session` of `uid` (the same one again if it has one),
+  // emptied, of which the first `limit` slots hold leases (at most
+  // slots_per_region). None when `uid` (not root) holds max_per_uid already.
+  Assigned Assign(uint64_t session, uint32_t uid, uint32_t limit);
+  // Regions one uid other than root may hold at once (0: no limit).
+  void set_max_per_uid(uint32_t max) { max_per_uid_ = max; }
   // Empties the session's region and frees it: its leases end with it.
   void Drop(uint64_t session);
   // True if any assigned region holds `gen` in a slot within its limit.
   bool Holds(uint64_t gen) const;
+  // The uids of the sessions whose slots hold `gen` now.
+  std::vector<uint32_t> HoldersOf(uint64_t gen) const;
   // The leases `session` holds in its slots now (0 without a region).
   size_t Held(uint64_t session) const;
   size_t assigned() const { return by_session_.size(); }
@@ -46,6 +52,7 @@ class LeaseSlots {
   struct Assignment {
     uint32_t region;  // 0-based
     uint32_t limit;   // the slots honoured: the client's `limit` word is only its copy
+    uint32_t uid;     // whose session it is
   };
   // Ring places read again at each drain: the blocks of a few threads
   // that were taken before the last drain and written after it.
@@ -54,8 +61,10 @@ class LeaseSlots {
   // The slots of `a` that the server reads: a client's `used` word, capped.
   uint64_t Scanned(const Assignment &a, const index::Region *r) const;
 
+  index::Region *At(uint32_t region) const { return index::RegionAt(base_, layout_, region); }
+
   void *base_;
-  const index::Header *header_;
+  const index::Layout layout_;
   std::unordered_map<uint64_t, Assignment> by_session_;
   struct Drained {
     uint64_t from = 0;      // the ring places read up to
@@ -63,6 +72,8 @@ class LeaseSlots {
   };
   std::unordered_map<uint32_t, Drained> drained_;  // region -> what was taken from its ring
   std::vector<uint32_t> free_;
+  std::unordered_map<uint32_t, uint32_t> per_uid_;  // uid -> regions it holds
+  uint32_t max_per_uid_ = 0;
 };
 
 }  // namespace maru

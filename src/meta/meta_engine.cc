@@ -63,7 +63,9 @@ uint64_t RandomSessionId() {
 }  // namespace
 
 MetaEngine::MetaEngine(const EngineOptions &options)
-    : options_(options), grant_key_(NewGrantKey()) {}
+    : options_(options), grant_key_(NewGrantKey()) {
+  space_.set_on_free([this](uint64_t gen) { quotas_.DropReads(gen); });
+}
 MetaEngine::~MetaEngine() = default;
 
 Result<std::unique_ptr<MetaEngine>> MetaEngine::Open(const EngineOptions &options) {
@@ -180,6 +182,8 @@ void MetaEngine::FillChunk(const Inode &inode, const Version &v, uint64_t lease,
 Result<Inode *> MetaEngine::MakeDirectory(Txn &txn, Inode *dir, const std::string &name,
                                           uint32_t mode, const Caller &c) {
   if (!MayAccess(*dir, c, kMayWrite | kMayExec)) return Status::Error(EACCES);
+  if (tree_.Depth(*dir) >= kMaxDepth)
+    return Status::Error(ENAMETOOLONG, "directories nest at most 2047 deep");
   auto inode = std::make_unique<Inode>();
   inode->ino = NextIno(txn);
   inode->mode = S_IFDIR | (mode & 07777);
@@ -205,6 +209,25 @@ void MetaEngine::TouchDir(Txn &txn, Inode *dir) {
   txn.Dirty(dir);
 }
 
+// What still reads `v` once it is retired counts for the uids that hold it
+// (QuotaTable::HoldRead) until they let go: removing a file one reads no
+// longer takes its space out of every quota.
+void MetaEngine::RetireVersion(Txn &txn, const Version &v, uint64_t ino, bool writing) {
+  space_.Retire(v.gen, v.extents, &txn.batch, writing ? &v : nullptr, ino);
+  auto kept = space_.retired().find(v.gen);
+  if (kept == space_.retired().end()) return;
+  const uint64_t bytes = TotalLength(kept->second);
+  for (uint32_t uid : leases_.Holders(v.gen)) quotas_.HoldRead(v.gen, uid, bytes);
+  if (index_)
+    for (uint32_t uid : index_->SlotHolders(v.gen)) quotas_.HoldRead(v.gen, uid, bytes);
+}
+
+void MetaEngine::LeaseEnded(Txn &txn, uint64_t id, const Lease &lease) {
+  parts_.LeaseGone(id);
+  if (!leases_.Held(lease.gen, lease.uid)) quotas_.UnholdRead(lease.gen, lease.uid);
+  UnrefGen(txn, lease.gen);
+}
+
 void MetaEngine::UnrefGen(Txn &txn, uint64_t gen) {
   quotas_.Unhold(gen);  // a writer letting go of space it held under no name
   space_.Unref(gen, &txn.batch);
@@ -219,33 +242,44 @@ void MetaEngine::RemoveFile(Txn &txn, Inode *inode) {
   evictor_->Removed(*inode);
   quotas_.Forget(inode->ino);
   if (inode->pinned) --pins_;
-  if (inode->current) {
-    space_.Retire(inode->current->gen, inode->current->extents, &txn.batch, nullptr, inode->ino);
-  }
+  if (inode->current) RetireVersion(txn, *inode->current, inode->ino, false);
   if (inode->pending) {
     if (Session *s = sessions_.Find(inode->pending->writer_session)) {
       s->reservations.erase(inode->ino);
       s->orphan_gens.insert(inode->pending->gen);
-      quotas_.Hold(inode->pending->gen, s->uid, TotalLength(inode->pending->extents));
+      quotas_.Hold(inode->pending->gen, inode->pending->charged_uid,
+                   TotalLength(inode->pending->extents));
     }
     reserved_bytes_ -= TotalLength(inode->pending->extents);
     parts_.Ended(inode->pending->gen, PartTable::State::kAborted);
-    space_.Retire(inode->pending->gen, inode->pending->extents, &txn.batch, &*inode->pending,
-                  inode->ino);
+    RetireVersion(txn, *inode->pending, inode->ino, true);
   }
   txn.Deleted(inode->ino);
   tree_.Release(inode->ino);
 }
 
-void MetaEngine::RemoveTree(Txn &txn, Inode *inode) {
-  if (!inode->is_dir()) return RemoveFile(txn, inode);
-  std::vector<uint64_t> children;
-  for (const auto &[name, ino] : inode->children) children.push_back(ino);
-  for (uint64_t ino : children)
-    if (Inode *child = tree_.Find(ino)) RemoveTree(txn, child);
-  tree_.Unlink(inode);
-  txn.Deleted(inode->ino);
-  tree_.Release(inode->ino);
+// Children before their directory, on a stack of its own: the depth is
+// the users' to choose.
+void MetaEngine::RemoveTree(Txn &txn, Inode *top) {
+  std::vector<std::pair<uint64_t, bool>> todo{{top->ino, false}};  // (ino, children done)
+  while (!todo.empty()) {
+    auto [ino, expanded] = todo.back();
+    Inode *inode = tree_.Find(ino);
+    if (!inode) {
+      todo.pop_back();
+    } else if (!inode->is_dir()) {
+      todo.pop_back();
+      RemoveFile(txn, inode);
+    } else if (!expanded) {
+      todo.back().second = true;
+      for (const auto &[name, child] : inode->children) todo.emplace_back(child, false);
+    } else {
+      todo.pop_back();
+      tree_.Unlink(inode);
+      txn.Deleted(inode->ino);
+      tree_.Release(inode->ino);
+    }
+  }
 }
 
 // Ends a reservation without publishing it. A file that never had a sealed
@@ -257,7 +291,7 @@ void MetaEngine::DropPending(Txn &txn, Inode *inode, bool keep_inode_record) {
   quotas_.Update(*inode);
   if (Session *s = sessions_.Find(v.writer_session)) s->reservations.erase(inode->ino);
   UnrefGen(txn, v.gen);
-  space_.Retire(v.gen, v.extents, &txn.batch, nullptr, inode->ino);
+  RetireVersion(txn, v, inode->ino, false);
   parts_.Ended(v.gen, PartTable::State::kAborted);
   if (inode->current || keep_inode_record) {
     txn.Dirty(inode);
@@ -276,10 +310,7 @@ void MetaEngine::ExpireSession(Txn &txn, uint64_t id) {
   Session *s = sessions_.Find(id);
   if (!s) return;
   for (uint64_t lease_id : s->leases)
-    if (std::optional<Lease> lease = leases_.Take(lease_id, id)) {
-      parts_.LeaseGone(lease_id);
-      UnrefGen(txn, lease->gen);
-    }
+    if (std::optional<Lease> lease = leases_.Take(lease_id, id)) LeaseEnded(txn, lease_id, *lease);
   for (uint64_t ino : std::vector<uint64_t>(s->reservations.begin(), s->reservations.end())) {
     Inode *inode = tree_.Find(ino);
     if (inode && inode->pending && inode->pending->writer_session == id)
@@ -331,11 +362,16 @@ void MetaEngine::OpenSession(const Caller &c, const rpc::OpenSessionRequest &req
   // Any other id is the server's to choose: a client that could pick one
   // could take an id another uid will be told to resume.
   if (s && (s->uid != c.uid || !s->orphaned)) s = nullptr;
+  // Every session costs the server memory and every lease it may take:
+  // one uid other than root holds a bounded number (root's are maru-fuse's
+  // and the agents').
+  const uint32_t max = options_.limits.sessions_per_uid;
+  if (!s && c.uid != 0 && max && sessions_.CountOf(c.uid) >= max) return rep->set_error(EMFILE);
   Txn txn(this);
   if (!s) {
     do id = RandomSessionId();
     while (sessions_.Find(id));
-    s = sessions_.Create(id);
+    s = sessions_.Create(id, c.uid);
     s->since_ns = RealtimeNs();
   } else {
     rep->set_resumed(true);
@@ -345,7 +381,6 @@ void MetaEngine::OpenSession(const Caller &c, const rpc::OpenSessionRequest &req
   s->hostname = req.hostname();
   s->instance = req.instance();
   s->pid = req.pid() ? req.pid() : c.pid;
-  s->uid = c.uid;
   s->last_seen_ns = MonotonicNs();
   RenewHeldLeases(c, req, s, rep);
   txn.Commit();
@@ -364,9 +399,11 @@ void MetaEngine::RenewHeldLeases(const Caller &c, const rpc::OpenSessionRequest 
   for (const rpc::HeldLease &held : req.held()) {
     if (!MayRenew(c, held, rep->resumed())) continue;
     if (CheckLeaseCount(*s)) break;
-    uint64_t lease = leases_.Grant(s->id, held.ino(), held.gen());
+    uint64_t lease = leases_.Grant(s->id, held.ino(), held.gen(), c.uid);
     s->leases.insert(lease);
     space_.Ref(held.gen());
+    if (auto kept = space_.retired().find(held.gen()); kept != space_.retired().end())
+      quotas_.HoldRead(held.gen(), c.uid, TotalLength(kept->second));
     ToWire(RenewedLease{held.lease(), lease, held.gen()}, rep->add_renewed());
   }
 }
@@ -466,28 +503,47 @@ void MetaEngine::Unlink(const Caller &c, const rpc::RefRequest &req, rpc::ErrorR
   RunOp(c, req, rep, [&](Txn &txn, Session *) { return RemoveEntry(txn, c, req.ref(), false); });
 }
 
+// Whether `c` may rename `src` as `req` asks (`dst`: what the target
+// names now); every refusal comes before anything moves.
+Status MetaEngine::MayRename(const Caller &c, const rpc::RenameRequest &req,
+                             const NamespaceTree::ParentAndName &from,
+                             const NamespaceTree::ParentAndName &to, const Inode &src,
+                             const Inode *dst) const {
+  if (!MayAccess(*from.dir, c, kMayWrite | kMayExec) ||
+      !MayAccess(*to.dir, c, kMayWrite | kMayExec))
+    return Status::Error(EACCES);
+  if (!StickyAllows(*from.dir, src, c)) return Status::Error(EPERM);
+  if (src.is_dir() && tree_.IsAncestor(src, *to.dir)) return Status::Error(EINVAL);
+  if (dst == &src) return Status::Ok();  // nothing to do
+  if (dst) {
+    if (req.noreplace()) return Status::Error(EEXIST);
+    if (!StickyAllows(*to.dir, *dst, c)) return Status::Error(EPERM);
+  }
+  if (req.exchange()) {
+    if (!dst) return Status::Error(ENOENT);
+    if (dst->is_dir() && tree_.IsAncestor(*dst, *from.dir)) return Status::Error(EINVAL);
+  } else if (dst) {
+    if (src.is_dir() && !dst->is_dir()) return Status::Error(ENOTDIR);
+    if (!src.is_dir() && dst->is_dir()) return Status::Error(EISDIR);
+    if (dst->is_dir() && !dst->children.empty()) return Status::Error(ENOTEMPTY);
+  }
+  if (!FitsDepth(src, *to.dir) || (req.exchange() && !FitsDepth(*dst, *from.dir)))
+    return Status::Error(ENAMETOOLONG, "directories nest at most 2047 deep");
+  return quotas_.MayMove(src, *from.dir, *to.dir, dst, req.exchange());
+}
+
 void MetaEngine::Rename(const Caller &c, const rpc::RenameRequest &req, rpc::ErrorReply *rep) {
-  RunOp(c, req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
+  RunOp(c, req, rep, [&](Txn &txn, Session *) -> Status {
     Result<NamespaceTree::ParentAndName> from = tree_.ResolveParent(req.from(), c);
     if (!from.ok()) return from.status().errnum() == EEXIST ? Status::Error(EBUSY) : from.status();
     Result<NamespaceTree::ParentAndName> to = tree_.ResolveParent(req.to(), c);
     if (!to.ok()) return to.status().errnum() == EEXIST ? Status::Error(EBUSY) : to.status();
     Inode *src = tree_.Child(*from->dir, from->name);
     if (!src) return Status::Error(ENOENT);
-    if (!MayAccess(*from->dir, c, kMayWrite | kMayExec) ||
-        !MayAccess(*to->dir, c, kMayWrite | kMayExec))
-      return Status::Error(EACCES);
-    if (!StickyAllows(*from->dir, *src, c)) return Status::Error(EPERM);
-    if (src->is_dir() && tree_.IsAncestor(*src, *to->dir)) return Status::Error(EINVAL);
     Inode *dst = tree_.Child(*to->dir, to->name);
+    MARU_RETURN_IF_ERROR(MayRename(c, req, *from, *to, *src, dst));
     if (dst == src) return Status::Ok();
-    if (dst) {
-      if (req.noreplace()) return Status::Error(EEXIST);
-      if (!StickyAllows(*to->dir, *dst, c)) return Status::Error(EPERM);
-    }
     if (req.exchange()) {
-      if (!dst) return Status::Error(ENOENT);
-      if (dst->is_dir() && tree_.IsAncestor(*dst, *from->dir)) return Status::Error(EINVAL);
       tree_.Unlink(src);
       tree_.Unlink(dst);
       tree_.Link(to->dir, src, to->name);
@@ -496,12 +552,7 @@ void MetaEngine::Rename(const Caller &c, const rpc::RenameRequest &req, rpc::Err
       txn.Dirty(src);
       txn.Dirty(dst);
     } else {
-      if (dst) {
-        if (src->is_dir() && !dst->is_dir()) return Status::Error(ENOTDIR);
-        if (!src->is_dir() && dst->is_dir()) return Status::Error(EISDIR);
-        if (dst->is_dir() && !dst->children.empty()) return Status::Error(ENOTEMPTY);
-        RemoveTree(txn, dst);
-      }
+      if (dst) RemoveTree(txn, dst);
       tree_.Unlink(src);
       tree_.Link(to->dir, src, to->name);
       src->ctime_ns = RealtimeNs();
@@ -512,6 +563,11 @@ void MetaEngine::Rename(const Caller &c, const rpc::RenameRequest &req, rpc::Err
     TouchDir(txn, to->dir);
     return Status::Ok();
   });
+}
+
+bool MetaEngine::FitsDepth(const Inode &moved, const Inode &into) const {
+  if (!moved.is_dir()) return true;
+  return tree_.Depth(into) + 1 + tree_.Height(moved) <= kMaxDepth;
 }
 
 void MetaEngine::Readdir(const Caller &c, const rpc::ReaddirRequest &req, rpc::ReaddirReply *rep) {
@@ -663,17 +719,18 @@ Inode *MetaEngine::NewFile(Txn &txn, const Caller &c, const NamespaceTree::Paren
 }
 
 // Makes `extents` the reservation `session` writes into `inode`.
-void MetaEngine::Reserve(Txn &txn, Session *session, const rpc::CreateRequest &req, Inode *inode,
-                         ExtentList extents, int64_t now) {
+void MetaEngine::Reserve(Txn &txn, Session *session, const Caller &c, const rpc::CreateRequest &req,
+                         Inode *inode, ExtentList extents, int64_t now) {
   Version v;
   v.gen = NextGen(txn);
   v.size = req.size();
   v.extents = std::move(extents);
   v.writer_session = session->id;
   v.writer_uid = session->uid;
+  v.charged_uid = c.uid;
   v.request_id = req.request_id();
   v.created_ns = now;
-  v.parts = req.parts() > 1 ? req.parts() : 0;
+  v.parts = static_cast<uint16_t>(req.parts() > 1 ? req.parts() : 0);  // CheckParts: <= 4096
   space_.Ref(v.gen);
   reserved_bytes_ += TotalLength(v.extents);
   session->reservations.insert(inode->ino);
@@ -734,7 +791,7 @@ MetaEngine::TxnOp MetaEngine::CreateOp(const Caller &c, const rpc::CreateRequest
     else
       DropSetIdOnWrite(inode, c);  // a rewrite: write(2), truncate(2)
     if (*parent_chunk) evictor_->SetParent(inode, *parent_chunk);
-    Reserve(txn, session, req, inode, std::move(extents), now);
+    Reserve(txn, session, c, req, inode, std::move(extents), now);
     FillChunk(*inode, *inode->pending, inode->pending->gen, rep);
     return Status::Ok();
   };
@@ -747,6 +804,9 @@ void MetaEngine::Extend(const Caller &c, const rpc::ExtendRequest &req, rpc::Chu
       return Status::Error(session->orphan_gens.count(req.gen()) ? ENOENT : ESTALE);
     Version &v = *inode->pending;
     if (v.writer_session != session->id) return Status::Error(EPERM);
+    // Larger than the whole pool is never room to wait for (a full pool is
+    // ENOSPC): EFBIG, as a create of that size gets.
+    if (req.size() > space_.capacity()) return Status::Error(EFBIG, "larger than the pool");
     uint64_t have = TotalLength(v.extents);
     if (req.size() > have) {
       MARU_RETURN_IF_ERROR(quotas_.MayGrow(*inode, req.size() - have));
@@ -779,8 +839,11 @@ MetaEngine::TxnOp MetaEngine::SealOp(const rpc::SealRequest &req, rpc::ChunkRepl
   return [this, &req, rep](Txn &txn, Session *session) -> Status {
     Inode *inode = tree_.Find(req.ino());
     if (!inode || !inode->pending || inode->pending->gen != req.gen()) {
-      if (session->orphan_gens.erase(req.gen())) {
-        UnrefGen(txn, req.gen());
+      if (session->orphan_gens.count(req.gen())) {
+        if (!req.keep_if_removed()) {
+          session->orphan_gens.erase(req.gen());
+          UnrefGen(txn, req.gen());
+        }
         return Status::Error(ENOENT, "the file was removed while being written");
       }
       return Status::Error(ESTALE);
@@ -808,8 +871,8 @@ MetaEngine::TxnOp MetaEngine::SealOp(const rpc::SealRequest &req, rpc::ChunkRepl
     v.checksum = req.checksum();
     v.writer_session = 0;
     v.request_id = 0;
-    if (inode->current)
-      space_.Retire(inode->current->gen, inode->current->extents, &txn.batch, nullptr, inode->ino);
+    if (inode->current) RetireVersion(txn, *inode->current, inode->ino, false);
+    const uint32_t writer = v.charged_uid;
     inode->current = std::move(v);
     quotas_.Update(*inode);
     inode->mtime_ns = inode->ctime_ns = RealtimeNs();
@@ -817,7 +880,7 @@ MetaEngine::TxnOp MetaEngine::SealOp(const rpc::SealRequest &req, rpc::ChunkRepl
     bytes_stored_ += req.size();
     uint64_t lease = 0;
     if (req.keep_lease()) {
-      lease = leases_.Grant(session->id, inode->ino, inode->current->gen);
+      lease = leases_.Grant(session->id, inode->ino, inode->current->gen, writer);
       session->leases.insert(lease);
     } else {
       UnrefGen(txn, inode->current->gen);
@@ -850,7 +913,7 @@ Status MetaEngine::OpenForRead(const Caller &c, Session *s, Inode *inode, rpc::C
   if (!MayAccess(*inode, c, kMayRead)) return Status::Error(EACCES);
   if (int err = CheckLeaseCount(*s)) return Status::Error(err, "too many leases in this session");
   const uint64_t gen = inode->current->gen;
-  uint64_t lease = leases_.Grant(s->id, inode->ino, gen);
+  uint64_t lease = leases_.Grant(s->id, inode->ino, gen, c.uid);
   s->leases.insert(lease);
   space_.Ref(gen);
   ++inode->hits;
@@ -878,8 +941,7 @@ void MetaEngine::ReleaseLeases(Txn &txn, Session *session,
     std::optional<Lease> lease = leases_.Take(id, session->id);
     if (!lease) continue;  // already released, or dropped with an old session
     session->leases.erase(id);
-    parts_.LeaseGone(id);
-    UnrefGen(txn, lease->gen);
+    LeaseEnded(txn, id, *lease);
   }
 }
 
@@ -1193,7 +1255,7 @@ void MetaEngine::Alloc(const Caller &c, const rpc::AllocRequest &req, rpc::Chunk
     if (req.size() == 0) return Status::Error(EINVAL, "an allocation needs a size");
     if (int err = CheckAllocation(options_.limits, *session))
       return Status::Error(err, "too many allocations in this session");
-    MARU_RETURN_IF_ERROR(quotas_.MayReserve(*tree_.root(), session->uid, req.size()));
+    MARU_RETURN_IF_ERROR(quotas_.MayReserve(*tree_.root(), c.uid, req.size()));
     Result<ExtentList> got = AllocateWithEviction(txn, req.size(), 0);
     if (!got.ok()) return got.status();
     if (req.contiguous() && got->size() > 1) {
@@ -1209,12 +1271,13 @@ void MetaEngine::Alloc(const Caller &c, const rpc::AllocRequest &req, rpc::Chunk
     v.size = req.size();
     v.writer_session = session->id;
     v.writer_uid = session->uid;
+    v.charged_uid = c.uid;
     // Held by the writer, recorded (with the writer) as retired: nothing
     // reuses it until the writer publishes it, aborts it or goes away.
     space_.Ref(v.gen);
     space_.Retire(v.gen, *got, &txn.batch, &v);
     session->orphan_gens.insert(v.gen);
-    quotas_.Hold(v.gen, session->uid, TotalLength(*got));
+    quotas_.Hold(v.gen, c.uid, TotalLength(*got));
     rpc::Attr *a = rep->mutable_attr();
     a->set_gen(v.gen);
     a->set_size(v.size);
@@ -1241,7 +1304,7 @@ void MetaEngine::Publish(const Caller &c, const rpc::PublishRequest &req, rpc::C
     const uint64_t bytes = TotalLength(held->second);
     quotas_.Unhold(req.gen());
     auto keep = [&](Status s) {
-      quotas_.Hold(req.gen(), session->uid, bytes);
+      quotas_.Hold(req.gen(), c.uid, bytes);
       return s;
     };
     MARU_RETURN_IF_ERROR(keep(quotas_.MayReserveAt(req.path(), c.uid, bytes)));

@@ -239,8 +239,8 @@ class MetaEngine {
   Result<uint64_t> ParentChunk(const Caller &c, const std::string &path);
   Inode *NewFile(Txn &txn, const Caller &c, const NamespaceTree::ParentAndName &pn, uint32_t mode,
                  int64_t now);
-  void Reserve(Txn &txn, Session *session, const rpc::CreateRequest &req, Inode *inode,
-               ExtentList extents, int64_t now);
+  void Reserve(Txn &txn, Session *session, const Caller &c, const rpc::CreateRequest &req,
+               Inode *inode, ExtentList extents, int64_t now);
   Status OpenForRead(const Caller &c, Session *s, Inode *inode, rpc::ChunkReply *rep);
   // Space for `bytes`, evicting if the pool is full; `spared` (0: none) is
   // the chunk being rewritten, which must not be evicted to make room.
@@ -248,10 +248,20 @@ class MetaEngine {
   // What eviction may do within `txn`: remove chunks, record freed space.
   Evictor::Scope EvictionScope(Txn &txn);
   void RemoveFile(Txn &txn, Inode *inode);
-  void RemoveTree(Txn &txn, Inode *inode);
+  void RemoveTree(Txn &txn, Inode *top);
+  Status MayRename(const Caller &c, const rpc::RenameRequest &req,
+                   const NamespaceTree::ParentAndName &from, const NamespaceTree::ParentAndName &to,
+                   const Inode &src, const Inode *dst) const;
+  // Whether `moved` may go into `into` without a directory deeper than
+  // kMaxDepth (NamespaceTree).
+  bool FitsDepth(const Inode &moved, const Inode &into) const;
   void DropPending(Txn &txn, Inode *inode, bool keep_inode_record);
   void ExpireSession(Txn &txn, uint64_t id);
   void UnrefGen(Txn &txn, uint64_t gen);
+  // Retires a version (a reservation if `writing`) and charges whoever still
+  // reads it; LeaseEnded is the other end, when a lease goes.
+  void RetireVersion(Txn &txn, const Version &v, uint64_t ino, bool writing);
+  void LeaseEnded(Txn &txn, uint64_t id, const Lease &lease);
   void ReleaseLeases(Txn &txn, Session *session,
                      const google::protobuf::RepeatedField<uint64_t> &ids);
 

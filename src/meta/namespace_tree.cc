@@ -170,6 +170,30 @@ std::string NamespaceTree::PathOf(const Inode &inode) const {
   return path;
 }
 
+uint32_t NamespaceTree::Depth(const Inode &inode) const {
+  uint32_t depth = 0;
+  for (const Inode *at = &inode; at && at->ino != kRootIno && depth <= kMaxDepth;
+       at = Find(at->parent))
+    ++depth;
+  return depth;
+}
+
+uint32_t NamespaceTree::Height(const Inode &dir) const {
+  // Depth first, on a stack of its own: the tree is the users' to shape.
+  uint32_t height = 0;
+  std::vector<std::pair<const Inode *, uint32_t>> todo{{&dir, 0}};
+  while (!todo.empty()) {
+    auto [at, level] = todo.back();
+    todo.pop_back();
+    height = std::max(height, level);
+    if (at->subdirs == 0) continue;
+    for (const auto &[name, ino] : at->children)
+      if (const Inode *child = Find(ino); child && child->is_dir())
+        todo.emplace_back(child, level + 1);
+  }
+  return height;
+}
+
 bool NamespaceTree::IsAncestor(const Inode &ancestor, const Inode &inode) const {
   const Inode *at = &inode;
   while (at) {

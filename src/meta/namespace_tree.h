@@ -18,6 +18,11 @@
 namespace maru {
 
 constexpr uint64_t kRootIno = 1;
+// The most levels below the root a directory may lie: as deep as a path
+// reaches ("/a" a level in kMaxPathLength bytes). Deeper, no path names a
+// directory, and the walks that follow parents get long: mkdir and rename
+// refuse with ENAMETOOLONG.
+constexpr uint32_t kMaxDepth = 2047;
 
 // EPERM for a Ref by inode number from a caller that may not address by it.
 Status MayAddressByIno(const rpc::Ref &ref, const Caller &caller);
@@ -65,6 +70,10 @@ class NamespaceTree {
                                       const MakeDir &make_dir = nullptr) const;
 
   std::string PathOf(const Inode &inode) const;
+  // Levels below the root (the root: 0; at most kMaxDepth + 1 counted).
+  uint32_t Depth(const Inode &inode) const;
+  // Levels of directories below `dir` (0: it has none), without recursion.
+  uint32_t Height(const Inode &dir) const;
   // True if `ancestor` is `inode` or lies on its way to the root.
   bool IsAncestor(const Inode &ancestor, const Inode &inode) const;
 

@@ -1,5 +1,6 @@
 #include "meta/quota_table.h"
 
+#include <algorithm>
 #include <cerrno>
 
 #include "alloc/extent.h"
@@ -105,6 +106,52 @@ void QuotaTable::Moved(const Inode &a, const Inode *b) {
   if (b) Update(*b);
 }
 
+QuotaTable::Usage QuotaTable::Subtree(const Inode &top) const {
+  Usage u;
+  std::vector<const Inode *> todo{&top};
+  while (!todo.empty()) {
+    const Inode *at = todo.back();
+    todo.pop_back();
+    if (at->is_file()) {
+      u.bytes += Footprint(*at);
+      u.pins += at->pinned;
+    }
+    if (!at->is_dir()) continue;
+    for (const auto &[name, ino] : at->children)
+      if (const Inode *child = tree_.Find(ino)) todo.push_back(child);
+  }
+  return u;
+}
+
+Status QuotaTable::MayMove(const Inode &src, const Inode &from, const Inode &to, const Inode *dst,
+                           bool exchange) const {
+  if (dirs_.empty()) return Status::Ok();
+  const std::vector<uint64_t> above_to = QuotaDirs(to), above_from = QuotaDirs(from);
+  if (above_to.empty() && !(exchange && dst && !above_from.empty())) return Status::Ok();
+  const Usage moved = Subtree(src), there = dst ? Subtree(*dst) : Usage{};
+  auto has = [](const std::vector<uint64_t> &v, uint64_t ino) {
+    return std::find(v.begin(), v.end(), ino) != v.end();
+  };
+  // A directory above both sees no change; one above the target gains what
+  // moves in and loses what it replaces; one above the source gains what
+  // an exchange sends back.
+  auto grows = [&](uint64_t ino, uint64_t Usage::*field) {
+    const int64_t in = has(above_to, ino), out = has(above_from, ino);
+    return (in - out) * static_cast<int64_t>(moved.*field) +
+           (exchange ? out - in : -in) * static_cast<int64_t>(there.*field);
+  };
+  for (const std::vector<uint64_t> *dirs : {&above_to, &above_from})
+    for (uint64_t ino : *dirs) {
+      const Entry &e = dirs_.at(ino);
+      const int64_t bytes = grows(ino, &Usage::bytes), pins = grows(ino, &Usage::pins);
+      if (e.limit.bytes && bytes > 0 && e.used.bytes + bytes > e.limit.bytes)
+        return Status::Error(EDQUOT, "the target directory would pass its quota");
+      if (e.limit.pins && pins > 0 && e.used.pins + pins > e.limit.pins)
+        return Status::Error(EDQUOT, "the target directory would pass its pins quota");
+    }
+  return Status::Ok();
+}
+
 Status QuotaTable::MayPin(const Inode &file) const {
   if (empty() || file.pinned) return Status::Ok();
   auto over = [](const Entry &e) { return e.limit.pins && e.used.pins + 1 > e.limit.pins; };
@@ -171,16 +218,44 @@ void QuotaTable::Unhold(uint64_t gen) {
   held_.erase(it);
 }
 
+void QuotaTable::HoldRead(uint64_t gen, uint32_t uid, uint64_t bytes) {
+  auto [it, added] = reads_[gen].try_emplace(uid);
+  if (!added) return;
+  it->second = HeldCharge(uid, bytes);
+  Apply(it->second, +1);
+}
+
+void QuotaTable::UnholdRead(uint64_t gen, uint32_t uid) {
+  auto readers = reads_.find(gen);
+  if (readers == reads_.end()) return;
+  if (auto it = readers->second.find(uid); it != readers->second.end()) {
+    Apply(it->second, -1);
+    readers->second.erase(it);
+  }
+  if (readers->second.empty()) reads_.erase(readers);
+}
+
+void QuotaTable::DropReads(uint64_t gen) {
+  auto readers = reads_.find(gen);
+  if (readers == reads_.end()) return;
+  for (const auto &[uid, c] : readers->second) Apply(c, -1);
+  reads_.erase(readers);
+}
+
 void QuotaTable::Recompute() {
   charged_.clear();
   for (auto &[ino, e] : dirs_) e.used = {};
   for (auto &[uid, e] : uids_) e.used = {};
   for (auto &[gen, c] : held_) c = HeldCharge(c.uid, c.bytes);  // quotas may have changed
+  for (auto &[gen, readers] : reads_)
+    for (auto &[uid, c] : readers) c = HeldCharge(uid, c.bytes);
   if (empty()) return;
   tree_.ForEach([this](const Inode &inode) {
     if (inode.is_file()) Update(inode);
   });
   for (const auto &[gen, c] : held_) Apply(c, +1);
+  for (const auto &[gen, readers] : reads_)
+    for (const auto &[uid, c] : readers) Apply(c, +1);
 }
 
 void QuotaTable::Fill(google::protobuf::RepeatedPtrField<rpc::QuotaInfo> *out) const {

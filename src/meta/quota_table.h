@@ -2,9 +2,11 @@
 // uid may hold, so one tenant cannot take the pool from the others.
 //
 // A chunk's footprint is the space of its reservation plus that of its
-// sealed version (whole allocation units, as allocated). Retired versions
-// still read by someone count for nobody: they are the pool's until their
-// readers let go, and a tenant cannot make them go away sooner.
+// sealed version (whole allocation units, as allocated). A version retired
+// while someone still reads it counts for each uid that holds it (a lease,
+// or a lease slot of the index) until that uid lets go, and for a quota on
+// the root directory: whoever keeps pool space keeps its charge, and cannot
+// escape it (a uid reading its own removed files held the whole pool).
 //
 // The table is charged per chunk: Update() compares a chunk's footprint
 // with what it was charged last and moves the difference onto every
@@ -66,6 +68,11 @@ class QuotaTable {
   // ... `bytes` more for a file to be made at `path` (missing directories
   // of the path are under the deepest one that exists).
   Status MayReserveAt(std::string_view path, uint32_t uid, uint64_t bytes) const;
+  // EDQUOT if renaming `src` from directory `from` into `to` (replacing or,
+  // with `exchange`, trading places with `dst`) would pass a directory's
+  // limit: what moves counts where it lands, before anything moves.
+  Status MayMove(const Inode &src, const Inode &from, const Inode &to, const Inode *dst,
+                 bool exchange) const;
   // EDQUOT if pinning `file` would pass a pin limit.
   Status MayPin(const Inode &file) const;
   // Charges `file`'s footprint now (call after its versions, owner or pin changed).
@@ -77,6 +84,12 @@ class QuotaTable {
   // Kept whether or not a quota applies now, so that one set later counts them.
   void Hold(uint64_t gen, uint32_t uid, uint64_t bytes);
   void Unhold(uint64_t gen);
+  // Charges `bytes` of the retired version `gen` to `uid`, a reader that
+  // still holds it (once per uid); UnholdRead() when that uid holds it no
+  // more, DropReads() when it is freed.
+  void HoldRead(uint64_t gen, uint32_t uid, uint64_t bytes);
+  void UnholdRead(uint64_t gen, uint32_t uid);
+  void DropReads(uint64_t gen);
   // After a rename of `a` (and, for an exchange, `b`): a moved file is
   // charged again; a moved directory makes every charge be recomputed.
   void Moved(const Inode &a, const Inode *b);
@@ -102,6 +115,8 @@ class QuotaTable {
     std::vector<uint64_t> dirs;  // the quota'd directories above it
   };
   static uint64_t Footprint(const Inode &file);
+  // What the files at and under `top` hold, without recursion.
+  Usage Subtree(const Inode &top) const;
   // The quota'd directories at or above `dir`.
   std::vector<uint64_t> QuotaDirs(const Inode &dir) const;
   void Apply(const Charge &c, int sign);
@@ -114,6 +129,7 @@ class QuotaTable {
   std::map<uint32_t, Entry> uids_;
   std::unordered_map<uint64_t, Charge> charged_;  // by file ino
   std::unordered_map<uint64_t, Charge> held_;     // by generation, see Hold
+  std::unordered_map<uint64_t, std::unordered_map<uint32_t, Charge>> reads_;  // gen -> uid
 };
 
 }  // namespace maru

@@ -26,6 +26,7 @@ void ToRecordVersion(const Version &v, schema::Version *out) {
   out->set_request_id(v.request_id);
   out->set_created_ns(v.created_ns);
   out->set_parts(v.parts);
+  if (v.writer_session) out->set_charged_uid(v.charged_uid);
 }
 
 Version FromRecordVersion(const schema::Version &r) {
@@ -39,7 +40,8 @@ Version FromRecordVersion(const schema::Version &r) {
   v.writer_uid = r.writer_uid();
   v.request_id = r.request_id();
   v.created_ns = r.created_ns();
-  v.parts = r.parts();
+  v.parts = static_cast<uint16_t>(std::min<uint32_t>(r.parts(), UINT16_MAX));
+  v.charged_uid = r.has_charged_uid() ? r.charged_uid() : r.writer_uid();
   return v;
 }
 
@@ -112,6 +114,7 @@ schema::Retired ToRetiredRecord(uint64_t gen, const ExtentList &extents, const V
   if (writing) {
     record.set_writer_session(writing->writer_session);
     record.set_writer_uid(writing->writer_uid);
+    record.set_charged_uid(writing->charged_uid);
   }
   return record;
 }

@@ -279,7 +279,8 @@ Status MetaEngine::RestoreRetired(const MetaDb::Contents &contents) {
     if (r.writer_session()) {
       OrphanedSession(r.writer_session(), r.writer_uid())->orphan_gens.insert(r.gen());
       space_.Ref(r.gen());
-      quotas_.Hold(r.gen(), r.writer_uid(), TotalLength(extents));
+      quotas_.Hold(r.gen(), r.has_charged_uid() ? r.charged_uid() : r.writer_uid(),
+                   TotalLength(extents));
     }
   }
   return Status::Ok();
@@ -289,9 +290,8 @@ Status MetaEngine::RestoreRetired(const MetaDb::Contents &contents) {
 // waits for its client to come back (resume) until it times out.
 Session *MetaEngine::OrphanedSession(uint64_t id, uint32_t uid) {
   if (Session *s = sessions_.Find(id)) return s;
-  Session *s = sessions_.Create(id);
+  Session *s = sessions_.Create(id, uid);
   s->orphaned = true;
-  s->uid = uid;
   s->client = "(from before restart)";
   s->since_ns = RealtimeNs();
   s->last_seen_ns = MonotonicNs();

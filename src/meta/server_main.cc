@@ -3,23 +3,27 @@
 #include <grpcpp/server_posix.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <systemd/sd-daemon.h>
 
 #include <algorithm>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <thread>
 
 #include "fast_lane.h"
 #include "meta/acceptor.h"
+#include "meta/connection_gate.h"
 #include "meta/fast_lane_server.h"
 #include "meta/identity.h"
 #include "meta/meta_engine.h"
 #include "meta/meta_service.h"
 #include "meta/metrics_server.h"
 #include "meta/tcp_credentials.h"
+#include "meta/tcp_relay.h"
 #include "util/address.h"
 #include "util/flags.h"
 #include "util/log.h"
@@ -45,11 +49,14 @@ struct ServerFlags {
   // What one request and one session may ask (meta/client_limits.h); 0: no limit.
   Limits d;
   int64_t max_keys = d.keys_per_call, max_leases = d.leases_per_session,
-          max_reservations = d.reservations_per_session, max_pins = d.pins_per_session;
+          max_reservations = d.reservations_per_session, max_pins = d.pins_per_session,
+          max_sessions_per_uid = d.sessions_per_uid;
   double high_watermark = 0.95, low_watermark = 0.90;
   bool sync = false, squash_tcp = true, no_fast_lane = false, no_index = false;
   std::string index_path;
-  int64_t index_entries = 0, index_sessions = 256;
+  int64_t index_entries = 0, index_sessions = 256, index_sessions_per_uid = 0;
+  ConnectionGate::Limits g;
+  int64_t max_tcp_connections = g.tcp_per_listener, max_tcp_per_peer = g.tcp_per_peer;
   TcpAuthConfig tcp;
 };
 
@@ -57,6 +64,78 @@ int Fail(const std::string &message) {
   fprintf(stderr, "maru-server: %s\n", message.c_str());
   return 1;
 }
+
+// The process's limit on descriptors, raised to the hard limit first: every
+// client connection and RocksDB file is one.
+uint64_t RaiseDescriptorLimit() {
+  rlimit files;
+  if (getrlimit(RLIMIT_NOFILE, &files) != 0) return 1024;
+  if (files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &files);
+    getrlimit(RLIMIT_NOFILE, &files);
+  }
+  return files.rlim_cur == RLIM_INFINITY ? 1u << 20 : files.rlim_cur;
+}
+
+// Who may listen on TCP without proof is said at start: such a listener
+// makes every caller nobody, and tokens without TLS cross the network in
+// clear.
+void WarnAboutPlainTcp(const TcpAuthConfig &tcp, const Address &a) {
+  if (!tcp.tls_cert.empty()) return;
+  if (tcp.token_file.empty())
+    LOG_WARN(
+        "%s: listening without TLS or tokens: every TCP caller is nobody, and what it "
+        "sends and reads crosses the network in clear (docs/security.md, TCP)",
+        a.ToString().c_str());
+  else
+    LOG_WARN(
+        "%s: listening with tokens but without TLS: tokens and data cross the network in "
+        "clear (docs/security.md, TCP)",
+        a.ToString().c_str());
+}
+
+// A directory only this server may enter, for the Unix sockets gRPC
+// serves TCP callers on behind the relays (meta/tcp_relay.h):
+// TMPDIR/maru-server-PID-XXXXXX. Removed with what it holds when the
+// server returns from main, on every path; one a killed server left is
+// removed by the next start (its process is gone).
+class PrivateDirectory {
+ public:
+  ~PrivateDirectory() {
+    std::error_code ignored;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
+  }
+  Status Make() {
+    if (!path_.empty()) return Status::Ok();
+    const char *tmp = getenv("TMPDIR");
+    const std::string parent = tmp && *tmp ? tmp : "/tmp";
+    RemoveStale(parent);
+    std::string dir = parent + "/maru-server-" + std::to_string(getpid()) + "-XXXXXX";
+    if (!mkdtemp(dir.data())) return Status::Error(errno, "cannot make a directory in " + parent);
+    path_ = dir;
+    return Status::Ok();
+  }
+  const std::string &path() const { return path_; }
+
+ private:
+  // This user's directories of servers that no longer run.
+  static void RemoveStale(const std::string &parent) {
+    std::error_code ec;
+    for (const auto &entry : std::filesystem::directory_iterator(parent, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind("maru-server-", 0) != 0) continue;
+      const long pid = strtol(name.c_str() + 12, nullptr, 10);
+      struct stat st;
+      if (pid <= 0 || lstat(entry.path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
+          st.st_uid != geteuid() || kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH)
+        continue;
+      std::filesystem::remove_all(entry.path(), ec);
+    }
+  }
+
+  std::string path_;
+};
 
 }  // namespace
 
@@ -95,6 +174,13 @@ int main(int argc, char **argv) {
   flags.Int("max-reservations", &f.max_reservations,
             "most unsealed writes one non-root session may hold (0: no limit)");
   flags.Int("max-pins", &f.max_pins, "most pins one non-root session may set (0: no limit)");
+  flags.Int("max-tcp-connections", &f.max_tcp_connections,
+            "most connections one TCP listener holds at once (0: as many as the descriptor "
+            "limit allows)");
+  flags.Int("max-tcp-per-peer", &f.max_tcp_per_peer,
+            "most TCP connections one peer address holds at once (0: no limit)");
+  flags.Int("max-sessions-per-uid", &f.max_sessions_per_uid,
+            "most sessions one uid other than root may hold at once (0: no limit)");
   flags.String("root-mode", &f.root_mode,
                "permissions of the root directory when the database is new (octal)");
   flags.Bool("sync", &f.sync, "fsync every metadata write (survives power loss, slower)");
@@ -125,6 +211,8 @@ int main(int argc, char **argv) {
             "entries of the index, a power of two (0: twice the pool's units)");
   flags.Int("index-sessions", &f.index_sessions,
             "sessions that may hold lease slots in the index at once");
+  flags.Int("index-sessions-per-uid", &f.index_sessions_per_uid,
+            "of those, how many one uid other than root may hold (0: a quarter of them)");
   flags.String("metrics-listen", &f.metrics_listen,
                "HOST:PORT to serve Prometheus metrics on at /metrics");
   flags.String("log-level", &f.log_level, "error, warn, info or debug");
@@ -171,10 +259,12 @@ int main(int argc, char **argv) {
   options.limits.leases_per_session = limit(f.max_leases);
   options.limits.reservations_per_session = limit(f.max_reservations);
   options.limits.pins_per_session = limit(f.max_pins);
+  options.limits.sessions_per_uid = limit(f.max_sessions_per_uid);
   options.index = !f.no_index;
   options.index_options.path = f.index_path;
   options.index_options.entries = static_cast<uint64_t>(std::max<int64_t>(0, f.index_entries));
   options.index_options.regions = limit(std::clamp<int64_t>(f.index_sessions, 1, 65536));
+  options.index_options.regions_per_uid = limit(f.index_sessions_per_uid);
   char *end = nullptr;
   options.root_mode = static_cast<uint32_t>(strtoul(f.root_mode.c_str(), &end, 8));
   if (*end || options.root_mode > 07777) return Fail("--root-mode takes octal permissions");
@@ -200,12 +290,8 @@ int main(int argc, char **argv) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
-  // Every client connection and RocksDB file is a descriptor: use all we may.
-  rlimit files;
-  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
-    files.rlim_cur = files.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &files);
-  }
+  ConnectionGate gate(RaiseDescriptorLimit(),
+                      {limit(f.max_tcp_connections), limit(f.max_tcp_per_peer)});
 
   if (!f.no_fast_lane)
     for (const Address &a : addresses)
@@ -221,8 +307,9 @@ int main(int argc, char **argv) {
   builder.SetMaxReceiveMessageSize(64 << 20);
   builder.SetMaxSendMessageSize(64 << 20);
   std::vector<std::unique_ptr<Acceptor>> unix_listeners;
+  std::vector<std::unique_ptr<TcpRelay>> tcp_listeners;
+  PrivateDirectory relay_dir;  // gRPC's sockets behind the TCP relays
   std::unique_ptr<FastLaneServer> fast_lane;
-  std::vector<int> ports(addresses.size(), 0);
   for (size_t i = 0; i < addresses.size(); ++i) {
     if (addresses[i].kind == Address::Kind::kUnix) {
       Result<std::unique_ptr<Acceptor>> l = Acceptor::ListenUnix(addresses[i].path);
@@ -231,26 +318,33 @@ int main(int argc, char **argv) {
       if (!fast_lane && !f.no_fast_lane) {
         fast_lane =
             std::make_unique<FastLaneServer>(addresses[i].path + fastlane::kSuffix, engine->get(),
-                                             IdentityPolicy{});  // Unix peers only
+                                             IdentityPolicy{},  // Unix peers only
+                                             gate.fast_lane_connections());
         s = fast_lane->Bind();
         if (!s.ok()) return Fail(s.message());
       }
     } else {
-      builder.AddListeningPort(addresses[i].GrpcTarget(), *tcp_credentials, &ports[i]);
+      s = relay_dir.Make();
+      if (!s.ok()) return Fail(s.message());
+      const std::string target = relay_dir.path() + "/tcp" + std::to_string(i) + ".sock";
+      Result<std::unique_ptr<TcpRelay>> relay =
+          TcpRelay::Listen(addresses[i].ToString().substr(6), target, &gate);
+      if (!relay.ok()) return Fail(relay.status().message());
+      tcp_listeners.push_back(std::move(*relay));
+      builder.AddListeningPort("unix:" + target, *tcp_credentials);
+      WarnAboutPlainTcp(f.tcp, addresses[i]);
     }
   }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server) return Fail("cannot start the gRPC server (is a TCP port in use?)");
-  for (size_t i = 0; i < addresses.size(); ++i)
-    if (addresses[i].kind == Address::Kind::kTcp && ports[i] == 0)
-      return Fail("cannot listen on " + addresses[i].ToString());
+  if (!server) return Fail("cannot start the gRPC server");
+  for (auto &l : tcp_listeners) l->Start();
   // Unix connections are accepted here, so that the kernel tells who is
   // calling (SO_PEERCRED), then handed to gRPC, which names the peer "fd:N".
   for (auto &l : unix_listeners)
     l->Start(
-        [&peers, srv = server.get()](int conn) {
+        [&peers, &gate, srv = server.get()](int conn) {
           std::optional<PeerCredentials> creds = ReadPeerCredentials(conn);
-          if (!creds) return (void)close(conn);
+          if (!creds || !gate.AdmitUnix(conn)) return (void)close(conn);
           peers.Set(conn, *creds);
           grpc::AddInsecureChannelFromFd(srv, conn);
         },
@@ -297,6 +391,7 @@ int main(int argc, char **argv) {
   tick_cv.notify_all();
   ticker.join();
   for (auto &l : unix_listeners) l->Stop();
+  for (auto &l : tcp_listeners) l->Stop();
   if (fast_lane) fast_lane->Stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   metrics.reset();

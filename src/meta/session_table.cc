@@ -2,9 +2,11 @@
 
 namespace maru {
 
-Session *SessionTable::Create(uint64_t id) {
+Session *SessionTable::Create(uint64_t id, uint32_t uid) {
   Session &s = sessions_[id];
   s.id = id;
+  s.uid = uid;
+  ++per_uid_[uid];
   return &s;
 }
 
@@ -14,7 +16,11 @@ Session *SessionTable::Find(uint64_t id) {
 }
 
 void SessionTable::Remove(uint64_t id) {
-  sessions_.erase(id);
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return;
+  if (auto n = per_uid_.find(it->second.uid); n != per_uid_.end() && --n->second == 0)
+    per_uid_.erase(n);
+  sessions_.erase(it);
 }
 
 std::vector<uint64_t> SessionTable::Expired(int64_t now_ns, int64_t timeout_ns) const {

@@ -17,7 +17,7 @@ struct Session {
   std::string hostname;
   std::string instance;  // the client's name for itself, if it gave one
   uint32_t pid = 0;
-  uint32_t uid = 0;
+  uint32_t uid = 0;          // set at Create, never changed (SessionTable counts by it)
   int64_t since_ns = 0;      // realtime, for display
   int64_t last_seen_ns = 0;  // monotonic
   // Known only from reservations found in the database at start; waits
@@ -32,7 +32,7 @@ struct Session {
 
 class SessionTable {
  public:
-  Session *Create(uint64_t id);
+  Session *Create(uint64_t id, uint32_t uid);
   Session *Find(uint64_t id);
   void Remove(uint64_t id);
   // Sessions not seen for `timeout_ns` as of `now_ns`.
@@ -44,6 +44,11 @@ class SessionTable {
     for (auto &[id, s] : sessions_) s.last_seen_ns = now_ns;
   }
   size_t size() const { return sessions_.size(); }
+  // Sessions of `uid` (live or orphaned).
+  uint32_t CountOf(uint32_t uid) const {
+    auto it = per_uid_.find(uid);
+    return it == per_uid_.end() ? 0 : it->second;
+  }
   template <typename F>
   void ForEach(F &&f) const {
     for (const auto &[id, s] : sessions_) f(s);
@@ -51,6 +56,7 @@ class SessionTable {
 
  private:
   std::unordered_map<uint64_t, Session> sessions_;
+  std::unordered_map<uint32_t, uint32_t> per_uid_;
 };
 
 }  // namespace maru

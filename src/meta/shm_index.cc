@@ -36,16 +36,85 @@ uint64_t EntriesFor(uint64_t units) {
 }
 
 // Marks an index left by an earlier server dead, so that clients still
-// mapping it stop trusting it.
+// mapping it stop trusting it. Only a regular file this server's user
+// owns: anything else at the name was put there by someone else, and is
+// neither written nor trusted (it is replaced, below).
 void MarkOldDead(const std::string &path) {
-  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) return;
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+      static_cast<uint64_t>(st.st_size) < index::kPage) {
+    if (fstat(fd, &st) == 0)
+      LOG_ERROR("%s belongs to uid %u, not to this server: left as it is, and replaced",
+                path.c_str(), st.st_uid);
+    close(fd);
+    return;
+  }
   void *p = mmap(nullptr, index::kPage, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
   if (p == MAP_FAILED) return;
   auto *h = static_cast<index::Header *>(p);
   if (h->magic == index::kMagic) h->state.store(index::kDead);
   munmap(p, index::kPage);
+}
+
+std::string DirOf(const std::string &path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+}
+
+std::string RandomSuffix() {
+  char hex[17];
+  snprintf(hex, sizeof(hex), "%016lx", static_cast<unsigned long>(Random64()));
+  return hex;
+}
+
+// A new file in `dir` that no one else can have opened or named: unnamed
+// (O_TMPFILE) where the filesystem allows, else under a random name.
+// Returns its descriptor and sets `named` to its name, if it has one.
+int MakeFile(const std::string &dir, const std::string &prefix, std::string *named) {
+  int fd = open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd >= 0 || (errno != EOPNOTSUPP && errno != EISDIR)) return fd;
+  for (int tries = 0; tries < 8; ++tries) {
+    *named = prefix + RandomSuffix();
+    fd = open(named->c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd >= 0 || errno != EEXIST) return fd;
+  }
+  return -1;
+}
+
+// Gives an unnamed file `fd` the name `name`; false if taken or impossible.
+bool LinkUnnamed(int fd, const std::string &name) {
+  if (linkat(fd, "", AT_FDCWD, name.c_str(), AT_EMPTY_PATH) == 0) return true;
+  // Without CAP_DAC_READ_SEARCH: through /proc, which links the same file.
+  const std::string self = "/proc/self/fd/" + std::to_string(fd);
+  return linkat(AT_FDCWD, self.c_str(), AT_FDCWD, name.c_str(), AT_SYMLINK_FOLLOW) == 0;
+}
+
+// Puts the made file at `path`: linked in under a random name (no one can
+// have taken it), then renamed over `path` (atomically replacing a
+// predecessor's index). Where `path` is taken by something this server
+// may not replace (a directory someone made there, another user's file),
+// the file stays under its random name, which clients are told, and the
+// name is reported loudly: the index keeps working.
+Result<std::string> PutInPlace(int fd, const std::string &path, std::string named) {
+  if (named.empty()) {
+    for (int tries = 0; tries < 8 && named.empty(); ++tries)
+      if (const std::string name = path + ".new." + RandomSuffix(); LinkUnnamed(fd, name))
+        named = name;
+    if (named.empty()) return Errno("link the index into " + DirOf(path));
+  }
+  if (rename(named.c_str(), path.c_str()) == 0) return path;
+  const int err = errno;
+  struct stat st {};
+  lstat(path.c_str(), &st);
+  LOG_ERROR(
+      "cannot put the shared-memory index at %s (%s; it is a %s of uid %u): serving it at %s; "
+      "remove what holds the name",
+      path.c_str(), strerror(err), S_ISDIR(st.st_mode) ? "directory" : "file", st.st_uid,
+      named.c_str());
+  return named;
 }
 
 // Every directory above `inode` lets anyone search it.
@@ -95,10 +164,9 @@ Result<std::unique_ptr<ShmIndex>> ShmIndex::Create(const IndexOptions &options,
   const uint32_t regions = std::max<uint32_t>(options.regions, 1);
   const size_t bytes = index::FileBytes(entries, regions);
   MarkOldDead(options.path);
-  const std::string tmp = options.path + ".new";
-  unlink(tmp.c_str());
-  int fd = open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) return Errno("create " + tmp);
+  std::string named;
+  int fd = MakeFile(DirOf(options.path), options.path + ".new.", &named);
+  if (fd < 0) return Errno("create the index in " + DirOf(options.path));
   // The pool's owner (when this server may give it), its group and at most
   // its bits: whoever may map the pool may read the index, and write lease
   // slots if it may write the pool.
@@ -113,34 +181,43 @@ Result<std::unique_ptr<ShmIndex>> ShmIndex::Create(const IndexOptions &options,
   struct stat made {};
   if (fchmod(fd, mode) != 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0 ||
       fstat(fd, &made) != 0)
-    s = Errno("size " + tmp);
+    s = Errno("size the index");
   else if ((base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED)
-    s = Errno("map " + tmp);
-  close(fd);
+    s = Errno("map the index");
   if (s.ok()) Populate(base, bytes);
   if (!s.ok()) {
-    unlink(tmp.c_str());
+    close(fd);
+    if (!named.empty()) unlink(named.c_str());
     return s;
   }
+  index::Layout layout;
+  layout.entries = entries;
+  layout.regions = regions;
+  const uint64_t instance = Random64();
+  const uint64_t key[2] = {Random64(), Random64()};
   auto *h = static_cast<index::Header *>(base);
   h->magic = index::kMagic;
   h->version = index::kVersion;
   h->state.store(index::kStarting);
-  h->instance = Random64();
-  h->key[0] = Random64();
-  h->key[1] = Random64();
-  h->entries = entries;
-  h->entries_offset = index::kPage;
-  h->regions = regions;
-  h->slots_per_region = index::kSlotsPerRegion;
-  h->regions_offset = index::kPage + entries * sizeof(index::Entry);
-  if (rename(tmp.c_str(), options.path.c_str()) != 0) {
-    Status err = Errno("rename to " + options.path);
+  h->instance = instance;
+  h->key[0] = key[0];
+  h->key[1] = key[1];
+  h->entries = layout.entries;
+  h->entries_offset = layout.entries_offset();
+  h->regions = layout.regions;
+  h->slots_per_region = layout.slots_per_region;
+  h->regions_offset = layout.regions_offset();
+  // Named only now: a client that opens it finds a complete header.
+  Result<std::string> where = PutInPlace(fd, options.path, named);
+  close(fd);
+  if (!where.ok()) {
     munmap(base, bytes);
-    unlink(tmp.c_str());
-    return err;
+    if (!named.empty()) unlink(named.c_str());
+    return where.status();
   }
-  auto index = std::unique_ptr<ShmIndex>(new ShmIndex(options.path, base, bytes, tree));
+  auto index = std::unique_ptr<ShmIndex>(new ShmIndex(*where, base, layout, instance, key, tree));
+  index->set_regions_per_uid(options.regions_per_uid ? options.regions_per_uid
+                                                     : std::max<uint32_t>(regions / 4, 1));
   index->file_uid_ = made.st_uid;
   index->file_gid_ = made.st_gid;
   index->file_mode_ = made.st_mode & 07777;
@@ -158,14 +235,17 @@ bool ShmIndex::MayOpen(const Caller &c) const {
   return (bits & 06) == 06;
 }
 
-ShmIndex::ShmIndex(std::string path, void *base, size_t bytes, const NamespaceTree &tree)
+ShmIndex::ShmIndex(std::string path, void *base, const index::Layout &layout, uint64_t instance,
+                   const uint64_t key[2], const NamespaceTree &tree)
     : path_(std::move(path)),
       base_(base),
-      bytes_(bytes),
+      layout_(layout),
+      instance_(instance),
+      key_{key[0], key[1]},
       header_(static_cast<index::Header *>(base)),
-      entries_(index::Entries(base, *header_)),
+      entries_(index::Entries(base, layout)),
       tree_(tree),
-      slots_(base, header_) {}
+      slots_(base, layout) {}
 
 ShmIndex::~ShmIndex() {
   header_->state.store(index::kDead);
@@ -174,12 +254,12 @@ ShmIndex::~ShmIndex() {
   if (fd >= 0) {
     void *p = mmap(nullptr, index::kPage, PROT_READ, MAP_SHARED, fd, 0);
     if (p != MAP_FAILED) {
-      if (static_cast<index::Header *>(p)->instance == header_->instance) unlink(path_.c_str());
+      if (static_cast<index::Header *>(p)->instance == instance_) unlink(path_.c_str());
       munmap(p, index::kPage);
     }
     close(fd);
   }
-  munmap(base_, bytes_);
+  munmap(base_, layout_.bytes());
 }
 
 void ShmIndex::PublishAll(const std::vector<Inode *> &order) {
@@ -201,9 +281,9 @@ void ShmIndex::PublishAll(const std::vector<Inode *> &order) {
   // the server for them). Past that load an insert probes its 32 entries
   // mostly in vain: ten million chunks into the default 4Mi entries took
   // 10 s of a start that way.
-  const uint64_t room = header_->entries / 8 * 7;
+  const uint64_t room = layout_.entries / 8 * 7;
   auto flush = [&] {
-    const uint64_t mask = header_->entries - 1;
+    const uint64_t mask = layout_.entries - 1;
     for (size_t i = 0; i < pending; ++i) {
       const char *e = reinterpret_cast<const char *>(&entry(batch[i].key[0] & mask));
       __builtin_prefetch(e);
@@ -225,11 +305,11 @@ void ShmIndex::PublishAll(const std::vector<Inode *> &order) {
       if (dir_path != "/") dir_path += '/';
       dir_open = (dir->mode & S_IXOTH) && PathOpen(tree_, *dir);
     }
-    if (by_gen_.size() + pending >= room) return (void)header_->overflow.fetch_add(1);
+    if (by_gen_.size() + pending >= room) return Overflowed();
     path.assign(dir_path).append(inode->name);
     Pending &p = batch[pending++];
     p.file = inode;
-    index::PathKey(header_->key, path, p.key);
+    index::PathKey(key_, path, p.key);
     p.path_open = dir_open;
     if (pending == std::size(batch)) flush();
   });
@@ -239,7 +319,7 @@ void ShmIndex::PublishAll(const std::vector<Inode *> &order) {
       if (inode.is_dir())
         dirs_.try_emplace(inode.ino, DirState{inode.parent, inode.mode, inode.name});
       else if (inode.is_file() && inode.current && !by_gen_.contains(inode.current->gen))
-        by_gen_.size() < room ? Publish(inode) : void(header_->overflow.fetch_add(1));
+        by_gen_.size() < room ? Publish(inode) : Overflowed();
     });
   header_->state.store(index::kLive, std::memory_order_seq_cst);
 }
@@ -281,14 +361,20 @@ void ShmIndex::Changed(const Inode &inode) {
   if (moved || searchable) RefreshTree(inode);
 }
 
-void ShmIndex::RefreshTree(const Inode &dir) {
-  for (const auto &[name, ino] : dir.children)
-    if (const Inode *child = tree_.Find(ino)) {
-      if (child->is_dir())
-        RefreshTree(*child);
-      else
-        Publish(*child);
-    }
+void ShmIndex::RefreshTree(const Inode &top) {
+  // On a stack of its own, not the thread's: the depth is the users' to shape.
+  std::vector<const Inode *> dirs{&top};
+  while (!dirs.empty()) {
+    const Inode *dir = dirs.back();
+    dirs.pop_back();
+    for (const auto &[name, ino] : dir->children)
+      if (const Inode *child = tree_.Find(ino)) {
+        if (child->is_dir())
+          dirs.push_back(child);
+        else
+          Publish(*child);
+      }
+  }
 }
 
 void ShmIndex::Remove(uint64_t pos) {
@@ -300,7 +386,7 @@ void ShmIndex::Remove(uint64_t pos) {
 void ShmIndex::Publish(const Inode &file) {
   if (!file.is_file() || !file.current) return;
   uint64_t key[2];
-  index::PathKey(header_->key, tree_.PathOf(file), key);
+  index::PathKey(key_, tree_.PathOf(file), key);
   Enter(file, key, PathOpen(tree_, file));
 }
 
@@ -312,12 +398,15 @@ void ShmIndex::Enter(const Inode &file, const uint64_t key[2], bool path_open) {
     const uint64_t pos = *at;
     index::EntryData old{};
     uint64_t seq;
-    index::ReadEntry(entry(pos), &old, &seq);  // the only writer: always stable
+    index::ReadEntry(entry(pos), &old, &seq);
     if (old.key[0] == key[0] && old.key[1] == key[1]) return index::WriteEntry(&entry(pos), d);
     Remove(pos);  // renamed: the old path goes first
     by_gen_.erase(d.gen);
   }
-  const uint64_t mask = header_->entries - 1;
+  // What the entries say is only a hint (the pool's group may write them):
+  // an entry counts as another version's only where that version's place,
+  // by the server's own table, is this very entry.
+  const uint64_t mask = layout_.entries - 1;
   uint64_t free_pos = UINT64_MAX;
   for (uint64_t i = 0; i < index::kMaxProbe; ++i) {
     const uint64_t pos = (key[0] + i) & mask;
@@ -326,7 +415,7 @@ void ShmIndex::Enter(const Inode &file, const uint64_t key[2], bool path_open) {
     index::ReadEntry(entry(pos), &e, &seq);
     if (e.flags & index::kUsed) {
       if (e.key[0] != key[0] || e.key[1] != key[1]) continue;
-      if (e.gen != d.gen) {  // the same path under another version: replaced
+      if (e.gen != d.gen && Owns(pos, e.gen)) {  // the same path under another version: replaced
         by_gen_.erase(e.gen);
         draining_.insert(e.gen);
       }
@@ -336,12 +425,18 @@ void ShmIndex::Enter(const Inode &file, const uint64_t key[2], bool path_open) {
     if (free_pos == UINT64_MAX) free_pos = pos;
     if (!(e.flags & index::kTombstone)) break;  // empty: the key is nowhere further
   }
-  if (free_pos == UINT64_MAX) {
-    header_->overflow.fetch_add(1);
-    return;
-  }
+  if (free_pos == UINT64_MAX) return Overflowed();
   index::WriteEntry(&entry(free_pos), d);
   *by_gen_.try_emplace(d.gen, free_pos).first = free_pos;
+}
+
+bool ShmIndex::Owns(uint64_t pos, uint64_t gen) const {
+  const uint64_t *at = by_gen_.find(gen);
+  return at && *at == pos;
+}
+
+void ShmIndex::Overflowed() {
+  header_->overflow.store(++overflow_, std::memory_order_release);
 }
 
 void ShmIndex::Retiring(uint64_t gen) {
@@ -361,11 +456,13 @@ void ShmIndex::Retiring(uint64_t gen) {
 }
 
 void ShmIndex::Settle() {
+  // An entry a rewrite gave its new version stays; by the server's own
+  // table, not by the entry's flags, which the pool's group may clear.
   for (uint64_t pos : changing_) {
     index::EntryData e{};
     uint64_t seq;
     index::ReadEntry(entry(pos), &e, &seq);
-    if (e.flags & index::kChanging) Remove(pos);
+    if (!(e.flags & index::kUsed) || !Owns(pos, e.gen)) Remove(pos);
   }
   changing_.clear();
 }

@@ -35,6 +35,9 @@ struct IndexOptions {
   std::string path;        // empty: next to the pool (see DefaultIndexPath)
   uint64_t entries = 0;    // 0: twice the pool's units, between 4Ki and 4Mi
   uint32_t regions = 256;  // sessions with lease slots at once
+  // Regions one uid other than root may hold (0: regions / 4, at least 1),
+  // so that one member of the pool's group cannot take them all.
+  uint32_t regions_per_uid = 0;
 };
 
 // `<pool>.index` for a pool file; /dev/shm/maru-<uuid>.index for a device.
@@ -64,13 +67,17 @@ class ShmIndex {
   // True if a client's lease slot holds `gen` (only versions once in the
   // index can be held: others cost nothing).
   bool Held(uint64_t gen);
+  // The uids whose sessions hold `gen` in a lease slot (it left the index).
+  std::vector<uint32_t> SlotHolders(uint64_t gen) const {
+    return draining_.count(gen) ? slots_.HoldersOf(gen) : std::vector<uint32_t>{};
+  }
 
   // Calls `read(ino, gen)` for each read through the index noted since the
   // last call, oldest first (a note is the client's word: check the gen).
   template <typename F>
   void DrainReads(F &&read) {
     for (const LeaseSlots::Read &r : slots_.DrainReads()) {
-      if (r.pos >= header_->entries) continue;
+      if (r.pos >= layout_.entries) continue;  // the client's word: checked
       index::EntryData e{};
       uint64_t seq;
       index::ReadEntry(entry(r.pos), &e, &seq);
@@ -82,21 +89,27 @@ class ShmIndex {
   // does): only such a caller's session is given a region. Regions are few;
   // a uid that cannot use one must not be able to take them all.
   bool MayOpen(const Caller &c) const;
-  LeaseSlots::Assigned AssignRegion(uint64_t session, uint32_t limit) {
-    return slots_.Assign(session, limit);
+  LeaseSlots::Assigned AssignRegion(uint64_t session, uint32_t uid, uint32_t limit) {
+    return slots_.Assign(session, uid, limit);
   }
+  void set_regions_per_uid(uint32_t max) { slots_.set_max_per_uid(max); }
   void DropRegion(uint64_t session) { slots_.Drop(session); }
   // The leases `session` holds in its lease slots.
   size_t SlotLeases(uint64_t session) const { return slots_.Held(session); }
-  uint32_t slots_per_region() const { return header_->slots_per_region; }
+  uint32_t slots_per_region() const { return layout_.slots_per_region; }
 
   const std::string &path() const { return path_; }
-  uint64_t instance() const { return header_->instance; }
+  uint64_t instance() const { return instance_; }
   size_t entries_used() const { return by_gen_.size(); }
-  uint64_t overflow() const { return header_->overflow.load(); }
+  uint64_t overflow() const { return overflow_; }
 
  private:
-  ShmIndex(std::string path, void *base, size_t bytes, const NamespaceTree &tree);
+  ShmIndex(std::string path, void *base, const index::Layout &layout, uint64_t instance,
+           const uint64_t key[2], const NamespaceTree &tree);
+  // A chunk that could not be entered: counted here, and shown to clients.
+  void Overflowed();
+  // Whether the entry at `pos` holds the version the server put there.
+  bool Owns(uint64_t pos, uint64_t gen) const;
   void Publish(const Inode &file);
   // Publish, given the key of the file's path and whether every directory
   // above it lets others search it.
@@ -109,8 +122,14 @@ class ShmIndex {
   std::string path_;
   uint32_t file_uid_ = 0, file_gid_ = 0, file_mode_ = 0;  // the index file's, as made
   void *base_;
-  size_t bytes_;
-  index::Header *header_;
+  // What the server made, in its own memory: every place in the file is
+  // computed from these, never from the header, which the pool's group
+  // may write (docs/security.md, "The shared-memory index").
+  const index::Layout layout_;
+  const uint64_t instance_;
+  const uint64_t key_[2];
+  uint64_t overflow_ = 0;
+  index::Header *header_;  // written, never read back
   index::Entry *entries_;
   const NamespaceTree &tree_;
   LeaseSlots slots_;

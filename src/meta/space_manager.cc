@@ -119,6 +119,7 @@ uint64_t SpaceManager::RetiredIno(uint64_t gen) const {
 uint64_t SpaceManager::FreeRetired(std::map<uint64_t, ExtentList>::iterator it,
                                    MetaDb::Batch *batch) {
   uint64_t bytes = TotalLength(it->second);
+  if (on_free_) on_free_(it->first);
   FreeNow(it->second);
   retired_bytes_ -= bytes;
   batch->DeleteRetired(it->first);

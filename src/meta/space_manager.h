@@ -58,6 +58,8 @@ class SpaceManager {
     std::function<bool(uint64_t gen)> held;
   };
   void set_outside_readers(OutsideReaders r) { outside_ = std::move(r); }
+  // Told each retired version it frees (its readers' charges go with it).
+  void set_on_free(std::function<void(uint64_t gen)> f) { on_free_ = std::move(f); }
   // Referenced here or held outside.
   bool in_use(uint64_t gen) const { return refs(gen) > 0 || (outside_.held && outside_.held(gen)); }
   // Retires a version (see above). Returns the bytes freed now. A
@@ -98,6 +100,7 @@ class SpaceManager {
   uint64_t retired_bytes_ = 0;
   int64_t grace_until_ns_ = 0;
   OutsideReaders outside_;
+  std::function<void(uint64_t gen)> on_free_;
 };
 
 }  // namespace maru

@@ -121,6 +121,28 @@ inline uint64_t FileBytes(uint64_t entries, uint32_t regions) {
   return kPage + entries * sizeof(Entry) + static_cast<uint64_t>(regions) * kRegionBytes;
 }
 
+// Where the parts of an index file lie, as its server made it. The server
+// keeps this in its own memory and never reads the Header back: the
+// Header is for clients, and every member of the pool's group may write
+// it (a forged `regions_offset` once had the server write a token into its
+// own stack). Every place is computed from these values alone.
+struct Layout {
+  uint64_t entries = 0;  // a power of two
+  uint32_t regions = 0;
+  uint32_t slots_per_region = kSlotsPerRegion;
+  uint64_t entries_offset() const { return kPage; }
+  uint64_t regions_offset() const { return kPage + entries * sizeof(Entry); }
+  uint64_t bytes() const { return FileBytes(entries, regions); }
+};
+inline Entry *Entries(void *base, const Layout &l) {
+  return reinterpret_cast<Entry *>(static_cast<char *>(base) + l.entries_offset());
+}
+// `region` < l.regions: the caller checks it against its own count.
+inline Region *RegionAt(void *base, const Layout &l, uint32_t region) {
+  return reinterpret_cast<Region *>(static_cast<char *>(base) + l.regions_offset() +
+                                    static_cast<uint64_t>(region) * kRegionBytes);
+}
+
 // A stable copy of `e`, or false if the server was writing it.
 inline bool ReadEntry(const Entry &e, EntryData *out, uint64_t *seq) {
   const uint64_t before = e.seq.load(std::memory_order_acquire);
@@ -134,15 +156,17 @@ inline bool ReadEntry(const Entry &e, EntryData *out, uint64_t *seq) {
   return true;
 }
 
-// Rewrites `e` (the server, the only writer).
+// Rewrites `e` (the server, the only writer). The old `seq` is made odd
+// first, whatever it held, so that the entry ends even (stable) even if
+// someone else wrote an odd one.
 inline void WriteEntry(Entry *e, const EntryData &data) {
   uint64_t words[15];
   std::memcpy(words, &data, sizeof(words));
-  const uint64_t seq = e->seq.load(std::memory_order_relaxed);
-  e->seq.store(seq + 1, std::memory_order_relaxed);
+  const uint64_t seq = e->seq.load(std::memory_order_relaxed) | 1;
+  e->seq.store(seq, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
   for (int i = 0; i < 15; ++i) e->w[i].store(words[i], std::memory_order_relaxed);
-  e->seq.store(seq + 2, std::memory_order_release);
+  e->seq.store(seq + 1, std::memory_order_release);
 }
 
 // SipHash-1-3 with a 128-bit result: the key of a path, and its identity
