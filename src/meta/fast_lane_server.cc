@@ -14,8 +14,9 @@
 
 namespace maru {
 
-FastLaneServer::FastLaneServer(std::string path, MetaEngine *engine, IdentityPolicy policy)
-    : path_(std::move(path)), engine_(engine), policy_(policy) {
+FastLaneServer::FastLaneServer(std::string path, MetaEngine *engine, IdentityPolicy policy,
+                               CpuWakeLatency *wake)
+    : path_(std::move(path)), engine_(engine), policy_(policy), wake_(wake) {
   // Counted with the same operations over gRPC.
 #define MARU_FAST_OP(Code, Name, Req, Rep) \
   slots_[fastlane::k##Name] = engine_->op_stats().Register(#Name);
@@ -127,6 +128,7 @@ void FastLaneServer::Serve(Connection *conn) {
   for (;;) {
     uint8_t op;
     if (!ReadFrame(conn->fd, &op, &in, fastlane::kMaxPayload).ok()) break;
+    if (wake_) wake_->NoteRequest();
     out.clear();
     if (!Dispatch(conn->peer, op, in, &out)) {
       WriteFrame(conn->fd, fastlane::kBadFrame, "");

@@ -14,6 +14,7 @@
 #include "meta/acceptor.h"
 #include "meta/identity.h"
 #include "meta/meta_engine.h"
+#include "util/cpu_wake_latency.h"
 
 namespace maru {
 
@@ -21,7 +22,10 @@ struct FastLaneFuzzer;
 
 class FastLaneServer {
  public:
-  FastLaneServer(std::string path, MetaEngine *engine, IdentityPolicy policy);
+  // `wake` (may be null) is told of every request, so that idle CPUs are
+  // kept quick to wake while requests come (util/cpu_wake_latency.h).
+  FastLaneServer(std::string path, MetaEngine *engine, IdentityPolicy policy,
+                 CpuWakeLatency *wake = nullptr);
   ~FastLaneServer();
 
   Status Bind();
@@ -54,6 +58,7 @@ class FastLaneServer {
   std::string path_;
   MetaEngine *engine_;
   IdentityPolicy policy_;
+  CpuWakeLatency *wake_;
   int slots_[fastlane::kOpLimit] = {};  // op -> OpStats slot
   std::unique_ptr<Acceptor> acceptor_;
   std::mutex mu_;
