@@ -423,7 +423,9 @@ TEST_F(BatchTest, CppWrapperAllocatesPublishesAndCounts) {
   ASSERT_EQ(client.Connect(server_.address().c_str(), &opts), 0);
   maru_direct::Chunk c;
   ASSERT_EQ(client.Alloc(kChunk, &c), 0);
-  FillPattern(c.data(), kChunk, "/cpp/a");
+  std::vector<uint8_t> bytes(kChunk);
+  FillPattern(bytes.data(), kChunk, "/cpp/a");
+  ASSERT_EQ(c.WriteFrom(bytes.data(), 0, kChunk), 0);
   ASSERT_EQ(c.Publish("/cpp/a"), 0);
   EXPECT_TRUE(CheckPattern(c.data(), kChunk, "/cpp/a"));
   size_t count = 0;

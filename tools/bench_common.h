@@ -57,6 +57,13 @@ class AlignedBuffer {
   uint64_t size_;
 };
 
+// Tells the compiler that the bytes at `p` are used: a copy into a buffer
+// that the next copy overwrites (a warm-up, a timed baseline) may
+// otherwise be dropped as a dead store, and never run at all.
+inline void Used(const void *p) {
+  asm volatile("" : : "r"(p) : "memory");
+}
+
 // Evicts [p, p+n) from every level of the CPU's caches, so that the next
 // access goes to memory, as one to a chunk written long ago does. Baselines
 // and the paths they judge start from the same state this way.
