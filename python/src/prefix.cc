@@ -29,10 +29,11 @@ PrefixHandles::~PrefixHandles() {
 
 void PrefixHandles::Settle(size_t i) {
   if (!released || views[i] > 0 || !chunks[i] || session->Forked()) return;
-  maru_chunk_t *c = chunks[i];
-  chunks[i] = nullptr;
+  std::unique_lock<std::mutex> lock(mu);
+  maru_chunk_t *c = std::exchange(chunks[i], nullptr);
   py::gil_scoped_release nogil;
   maru_release(c);
+  lock.unlock();  // before the GIL is taken again
 }
 
 namespace {
@@ -119,42 +120,55 @@ py::object Prefix::View(Py_ssize_t i) {
 std::vector<int> Prefix::ReadIntoBatch(const py::list &list) {
   CheckLive();
   if (list.size() > MARU_BATCH_MAX) ThrowErrno(-E2BIG);
+  // The buffers first: taking them may run Python code (a tensor's
+  // attributes), which must not happen while `mu` is held.
   std::vector<std::unique_ptr<ContiguousBuffer>> buffers;
+  std::vector<size_t> index;
   std::vector<maru_read_op_t> ops;
   for (py::handle item : list) {
     py::tuple op = py::reinterpret_borrow<py::object>(item).cast<py::tuple>();
     if (op.size() != 3) throw py::value_error("maru: an op is (index, buffer, chunk_offset)");
-    const size_t i = Index(op[0].cast<Py_ssize_t>(), h_->chunks.size());
+    index.push_back(Index(op[0].cast<Py_ssize_t>(), h_->chunks.size()));
     buffers.push_back(std::make_unique<ContiguousBuffer>(op[1], /*writable=*/true));
     ops.push_back(
-        {h_->chunks[i], buffers.back()->data(), op[2].cast<uint64_t>(), buffers.back()->size()});
+        {nullptr, buffers.back()->data(), op[2].cast<uint64_t>(), buffers.back()->size()});
   }
+  // Taken with the GIL held (its holders never wait for the GIL), before
+  // the handles are read: no release frees them until the copies are done.
+  std::unique_lock<std::mutex> lock(h_->mu);
+  CheckLive();  // released meanwhile, by another thread?
+  for (size_t i = 0; i < ops.size(); ++i) ops[i].chunk = h_->chunks[index[i]];
   std::vector<int> results(ops.size(), 0);
   py::gil_scoped_release nogil;
   // The whole batch in one call; only if it fails, each op alone to tell
   // which failed and why.
   if (maru_read_into_batch(ops.data(), ops.size()) < 0)
     for (size_t i = 0; i < ops.size(); i++) results[i] = maru_read_into_batch(&ops[i], 1);
+  lock.unlock();  // before the GIL is taken again
   return results;
 }
 
 size_t Prefix::LeaseCheck() {
+  std::unique_lock<std::mutex> lock(h_->mu);  // as in ReadIntoBatch
   CheckLive();
   py::gil_scoped_release nogil;
   size_t held = 0;
   while (held < h_->chunks.size() && maru_lease_check(h_->chunks[held]) == 0) ++held;
+  lock.unlock();  // before the GIL is taken again
   return held;
 }
 
 void Prefix::Release() {
   if (h_->released) return;
   h_->session->CheckFork();
+  std::unique_lock<std::mutex> lock(h_->mu);  // as in ReadIntoBatch
   h_->released = true;
   std::vector<maru_chunk_t *> now;
   for (size_t i = 0; i < h_->chunks.size(); ++i)
     if (h_->views[i] == 0) now.push_back(std::exchange(h_->chunks[i], nullptr));
   py::gil_scoped_release nogil;
   maru_release_batch(now.data(), now.size(), nullptr);
+  lock.unlock();  // before the GIL is taken again
 }
 
 std::vector<const char *> PathArray(py::handle paths, py::tuple *hold) {
@@ -173,8 +187,9 @@ std::vector<const char *> PathArray(py::handle paths, py::tuple *hold) {
     Py_ssize_t len = 0;
     const char *utf8 = PyUnicode_AsUTF8AndSize(s, &len);
     if (!utf8) throw py::error_already_set();
-    if (strlen(utf8) != static_cast<size_t>(len))
-      throw py::value_error("maru: embedded null character in path");
+    if (strlen(utf8) != static_cast<size_t>(len))  // as CPath() says it
+      throw py::value_error("maru: embedded null byte in " +
+                            py::repr(py::handle(s)).cast<std::string>());
     out[static_cast<size_t>(i)] = utf8;
   }
   return out;

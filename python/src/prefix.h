@@ -13,15 +13,19 @@
 #include <pybind11/pybind11.h>
 
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "session.h"
 
 namespace maru_py {
 
-// The handles of one lookup. Views (PrefixView) share it; everything on it
-// runs with the GIL held, which guards it.
+// The handles of one lookup. Views (PrefixView) share it. Its fields are
+// read and changed with the GIL held; the library is called on its handles
+// without the GIL, under `mu`, so that a release on one thread never frees
+// a handle another thread's copy or check is using.
 struct PrefixHandles {
+  std::mutex mu;
   std::shared_ptr<Session> session;
   std::vector<maru_chunk_t *> chunks;  // NULL once released
   std::vector<uint32_t> views;         // live views of each chunk

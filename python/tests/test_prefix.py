@@ -1,6 +1,7 @@
 """Client.lookup_views: a prefix's chunks as one maru.Prefix, given back in one call."""
 
 import gc
+import threading
 
 import numpy as np
 import pytest
@@ -104,3 +105,30 @@ def test_a_prefix_dropped_without_release_gives_its_handles_back(make_server, ns
         del prefix
         gc.collect()
         assert wait_for(lambda: server.deferred_bytes() == 0)
+
+
+def test_release_on_another_thread_waits_for_copies_in_flight(client, ns):
+    """A copy or lease check running (GIL released) when another thread
+    releases finishes on handles still held; later ones raise ValueError."""
+    paths = [f"/{ns}/t{i}" for i in range(8)]
+    for p in paths:
+        client.put(p, b"z" * (1 << 20))
+    for _ in range(20):
+        prefix = client.lookup_views(paths)
+        into = [bytearray(1 << 20) for _ in paths]
+        outcome = []
+
+        def copy() -> None:
+            try:
+                while True:
+                    outcome.append(prefix.read_into_batch([(i, b, 0) for i, b in enumerate(into)]))
+                    prefix.lease_check()
+            except ValueError:
+                outcome.append("released")
+
+        t = threading.Thread(target=copy)
+        t.start()
+        prefix.release()
+        t.join()
+        assert outcome[-1] == "released"
+        assert all(r == [0] * len(paths) for r in outcome[:-1])
