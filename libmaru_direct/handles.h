@@ -23,6 +23,9 @@ struct maru_handle {
   std::unique_ptr<maru::RemotePool> remote;   // or reached through agents
   std::unique_ptr<maru::IndexSession> index;  // lookups without a message, where allowed
   std::atomic<uint64_t> next_request{1};
+  // Large writes into the pool stream past the caches (util/stream_copy.h);
+  // MARU_STREAM_WRITES=0 makes them plain copies.
+  bool stream_writes = true;
   // Runs the async batches (maru_*_batch_async); started at the first.
   // Last member: stopped before the client and the pool go.
   std::mutex worker_mu;

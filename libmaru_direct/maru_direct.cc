@@ -25,6 +25,7 @@
 #include "util/address.h"
 #include "util/checksum.h"
 #include "util/path.h"
+#include "util/stream_copy.h"
 
 #include "c_conversions.h"
 #include "handles.h"
@@ -566,6 +567,7 @@ int maru_connect_ex(const char *target, const maru_connect_opts_t *opts, maru_t 
     if (!remote.ok()) return -remote.status().errnum();
     m->remote = std::move(*remote);
   }
+  m->stream_writes = EnvInt("MARU_STREAM_WRITES", 1) != 0;
   // The index is read where the pool is mapped, from a local server.
   const char *use_index = getenv("MARU_INDEX");
   const bool index_ok = m->pool && m->client->address().rfind("unix://", 0) == 0 &&
@@ -765,11 +767,24 @@ int maru_write_from_batch(const maru_write_op_t *ops, size_t n) {
   if (!ops && n) return -EINVAL;
   for (size_t i = 0; i < n; ++i)
     if (int rc = maru::CheckWriteOp(ops[i]); rc < 0) return rc;
-  // A writer's bytes are local (the pool mapping, or the staging buffer of
-  // a remote chunk, written to the pool at seal): plain copies.
-  for (size_t i = 0; i < n; ++i)
-    if (ops[i].len) memcpy(ops[i].chunk->data + ops[i].off, ops[i].src, ops[i].len);
+  // A writer's bytes are local: the pool mapping, streamed past the caches
+  // (a fresh extent is not cached: a plain copy would read it in first),
+  // or a remote chunk's staging buffer, reused and likely cached: copied.
+  for (size_t i = 0; i < n; ++i) {
+    const maru_write_op_t &op = ops[i];
+    if (!op.len) continue;
+    uint8_t *dst = op.chunk->data + op.off;
+    if (!op.chunk->remote && op.chunk->m->stream_writes)
+      maru::StreamCopy(dst, op.src, op.len);
+    else
+      memcpy(dst, op.src, op.len);
+  }
   return 0;
+}
+
+int maru_write_from(maru_chunk_t *c, const void *src, uint64_t off, uint64_t len) {
+  maru_write_op_t op{c, src, off, len};
+  return maru_write_from_batch(&op, 1);
 }
 
 int maru_read_into(maru_chunk_t *c, void *dst, uint64_t off, uint64_t len) {

@@ -70,7 +70,8 @@
  * Environment: MARU_SERVER (the default target when maru_connect gets NULL),
  * MARU_DATA=remote (use the agents even where the pool is visible),
  * MARU_POPULATE=0|1 (prefault the pool mapping at connect: never, always; see
- * maru_connect_opts),
+ * maru_connect_opts), MARU_STREAM_WRITES=0 (maru_write_from() and
+ * maru_write_from_batch() copy with plain stores, see there),
  * MARU_TIMEOUT_MS (one call's deadline, default 10000), MARU_RETRY_MS.
  */
 #ifndef MARU_DIRECT_H
@@ -204,8 +205,8 @@ int maru_alloc(maru_t *m, uint64_t size, const maru_create_opts_t *opts, maru_ch
  * when a quota of a directory above `path` would be passed, ...) the
  * handle keeps its reservation, its bytes and maru_chunk_data() valid,
  * still charged to the caller's uid: publish it elsewhere or release it
- * (its space is reused only after maru_release()). A handle not from maru_alloc(), or already published:
- * -EINVAL. On success the handle is a read handle, as after maru_seal(). */
+ * (its space is reused only after maru_release()). A handle not from maru_alloc(), or already
+ * published: -EINVAL. On success the handle is a read handle, as after maru_seal(). */
 int maru_publish(maru_chunk_t *c, const char *path, const char *parent);
 
 /* --- Loading ------------------------------------------------------------ */
@@ -264,8 +265,23 @@ typedef struct maru_write_op {
  * through maru-agent the bytes go to the chunk's staging buffer, written
  * to the pool at maru_seal() (or at maru_publish_part() for its parts).
  * -EINVAL, and nothing copied, for an op out of range or a chunk that is
- * not writable. */
+ * not writable.
+ *
+ * Copies of 4 MiB or more into the pool use stores that bypass the CPU's
+ * caches (non-temporal, fenced before the call returns): a chunk's fresh
+ * extent is not cached, and a plain memcpy() into it first reads every
+ * line it overwrites, which made filling a 32 MiB chunk ~1.5x slower than
+ * a memcpy between cached buffers. So fill large chunks with these calls
+ * rather than memcpy() into maru_chunk_data(); the bytes are not left in
+ * the writer's cache (a reader on another CPU reads them from memory,
+ * as it would after any other traffic). MARU_STREAM_WRITES=0 in the
+ * environment (read at connect) makes them plain copies. */
 int maru_write_from_batch(const maru_write_op_t *ops, size_t n);
+
+/* maru_write_from_batch() of one op: copies src[0, len) into the writable
+ * chunk `c` at [off, off+len). Same errors and copy. The handle's thread
+ * rule holds (one thread at a time per chunk). */
+int maru_write_from(maru_chunk_t *c, const void *src, uint64_t off, uint64_t len);
 
 /* --- Layer-wise chunks -------------------------------------------------- */
 /*

@@ -44,6 +44,10 @@ class Chunk {
     return maru_publish(c_, path.c_str(), parent);
   }
   int ReadInto(void *dst, uint64_t off, uint64_t len) { return maru_read_into(c_, dst, off, len); }
+  // maru_write_from(): large copies stream into the pool past the caches.
+  int WriteFrom(const void *src, uint64_t off, uint64_t len) {
+    return maru_write_from(c_, src, off, len);
+  }
   int Verify() { return maru_verify(c_); }
   // maru_lease_check(): 0 if the bytes read so far were surely the chunk's.
   int LeaseCheck() { return maru_lease_check(c_); }

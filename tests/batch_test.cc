@@ -384,13 +384,48 @@ TEST_F(BatchTest, AllocThenPublishFirstWriterWinsAndTheLoserKeepsItsSpaceUntilRe
   EXPECT_EQ(Free(), settled - 65536);  // the published one, a whole unit
 }
 
+// maru_write_from() fills a chunk in pieces at any offset, streamed (past
+// 4 MiB) or, with MARU_STREAM_WRITES=0, with plain copies; a reader on
+// another connection sees every byte. Ranges past the chunk and sealed
+// chunks are refused with nothing copied.
+TEST_F(BatchTest, WriteFromFillsChunksInPiecesAndRefusesBadRanges) {
+  constexpr uint64_t kBig = (6 << 20) + 24;
+  std::vector<uint8_t> src(kBig);
+  for (const char *stream : {"1", "0"}) {
+    setenv("MARU_STREAM_WRITES", stream, 1);
+    maru_t *m = Connect();
+    unsetenv("MARU_STREAM_WRITES");
+    ASSERT_NE(m, nullptr);
+    const std::string path = std::string("/w/stream-") + stream;
+    FillPattern(src.data(), kBig, path);
+    maru_chunk_t *c = nullptr;
+    ASSERT_EQ(maru_create(m, path.c_str(), kBig, &c), 0);
+    const uint64_t cut = (4 << 20) + 3;  // the second piece starts unaligned
+    ASSERT_EQ(maru_write_from(c, src.data(), 0, cut), 0);
+    ASSERT_EQ(maru_write_from(c, src.data() + cut, cut, kBig - cut), 0);
+    EXPECT_EQ(maru_write_from(c, src.data(), 1, kBig), -EINVAL);
+    EXPECT_EQ(maru_write_from(c, src.data(), kBig + 1, 0), -EINVAL);
+    EXPECT_EQ(maru_write_from(nullptr, src.data(), 0, 1), -EINVAL);
+    ASSERT_EQ(maru_seal(c), 0);
+    EXPECT_EQ(maru_write_from(c, src.data(), 0, 1), -EINVAL);  // sealed: immutable
+    maru_release(c);
+    maru_disconnect(m);
+
+    ASSERT_EQ(maru_open(m_, path.c_str(), &c), 0);
+    EXPECT_TRUE(CheckPattern(maru_chunk_data(c), kBig, path)) << "MARU_STREAM_WRITES=" << stream;
+    maru_release(c);
+  }
+}
+
 TEST_F(BatchTest, CppWrapperAllocatesPublishesAndCounts) {
   maru_direct::Client client;
   maru_connect_opts_t opts{"cpp-client", MARU_POPULATE_AUTO};
   ASSERT_EQ(client.Connect(server_.address().c_str(), &opts), 0);
   maru_direct::Chunk c;
   ASSERT_EQ(client.Alloc(kChunk, &c), 0);
-  FillPattern(c.data(), kChunk, "/cpp/a");
+  std::vector<uint8_t> bytes(kChunk);
+  FillPattern(bytes.data(), kChunk, "/cpp/a");
+  ASSERT_EQ(c.WriteFrom(bytes.data(), 0, kChunk), 0);
   ASSERT_EQ(c.Publish("/cpp/a"), 0);
   EXPECT_TRUE(CheckPattern(c.data(), kChunk, "/cpp/a"));
   size_t count = 0;

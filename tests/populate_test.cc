@@ -1,8 +1,10 @@
 // Whether a client prefaults its pool mapping (maru_connect_opts.populate,
 // MARU_POPULATE): a large or sparse pool must not be faulted in by every
 // client that connects. Measured by what the kernel says, not by time: the
-// pool file's allocated blocks and the mapping's resident pages.
+// pool file's allocated blocks and the mapping's resident pages. And pools
+// on huge pages (hugetlbfs, a tmpfs mounted huge=always), mapped in them.
 #include <gtest/gtest.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,6 +17,7 @@
 
 #include "harness.h"
 #include "maru_direct.h"
+#include "pattern.h"
 
 namespace {
 
@@ -46,6 +49,54 @@ uint64_t MappedResident(const void *base) {
   ADD_FAILURE() << "no mapping at " << base;
   return 0;
 }
+
+// Bytes of the mapping around `p` that the kernel maps with huge pages:
+// its hugetlb pages on hugetlbfs, its PMD mappings on tmpfs (smaps).
+uint64_t HugeMapped(const void *p) {
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool in = false;
+  uint64_t huge = 0;
+  const uintptr_t want = reinterpret_cast<uintptr_t>(p);
+  while (std::getline(smaps, line)) {
+    unsigned long lo = 0, hi = 0;
+    if (sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2) {
+      if (in) break;  // past the mapping
+      in = lo <= want && want < hi;
+      continue;
+    }
+    for (const char *field : {"ShmemPmdMapped:", "Shared_Hugetlb:", "Private_Hugetlb:"})
+      if (in && line.rfind(field, 0) == 0) huge += std::stoull(line.substr(strlen(field))) * 1024;
+  }
+  return huge;
+}
+
+// Huge pages the kernel could still hand out for hugetlbfs.
+uint64_t FreeHugePages() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string line;
+  while (std::getline(meminfo, line))
+    if (line.rfind("HugePages_Free:", 0) == 0) return std::stoull(line.substr(15));
+  return 0;
+}
+
+// A filesystem mounted for one test on a directory of its own (root
+// only), unmounted at its end.
+class TestMount {
+ public:
+  TestMount(const char *type, const char *options) {
+    if (mount(type, dir_.path().c_str(), type, 0, options) == 0) mounted_ = true;
+  }
+  ~TestMount() {
+    if (mounted_) umount2(dir_.path().c_str(), MNT_DETACH);
+  }
+  bool mounted() const { return mounted_; }
+  std::string path(const std::string &name) const { return dir_.path() + "/" + name; }
+
+ private:
+  maru_test::TempDir dir_;
+  bool mounted_ = false;
+};
 
 // Sets or clears MARU_POPULATE for one scope.
 class PopulateEnv {
@@ -110,6 +161,59 @@ class SparsePool {
  private:
   std::string path_;
 };
+
+// `maructl mkpool` on hugetlbfs (which takes no write()) and on a tmpfs
+// mounted huge=always gives 2 MiB units; a server runs on the pool (its
+// index in /dev/shm for hugetlbfs, where files are whole huge pages), and a
+// client's chunks are mapped in 2 MiB pages. A unit smaller than a huge
+// page is refused on hugetlbfs.
+TEST(HugePages, PoolsOnHugetlbfsAndHugeTmpfsAreMappedInHugePages) {
+  if (geteuid() != 0) GTEST_SKIP() << "mounting a filesystem needs root";
+  struct Kind {
+    const char *type, *options;
+  };
+  int tried = 0;
+  for (Kind k : {Kind{"tmpfs", "huge=always,size=128m"}, Kind{"hugetlbfs", "pagesize=2M"}}) {
+    SCOPED_TRACE(k.type);
+    const bool hugetlbfs = std::string(k.type) == "hugetlbfs";
+    if (hugetlbfs && FreeHugePages() < 40) {
+      printf("no hugetlbfs pool: %lu free huge pages (vm.nr_hugepages)\n",
+             static_cast<unsigned long>(FreeHugePages()));
+      continue;
+    }
+    TestMount fs(k.type, k.options);
+    ASSERT_TRUE(fs.mounted()) << strerror(errno);
+    ++tried;
+    const std::string pool = fs.path("pool"), mkpool = maru_test::MaructlBinary() + " mkpool ";
+    std::string out;
+    ASSERT_EQ(maru_test::Run(mkpool + pool + " --size 64M", &out), 0) << out;
+    EXPECT_NE(out.find("2M unit, 2M pages"), std::string::npos) << out;
+    if (hugetlbfs) {
+      EXPECT_NE(maru_test::Run(mkpool + fs.path("small") + " --size 8M --unit 64K", &out), 0);
+      EXPECT_NE(out.find("at least the huge page size"), std::string::npos) << out;
+    }
+    Server server(pool);
+    ASSERT_TRUE(server.Start()) << server.log();
+    maru_t *m = nullptr;
+    ASSERT_EQ(maru_connect(server.address().c_str(), &m), 0);
+    const uint64_t size = 8 * kMiB;
+    std::string bytes(size, '\0');
+    maru_test::FillPattern(bytes.data(), size, "/huge/a");
+    maru_chunk_t *c = nullptr;
+    ASSERT_EQ(maru_create(m, "/huge/a", size, &c), 0);
+    ASSERT_EQ(maru_write_from(c, bytes.data(), 0, size), 0);
+    ASSERT_EQ(maru_seal(c), 0);
+    maru_release(c);
+    ASSERT_EQ(maru_open(m, "/huge/a", &c), 0);
+    EXPECT_TRUE(maru_test::CheckPattern(maru_chunk_data(c), size, "/huge/a"));
+    EXPECT_GE(HugeMapped(maru_chunk_data(c)), size);
+    maru_release(c);
+    maru_disconnect(m);
+    EXPECT_EQ(access((pool + ".index").c_str(), F_OK) == 0, !hugetlbfs);
+    server.Stop();
+  }
+  if (tried == 0) GTEST_SKIP() << "no huge pages to format a hugetlbfs pool on";
+}
 
 TEST(Populate, ASparsePoolIsNotFaultedInByDefault) {
   const uint64_t size = 512 * kMiB;

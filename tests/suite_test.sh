@@ -25,7 +25,7 @@ printf '<!-- maru-bench suite: begin -->\nold\n<!-- maru-bench suite: end -->\nt
 rc=$?
 [ $rc -eq 0 ] || fail "suite exited $rc: $(tail -5 "$out/stderr")"
 md=$(cat "$out/benchmarks.md")
-for want in "| memcpy (the limit) |" "| load, 2 consumers (all together) |" "| store, 1 producer |" \
+for want in "| memcpy between cached buffers |" "Store ≥ 0.9× its copy: **" "| load, 2 consumers (all together) |" "| store, 1 producer |" \
             "UCX remote store / load" "UCX's own \`ucp_put\`" "agent's data path: checked" "| pair 1 " \
             "| ÷ UCX, median of the pairs |" "Remote store ≥ 0.8× UCX's own put: **" "| write + close |" "| cold read |" "128 keys" \
             "open + release, 2 threads (summed)" "open + release, 2 processes (summed)" \

@@ -1,9 +1,12 @@
-// Path rules, sizes, clocks, addresses, checksums, flags.
+// Path rules, sizes, clocks, addresses, checksums, flags, copies.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstring>
 #include <random>
 #include <set>
 #include <unordered_map>
+#include <vector>
 
 #include "util/address.h"
 #include "util/checksum.h"
@@ -12,6 +15,7 @@
 #include "util/flat_map.h"
 #include "util/path.h"
 #include "util/sorted_runs.h"
+#include "util/stream_copy.h"
 #include "util/units.h"
 
 namespace maru {
@@ -206,6 +210,31 @@ TEST(SortedRuns, MatchesStdSet) {
     const std::vector<std::pair<uint64_t, uint64_t>> expected(want.begin(), want.end());
     ASSERT_EQ(got, expected);
   }
+}
+
+// Streamed copies (past kStreamCopyMin) copy exactly the bytes asked, from
+// and to any alignment, and nothing beside them; small ones are memcpy.
+TEST(StreamCopy, CopiesExactlyTheRangeAtAnyAlignment) {
+  const size_t sizes[] = {0,
+                          1,
+                          63,
+                          4096,
+                          kStreamCopyMin - 1,
+                          kStreamCopyMin,
+                          kStreamCopyMin + 4 * 4096 + 65,
+                          3 * kStreamCopyMin + 17};
+  std::vector<uint8_t> src(3 * kStreamCopyMin + 256), dst(src.size() + 256);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 7 + i / 251);
+  for (size_t n : sizes)
+    for (size_t src_off : {0, 1, 33})
+      for (size_t dst_off : {0, 5, 64}) {
+        std::fill(dst.begin(), dst.end(), 0xa5);
+        StreamCopy(dst.data() + dst_off, src.data() + src_off, n);
+        ASSERT_EQ(memcmp(dst.data() + dst_off, src.data() + src_off, n), 0)
+            << n << " bytes, src+" << src_off << ", dst+" << dst_off;
+        for (size_t i = 0; i < dst_off; ++i) ASSERT_EQ(dst[i], 0xa5) << "before, " << n;
+        for (size_t i = dst_off + n; i < dst.size(); ++i) ASSERT_EQ(dst[i], 0xa5) << "after, " << n;
+      }
 }
 
 }  // namespace

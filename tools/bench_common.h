@@ -4,9 +4,15 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <string>
 #include <vector>
+
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
 
 #include "maru_direct_internal.h"
 #include "util/clock.h"
@@ -27,6 +33,49 @@ inline std::vector<uint8_t> TouchedBuffer(uint64_t size, uint8_t seed) {
   std::vector<uint8_t> buf(size);
   for (uint64_t i = 0; i < size; ++i) buf[i] = static_cast<uint8_t>(i * 131 + seed);
   return buf;
+}
+
+// A page-aligned heap buffer whose pages are faulted in, filled like
+// TouchedBuffer. Chunks in the pool are page-aligned, and so are an
+// engine's large buffers; memcpy's speed depends on the alignment.
+class AlignedBuffer {
+ public:
+  AlignedBuffer(uint64_t size, uint8_t seed)
+      : data_(static_cast<uint8_t *>(aligned_alloc(4096, (size + 4095) / 4096 * 4096))),
+        size_(size) {
+    if (!data_) throw std::bad_alloc();
+    for (uint64_t i = 0; i < size; ++i) data_[i] = static_cast<uint8_t>(i * 131 + seed);
+  }
+  ~AlignedBuffer() { free(data_); }
+  AlignedBuffer(const AlignedBuffer &) = delete;
+  AlignedBuffer &operator=(const AlignedBuffer &) = delete;
+  uint8_t *data() const { return data_; }
+  uint64_t size() const { return size_; }
+
+ private:
+  uint8_t *data_;
+  uint64_t size_;
+};
+
+// Tells the compiler that the bytes at `p` are used: a copy into a buffer
+// that the next copy overwrites (a warm-up, a timed baseline) may
+// otherwise be dropped as a dead store, and never run at all.
+inline void Used(const void *p) {
+  asm volatile("" : : "r"(p) : "memory");
+}
+
+// Evicts [p, p+n) from every level of the CPU's caches, so that the next
+// access goes to memory, as one to a chunk written long ago does. Baselines
+// and the paths they judge start from the same state this way.
+inline void Uncache(const void *p, uint64_t n) {
+#if defined(__x86_64__)
+  const auto *b = static_cast<const char *>(p);
+  for (uint64_t i = 0; i < n; i += 64) _mm_clflush(b + i);
+  if (n) _mm_clflush(b + n - 1);
+  _mm_mfence();
+#else
+  (void)p, (void)n;  // elsewhere baselines start from whatever the caches hold
+#endif
 }
 
 inline int Fail(const std::string &message) {

@@ -16,9 +16,12 @@ int Mkpool(int argc, char **argv) {
   std::string label, mode = "660";
   bool force = false, sparse = false;
   Flags flags("maructl mkpool PATH [--size SIZE] [OPTIONS]",
-              "Formats a pool device: a file (created or resized) or a devdax device.");
+              "Formats a pool device: a file (created or resized) or a devdax device. A file\n"
+              "on hugetlbfs, or on a tmpfs mounted with huge=always, is mapped in huge pages,\n"
+              "as a devdax device is; its unit is then at least a huge page (2M).");
   flags.Size("size", &size, "pool size, e.g. 512M, 4G (required for files; devdax: whole device)");
-  flags.Size("unit", &unit, "allocation unit (default 64K for files, 2M for devdax)");
+  flags.Size("unit", &unit,
+             "allocation unit (default 64K for files, 2M for devdax and huge pages)");
   flags.Int("numa-node", &numa, "bind a file pool's memory to this NUMA node");
   flags.String("label", &label, "a name for the pool");
   flags.String("mode", &mode, "permissions of a pool file, octal");
@@ -42,8 +45,9 @@ int Mkpool(int argc, char **argv) {
   if (*end || options.mode > 0777) return Fail("--mode takes octal permissions");
   Result<Superblock> sb = FormatPool(args[0], options);
   if (!sb.ok()) return Fail(sb.status().ToString());
-  printf("formatted %s: %s pool, %s unit, uuid %s\n", args[0].c_str(), FormatSize(sb->size).c_str(),
-         FormatSize(sb->unit).c_str(), UuidToString(sb->pool_uuid).c_str());
+  printf("formatted %s: %s pool, %s unit, %s pages, uuid %s\n", args[0].c_str(),
+         FormatSize(sb->size).c_str(), FormatSize(sb->unit).c_str(),
+         FormatSize(sb->alignment).c_str(), UuidToString(sb->pool_uuid).c_str());
   return 0;
 }
 

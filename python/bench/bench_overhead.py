@@ -9,8 +9,9 @@ Starts its own maru-server (examples/tiny_llm/maru_node.py: a pool in
 - per call, ``maru.Client`` against the same calls of libmaru_direct in a
   tiny C loop (overhead_loop.c, compiled here with cc): open + release of
   one chunk, count_prefix of 128 keys, lookup_prefix of 128 keys and
-  release_batch of what it found, a 32 MiB store (create, copy in, seal,
-  release) and load (open, copy out, release);
+  release_batch of what it found (and the same as one object:
+  lookup_views and Prefix.release), a 32 MiB store (create, copy in with
+  the library's copy, seal, release) and load (open, copy out, release);
 - per key, storing 128 small chunks (create, seal, unlink) and asking
   whether they exist (count_prefix), one round trip per key against one
   per batch: ``maru.Client`` here, ``maru-bench batch`` for C; and
@@ -96,6 +97,14 @@ def python_calls(client: maru.Client, rounds: int, calls: int, big: int) -> Dict
     out["store_us"] = statistics.median(store)
     out["load_us"] = statistics.median(load)
     out["lookup_release_128_us"] = per_call_us(rounds, calls, lookup_release)
+
+    def lookup_views_release() -> None:
+        prefix = client.lookup_views(paths)
+        if len(prefix) != KEYS:
+            raise RuntimeError("lookup_views: keys missing")
+        prefix.release()
+
+    out["lookup_views_128_us"] = per_call_us(rounds, calls, lookup_views_release)
     out["release_us_per_key"] = release_per_key(client, paths, rounds, calls)
     return out
 
@@ -191,15 +200,16 @@ def median_of(runs: List[Dict], key: str, index: int = -1) -> float:
     return statistics.median(r[key] if index < 0 else r[key][index] for r in runs)
 
 
-def ratio_of(num: List[Dict], den: List[Dict], key: str) -> float:
-    """The median over turns of num/den, each turn's two sides measured back
-    to back: steadier than a ratio of medians when the load moves."""
-    return statistics.median(n[key] / d[key] for n, d in zip(num, den))
+def ratio_of(num: List[Dict], den: List[Dict], nkey: str, dkey: str) -> float:
+    """The median over turns of num[nkey]/den[dkey], each turn's two sides
+    measured back to back: steadier than a ratio of medians when the load
+    moves."""
+    return statistics.median(n[nkey] / d[dkey] for n, d in zip(num, den))
 
 
-def difference_of(num: List[Dict], den: List[Dict], key: str) -> float:
-    """The median over turns of num - den (see ratio_of)."""
-    return statistics.median(n[key] - d[key] for n, d in zip(num, den))
+def difference_of(num: List[Dict], den: List[Dict], nkey: str, dkey: str) -> float:
+    """The median over turns of num[nkey] - den[dkey] (see ratio_of)."""
+    return statistics.median(n[nkey] - d[dkey] for n, d in zip(num, den))
 
 
 def batch_gain(runs: List[Dict], key: str) -> float:
@@ -209,17 +219,22 @@ def batch_gain(runs: List[Dict], key: str) -> float:
 
 def table(py: List[Dict], c: List[Dict], pyb: List[Dict], cb: List[Dict], big: int) -> str:
     mib = big >> 20
-    rows = [("open + release, 1 chunk", "open_release_us"),
-            (f"count_prefix, {KEYS} keys", "count_prefix_128_us"),
-            (f"lookup_prefix, {KEYS} keys, + release_batch", "lookup_release_128_us"),
-            (f"store {mib} MiB (create, copy in, seal, release)", "store_us"),
-            (f"load {mib} MiB (open, copy out, release)", "load_us")]
+    # (row, the C loop's figure, the Python one): lookup_views makes the
+    # same C calls as lookup_prefix + release_batch.
+    rows = [("open + release, 1 chunk", "open_release_us", "open_release_us"),
+            (f"count_prefix, {KEYS} keys", "count_prefix_128_us", "count_prefix_128_us"),
+            (f"lookup_prefix, {KEYS} keys, + release_batch", "lookup_release_128_us",
+             "lookup_release_128_us"),
+            (f"lookup_views, {KEYS} keys, + Prefix.release", "lookup_release_128_us",
+             "lookup_views_128_us"),
+            (f"store {mib} MiB (create, copy in, seal, release)", "store_us", "store_us"),
+            (f"load {mib} MiB (open, copy out, release)", "load_us", "load_us")]
     out = ["| call | C (µs) | Python (µs) | Python ÷ C | Python − C (µs) |",
            "|---|---:|---:|---:|---:|"]
-    for name, key in rows:
-        cv, pv = median_of(c, key), median_of(py, key)
-        out.append(f"| {name} | {cv:.1f} | {pv:.1f} | {ratio_of(py, c, key):.2f}× "
-                   f"| {difference_of(py, c, key):+.1f} |")
+    for name, ckey, pkey in rows:
+        cv, pv = median_of(c, ckey), median_of(py, pkey)
+        out.append(f"| {name} | {cv:.1f} | {pv:.1f} | {ratio_of(py, c, pkey, ckey):.2f}× "
+                   f"| {difference_of(py, c, pkey, ckey):+.1f} |")
     out += ["", f"| µs per key, {KEYS} keys of 4 KiB | C one by one | C batched | C ratio "
                 "| Python one by one | Python batched | Python ratio |",
             "|---|---:|---:|---:|---:|---:|---:|"]

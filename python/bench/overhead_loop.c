@@ -134,7 +134,8 @@ int main(int argc, char **argv) {
     double t0 = now_us();
     maru_chunk_t *c;
     if ((rc = maru_create(m, big_path, big, &c))) return fail("create", rc);
-    memcpy(maru_chunk_data(c), src, big);
+    /* The library's copy, as Chunk.write makes it. */
+    if ((rc = maru_write_from(c, src, 0, big))) return fail("write_from", rc);
     if ((rc = maru_seal(c))) return fail("seal", rc);
     maru_release(c);
     store_us[r] = now_us() - t0;

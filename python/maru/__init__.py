@@ -12,7 +12,7 @@ Two layers over the C library libmaru_direct (through the pybind11 module
 See docs/python.md.
 """
 
-from ._maru import BATCH_MAX, ForkError, strerror
+from ._maru import BATCH_MAX, ForkError, Prefix, strerror
 from .chunk import Chunk
 from .client import Client, Hint, PoolInfo, Region, errno_error
 from .handler import AllocError, AllocHandle, MaruConfig, MaruHandler, MemoryInfo
@@ -32,6 +32,7 @@ __all__ = [
     "MaruHandler",
     "MemoryInfo",
     "PoolInfo",
+    "Prefix",
     "Region",
     "errno_error",
     "key_to_path",

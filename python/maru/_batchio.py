@@ -8,6 +8,8 @@ OSError per op, as ``Client.read_into_batch`` / ``write_from_batch`` do.
 
 The engines' connectors (maru.sglang, maru.lmcache) copy only through here,
 so how a batch reaches the library is decided in this one file.
+:func:`read_into_prefix` takes ops ``(index, buffer, chunk_offset)`` into
+the chunks of a :meth:`Client.lookup_views` answer instead.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ from __future__ import annotations
 import ctypes
 from typing import Any, List, Optional, Sequence, Tuple
 
-from ._maru import BATCH_MAX
+from ._maru import BATCH_MAX, Prefix
 from .chunk import Chunk
-from .client import Client
+from .client import Client, errno_error
 
 Op = Tuple[Chunk, Any, int]
 
@@ -74,6 +76,19 @@ def read_into_batch(client: Client, ops: Sequence[Op]) -> List[Optional[OSError]
     """``Client.read_into_batch``: chunk bytes into the caller's buffers, one
     call of the library per ``maru.BATCH_MAX`` ops (GIL released)."""
     return _in_calls(client.read_into_batch, ops)
+
+
+def read_into_prefix(prefix: Prefix, ops: Sequence[Tuple[int, Any, int]]) -> List[Optional[OSError]]:
+    """``Prefix.read_into_batch``: ops ``(index, buffer, chunk_offset)``
+    into chunks of a :meth:`Client.lookup_views` answer, one call of the
+    library per ``maru.BATCH_MAX`` ops (GIL released); None or the OSError
+    per op."""
+    errors: List[Optional[OSError]] = []
+    for start in range(0, len(ops), BATCH_MAX):
+        results = prefix.read_into_batch([(i, _as_buffer(b), off)
+                                          for i, b, off in ops[start:start + BATCH_MAX]])
+        errors += [errno_error(rc) if rc else None for rc in results]
+    return errors
 
 
 def write_from_batch(client: Client, ops: Sequence[Op]) -> List[Optional[OSError]]:

@@ -235,10 +235,27 @@ class Client:
         paths = list(paths)
         return [Chunk(lease, p) for lease, p in zip(self._conn.lookup_prefix(paths), paths)]
 
+    def lookup_views(self, paths: Sequence[str]) -> "_maru.Prefix":
+        """:meth:`lookup_prefix` as one object, for prefixes of many keys.
+
+        Returns a :class:`maru.Prefix` of the longest existing prefix of
+        ``paths`` (a sequence of str): ``len(p)`` chunks, leased. Nothing is
+        made per chunk until asked for: ``p[i]`` is a read-only memoryview
+        of chunk ``i`` (it keeps that chunk's lease while it lives),
+        ``p.sizes`` their sizes, ``p.read_into_batch(ops)`` copies
+        ``(index, buffer, chunk_offset)`` ops in one library call (0 or a
+        negative errno per op), ``p.lease_check()`` says how many chunks,
+        from the first, certainly held their leases since the lookup, and
+        ``p.release()`` (or leaving ``with p:``) gives every handle back in
+        one call. A 128-key lookup and release costs about 1.2x the C calls,
+        where :meth:`lookup_prefix` and :meth:`release_batch` cost 5-6x.
+        """
+        return self._conn.lookup_views(paths)
+
     def count_prefix(self, paths: Sequence[str]) -> int:
         """``maru_count_prefix``: how many of ``paths``, from the start, exist
         (one round trip, no lease taken)."""
-        return self._conn.count_prefix(list(paths))
+        return self._conn.count_prefix(paths)
 
     def release_batch(self, chunks: Iterable[Chunk]) -> None:
         """``maru_release_batch``: :meth:`Chunk.release` of each chunk (of this

@@ -369,7 +369,7 @@ class MaruHiCacheStorage(HiCacheStorage):  # type: ignore[misc,valid-type]
         return pages
 
     @staticmethod
-    def _ops(chunk: Chunk, pieces: Sequence[Piece]) -> List[tuple]:
+    def _ops(chunk: Union[Chunk, int], pieces: Sequence[Piece]) -> List[tuple]:
         ops, offset = [], 0
         for where, length in pieces:
             buf = _batchio.raw_buffer(where, length) if isinstance(where, int) else where
@@ -405,31 +405,22 @@ class MaruHiCacheStorage(HiCacheStorage):  # type: ignore[misc,valid-type]
         return results
 
     def _get_pages(self, paths: Sequence[str], pieces: Sequence[Sequence[Piece]]) -> int:
-        chunks = self._client.lookup_prefix(list(paths))
-        try:
+        # One object for the prefix's chunks (ops name them by index), given
+        # back in one call: no Python object per page.
+        with self._client.lookup_views(paths) as prefix:
             usable = 0
-            for chunk, page in zip(chunks, pieces):
-                if chunk.size != sum(length for _, length in page):
+            for path, size, page in zip(paths, prefix.sizes, pieces):
+                if size != sum(length for _, length in page):
                     logger.warning("maru.sglang: %s has %d bytes, the page %d",
-                                   chunk.path, chunk.size, sum(n for _, n in page))
+                                   path, size, sum(n for _, n in page))
                     break
                 usable += 1
-            ops = [op for chunk, page in zip(chunks[:usable], pieces) for op in
-                   self._ops(chunk, page)]
-            errors = _batchio.read_into_batch(self._client, ops) if ops else []
-            bad = {id(op[0]) for op, err in zip(ops, errors) if err is not None}
-            loaded = 0
-            for chunk in chunks[:usable]:
-                if id(chunk) in bad:
-                    break
-                try:
-                    chunk.lease_check()  # the bytes read were this chunk's
-                except OSError:
-                    break
-                loaded += 1
-            return loaded
-        finally:
-            self._client.release_batch(chunks)
+            ops = [op for i, page in enumerate(pieces[:usable]) for op in self._ops(i, page)]
+            errors = _batchio.read_into_prefix(prefix, ops) if ops else []
+            bad = [op[0] for op, err in zip(ops, errors) if err is not None]
+            # The leading pages read whole whose leases held (the bytes read
+            # were theirs).
+            return min([usable, prefix.lease_check()] + bad)
 
     def batch_set_v1(self, keys: List[str], host_indices: Any,
                      extra_info: Any = None) -> List[bool]:

@@ -141,9 +141,14 @@ std::vector<std::unique_ptr<Lease>> Connection::LookupPrefix(
   return leases;
 }
 
-size_t Connection::CountPrefix(const std::vector<std::string> &paths) {
+std::unique_ptr<Prefix> Connection::LookupViews(py::handle paths) {
+  return maru_py::LookupViews(Live(), paths);
+}
+
+size_t Connection::CountPrefix(py::handle paths) {
   auto s = Live();
-  std::vector<const char *> cpaths = CStrings(paths);
+  py::tuple hold;
+  std::vector<const char *> cpaths = PathArray(paths, &hold);
   size_t count = 0;
   int rc;
   {
@@ -324,6 +329,7 @@ void RegisterConnection(py::module_ &m) {
       .def("open", &Connection::Open, py::arg("path"))
       .def("open_partial", &Connection::OpenPartial, py::arg("path"))
       .def("lookup_prefix", &Connection::LookupPrefix, py::arg("paths"))
+      .def("lookup_views", &Connection::LookupViews, py::arg("paths"))
       .def("count_prefix", &Connection::CountPrefix, py::arg("paths"))
       .def("create_batch", &Connection::CreateBatch, py::arg("paths"), py::arg("sizes"),
            py::arg("parents") = std::vector<std::optional<std::string>>(), py::arg("mode") = 0,

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "lease.h"
+#include "prefix.h"
 #include "session.h"
 
 namespace maru_py {
@@ -35,7 +36,10 @@ class Connection {
   std::unique_ptr<Lease> OpenPartial(const std::string &path);
   // Leases for the longest existing prefix of `paths`.
   std::vector<std::unique_ptr<Lease>> LookupPrefix(const std::vector<std::string> &paths);
-  size_t CountPrefix(const std::vector<std::string> &paths);
+  // The same as one Prefix object (prefix.h); `paths` a sequence of str.
+  std::unique_ptr<Prefix> LookupViews(pybind11::handle paths);
+  // `paths`: a sequence of str, read in place (PathArray).
+  size_t CountPrefix(pybind11::handle paths);
   // (Lease or None, 0 or a negative errno) per request.
   pybind11::list CreateBatch(const std::vector<std::string> &paths,
                              const std::vector<uint64_t> &sizes,

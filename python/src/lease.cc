@@ -90,9 +90,14 @@ void Lease::Write(py::object src, uint64_t offset) {
   ContiguousBuffer in(src, /*writable=*/false);
   if (offset > size_ || in.size() > size_ - offset)
     throw py::value_error("maru: write past the end of the chunk");
-  py::gil_scoped_release nogil;
-  std::lock_guard<std::mutex> lock(mu_);
-  if (in.size()) memcpy(static_cast<char *>(data_) + offset, in.data(), in.size());
+  int rc;
+  {
+    // The library's copy: large ones stream past the caches into the pool.
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mu_);
+    rc = maru_write_from(c_, in.data(), offset, in.size());
+  }
+  Check(rc);
 }
 
 void Lease::ReadInto(py::object dst, uint64_t offset) {

@@ -39,7 +39,7 @@ class Lease {
   // maru_publish(): names a chunk from maru_alloc() and seals it.
   void Publish(const std::string &path, const std::optional<std::string> &parent);
   // Copies a buffer of the caller into a writable chunk at `offset`, with
-  // the GIL released (a memcpy of megabytes).
+  // the GIL released (maru_write_from(): megabytes, streamed into the pool).
   void Write(pybind11::object src, uint64_t offset);
   // maru_read_into() into a writable buffer of the caller.
   void ReadInto(pybind11::object dst, uint64_t offset);

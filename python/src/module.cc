@@ -6,6 +6,7 @@
 #include "connection.h"
 #include "errors.h"
 #include "lease.h"
+#include "prefix.h"
 
 namespace py = pybind11;
 
@@ -13,6 +14,7 @@ PYBIND11_MODULE(_maru, m) {
   m.doc() = "Binding of libmaru_direct; use the maru package instead.";
   maru_py::RegisterErrors(m);
   maru_py::RegisterLease(m);
+  maru_py::RegisterPrefix(m);
   maru_py::RegisterConnection(m);
   maru_py::RegisterBatchIo(m);
   m.attr("CREATE_CONTIGUOUS") = MARU_CREATE_CONTIGUOUS;

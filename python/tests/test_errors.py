@@ -43,6 +43,7 @@ def test_a_nul_in_a_path_is_refused_not_cut_short(server, client, ns):
              lambda: client.open(bad),
              lambda: client.open_partial(bad),
              lambda: client.lookup_prefix([short, bad]),
+             lambda: client.lookup_views([short, bad]),
              lambda: client.count_prefix([bad]),
              lambda: client.create_batch([bad], [1]),
              lambda: client.unlink(bad),

@@ -1,13 +1,18 @@
 #include "alloc/pool_device.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <numa.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <utility>
 #include <vector>
 
@@ -31,9 +36,39 @@ std::string HowToFormat(const std::string &path) {
 
 struct DeviceGeometry {
   bool devdax = false;
+  bool hugetlbfs = false;  // a file whose pages are huge pages, mapped only
   uint64_t size = 0;
-  uint64_t align = 0;
+  uint64_t align = 0;  // the device's alignment, or the file's page size
 };
+
+// The size of a transparent huge page (2 MiB on x86-64).
+uint64_t PmdPageSize() {
+  std::ifstream f("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size");
+  uint64_t size = 0;
+  return f >> size && size ? size : 2u << 20;
+}
+
+// Whether the tmpfs of device `dev` gives files huge pages: its mount's
+// huge= option (from mountinfo), or shmem huge pages forced for all.
+bool TmpfsHuge(dev_t dev) {
+  std::ifstream forced("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
+  std::string policy((std::istreambuf_iterator<char>(forced)), std::istreambuf_iterator<char>());
+  if (policy.find("[force]") != std::string::npos) return true;
+  std::ifstream mounts("/proc/self/mountinfo");
+  const std::string want = std::to_string(major(dev)) + ":" + std::to_string(minor(dev));
+  for (std::string line; std::getline(mounts, line);) {
+    // ID PARENT MAJOR:MINOR ROOT POINT OPTIONS ... - TYPE SOURCE SUPER_OPTIONS
+    std::istringstream in(line);
+    std::string id, parent, device;
+    in >> id >> parent >> device;
+    const size_t dash = line.find(" - ");
+    if (device != want || dash == std::string::npos) continue;
+    const std::string super = line.substr(line.rfind(' ') + 1);
+    return super.find("huge=always") != std::string::npos ||
+           super.find("huge=within_size") != std::string::npos;
+  }
+  return false;
+}
 
 Result<DeviceGeometry> Probe(int fd, const std::string &path) {
   struct stat st;
@@ -47,7 +82,9 @@ Result<DeviceGeometry> Probe(int fd, const std::string &path) {
     g.align = dax->align;
   } else if (S_ISREG(st.st_mode)) {
     g.size = st.st_size;
-    g.align = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    const FilePages pages = PagesOfFile(fd);
+    g.align = pages.size;
+    g.hugetlbfs = pages.hugetlbfs;
   } else {
     return Status::Error(EINVAL, path + " is neither a regular file nor a devdax device");
   }
@@ -70,6 +107,16 @@ Status Preallocate(int fd, uint64_t size, int numa_node, const std::string &path
   const long page = sysconf(_SC_PAGESIZE);
   for (uint64_t off = 0; off < size; off += page) static_cast<volatile uint8_t *>(p)[off] = 0;
   munmap(p, size);
+  return Status::Ok();
+}
+
+// hugetlbfs has no write(): the superblock goes through a mapping of the
+// first page.
+Status WriteThroughMapping(int fd, const uint8_t *buf, size_t len, uint64_t page) {
+  void *p = mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return Status::Error(errno, "cannot map the superblock");
+  memcpy(p, buf, len);
+  munmap(p, page);
   return Status::Ok();
 }
 
@@ -154,11 +201,16 @@ Result<Superblock> FormatPool(const std::string &path, const FormatOptions &opti
     return Status::Error(EINVAL, "--size is required for a file pool");
   }
   sb.alignment = geo->align;
-  sb.unit = options.unit ? options.unit : (geo->devdax ? kDaxUnit : kFileUnit);
+  // On huge pages an extent is whole pages: it is mapped on its own (a
+  // chunk of several extents) only at a page boundary, and a smaller unit
+  // would give each chunk's ends pages it shares with the next.
+  sb.unit = options.unit ? options.unit
+                         : (geo->devdax ? kDaxUnit : std::max<uint64_t>(kFileUnit, geo->align));
   if (sb.unit & (sb.unit - 1) || sb.unit < 4096)
     return Status::Error(EINVAL, "allocation unit must be a power of two of at least 4K");
-  if (geo->devdax && sb.unit < geo->align)
-    return Status::Error(EINVAL, "allocation unit must be at least the device alignment (" +
+  if ((geo->devdax || geo->hugetlbfs) && sb.unit < geo->align)
+    return Status::Error(EINVAL, std::string("allocation unit must be at least the ") +
+                                     (geo->devdax ? "device alignment" : "huge page size") + " (" +
                                      FormatSize(geo->align) + ")");
   sb.data_offset = RoundUp(kSuperblockBytes, std::max(sb.unit, sb.alignment));
   size = size / sb.unit * sb.unit;
@@ -176,11 +228,19 @@ Result<Superblock> FormatPool(const std::string &path, const FormatOptions &opti
     if (fchmod(fd, options.mode) < 0) return Status::Error(errno, "cannot set the mode of " + path);
     if (ftruncate(fd, static_cast<off_t>(size)) < 0)
       return Status::Error(errno, "cannot resize " + path);
-    if (!options.sparse) MARU_RETURN_IF_ERROR(Preallocate(fd, size, options.numa_node, path));
+    if (!options.sparse) {
+      Status s = Preallocate(fd, size, options.numa_node, path);
+      if (!s.ok() && geo->hugetlbfs && s.errnum() == ENOSPC)
+        return Status::Error(ENOSPC, s.message() +
+                                         ": not enough free huge pages (HugePages_Free in "
+                                         "/proc/meminfo; raise vm.nr_hugepages)");
+      MARU_RETURN_IF_ERROR(s);
+    }
   }
   std::vector<uint8_t> buf(kSuperblockBytes);
   sb.Encode(buf.data());
-  MARU_RETURN_IF_ERROR(WriteAll(fd, buf.data(), buf.size(), 0));
+  MARU_RETURN_IF_ERROR(geo->hugetlbfs ? WriteThroughMapping(fd, buf.data(), buf.size(), geo->align)
+                                      : WriteAll(fd, buf.data(), buf.size(), 0));
   if (fsync(fd) < 0 && errno != EINVAL) return Status::Error(errno, "cannot sync " + path);
   return sb;
 }
@@ -238,6 +298,21 @@ Result<std::unique_ptr<PoolDevice>> PoolDevice::Open(const std::string &path,
 PoolDevice::~PoolDevice() {
   if (base_) munmap(base_, mapped_);
   if (fd_ >= 0) close(fd_);
+}
+
+FilePages PagesOfFile(int fd) {
+  FilePages pages;
+  pages.size = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  struct statfs fs;
+  struct stat st;
+  if (fstatfs(fd, &fs) != 0 || fstat(fd, &st) != 0) return pages;
+  if (static_cast<uint64_t>(fs.f_type) == HUGETLBFS_MAGIC) {
+    pages.size = static_cast<uint64_t>(fs.f_bsize);  // the mount's huge page size
+    pages.hugetlbfs = true;
+  } else if (static_cast<uint64_t>(fs.f_type) == TMPFS_MAGIC && TmpfsHuge(st.st_dev)) {
+    pages.size = PmdPageSize();
+  }
+  return pages;
 }
 
 bool PoolDevice::Contains(const void *p, uint64_t len) const {

@@ -33,6 +33,16 @@ Result<Superblock> FormatPool(const std::string &path, const FormatOptions &opti
 // Reads and validates the superblock without mapping the data.
 Result<Superblock> ReadSuperblock(const std::string &path);
 
+// The pages that back a pool file, as a devdax device's alignment does a
+// device's: huge pages on hugetlbfs (which takes no write(), only
+// mappings) and on a tmpfs mounted with huge=always or huge=within_size
+// (or with shmem huge pages forced for every mount); base pages elsewhere.
+struct FilePages {
+  uint64_t size = 4096;
+  bool hugetlbfs = false;
+};
+FilePages PagesOfFile(int fd);
+
 // Whether a process prefaults its mapping of a device (MAP_POPULATE), so the
 // data path never takes a page fault. Prefaulting costs time at connect
 // (about 67 ms per GiB of 4 KiB pages) and, on a pool file, allocates every

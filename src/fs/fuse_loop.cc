@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <memory>
 
-#include "fs/cpu_wake_latency.h"
+#include "util/cpu_wake_latency.h"
 #include "util/log.h"
 
 namespace maru {

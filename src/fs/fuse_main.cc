@@ -10,11 +10,11 @@
 #include <memory>
 #include <string>
 
-#include "fs/cpu_wake_latency.h"
 #include "fs/fuse_init.h"
 #include "fs/fuse_loop.h"
 #include "fs/fuse_ring.h"
 #include "fs/maru_fs.h"
+#include "util/cpu_wake_latency.h"
 #include "util/log.h"
 
 using namespace maru;

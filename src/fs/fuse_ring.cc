@@ -4,8 +4,8 @@
 
 #include <cerrno>
 
-#include "fs/cpu_wake_latency.h"
 #include "fs/fuse_loop.h"
+#include "util/cpu_wake_latency.h"
 #include "util/log.h"
 
 #ifdef MARU_HAVE_LIBURING

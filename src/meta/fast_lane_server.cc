@@ -17,11 +17,12 @@
 namespace maru {
 
 FastLaneServer::FastLaneServer(std::string path, MetaEngine *engine, IdentityPolicy policy,
-                               size_t max_connections)
+                               size_t max_connections, CpuWakeLatency *wake)
     : path_(std::move(path)),
       max_connections_(std::min(max_connections, kMaxConnections)),
       engine_(engine),
-      policy_(policy) {
+      policy_(policy),
+      wake_(wake) {
   // Counted with the same operations over gRPC.
 #define MARU_FAST_OP(Code, Name, Req, Rep) \
   slots_[fastlane::k##Name] = engine_->op_stats().Register(#Name);
@@ -133,6 +134,7 @@ void FastLaneServer::Serve(Connection *conn) {
   for (;;) {
     uint8_t op;
     if (!ReadFrame(conn->fd, &op, &in, fastlane::kMaxPayload).ok()) break;
+    if (wake_) wake_->NoteRequest();
     out.clear();
     if (!Dispatch(conn->peer, op, in, &out)) {
       WriteFrame(conn->fd, fastlane::kBadFrame, "");

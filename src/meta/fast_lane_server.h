@@ -14,6 +14,7 @@
 #include "meta/acceptor.h"
 #include "meta/identity.h"
 #include "meta/meta_engine.h"
+#include "util/cpu_wake_latency.h"
 
 namespace maru {
 
@@ -23,8 +24,10 @@ class FastLaneServer {
  public:
   // At most `max_connections` connections at once (past them, new ones are
   // refused and clients use gRPC), and never more than kMaxConnections.
+  // `wake` (may be null) is told of every request, so that idle CPUs are
+  // kept quick to wake while requests come (util/cpu_wake_latency.h).
   FastLaneServer(std::string path, MetaEngine *engine, IdentityPolicy policy,
-                 size_t max_connections = kMaxConnections);
+                 size_t max_connections = kMaxConnections, CpuWakeLatency *wake = nullptr);
   ~FastLaneServer();
 
   Status Bind();
@@ -58,6 +61,7 @@ class FastLaneServer {
   size_t max_connections_;
   MetaEngine *engine_;
   IdentityPolicy policy_;
+  CpuWakeLatency *wake_;
   int slots_[fastlane::kOpLimit] = {};  // op -> OpStats slot
   std::unique_ptr<Acceptor> acceptor_;
   std::mutex mu_;

@@ -52,7 +52,8 @@ struct ServerFlags {
           max_reservations = d.reservations_per_session, max_pins = d.pins_per_session,
           max_sessions_per_uid = d.sessions_per_uid;
   double high_watermark = 0.95, low_watermark = 0.90;
-  bool sync = false, squash_tcp = true, no_fast_lane = false, no_index = false;
+  bool sync = false, squash_tcp = true, no_fast_lane = false, no_index = false,
+       no_idle_poll = false;
   std::string index_path;
   int64_t index_entries = 0, index_sessions = 256, index_sessions_per_uid = 0;
   ConnectionGate::Limits g;
@@ -202,6 +203,9 @@ int main(int argc, char **argv) {
                "'authorization: Bearer TOKEN' acts as that user");
   flags.Bool("no-fast-lane", &f.no_fast_lane,
              "serve lookups, opens and releases over gRPC only (no SOCKET.fast)");
+  flags.Bool("no-idle-poll", &f.no_idle_poll,
+             "do not keep idle CPUs polling while fast-lane requests come (a PM QoS request, "
+             "root only)");
   flags.Bool("no-index", &f.no_index,
              "publish no shared-memory index (clients look up, open and release by message)");
   flags.String("index", &f.index_path,
@@ -309,6 +313,11 @@ int main(int argc, char **argv) {
   std::vector<std::unique_ptr<Acceptor>> unix_listeners;
   std::vector<std::unique_ptr<TcpRelay>> tcp_listeners;
   PrivateDirectory relay_dir;  // gRPC's sockets behind the TCP relays
+  // Outlives the fast lane, whose threads tell it of each request. Held
+  // for a second after the last: a writer's create and seal come
+  // milliseconds apart (the copy between them), further than a mount's
+  // requests, and each found the server's CPU halted without it.
+  CpuWakeLatency wake(!f.no_fast_lane && !f.no_idle_poll, std::chrono::seconds(1));
   std::unique_ptr<FastLaneServer> fast_lane;
   for (size_t i = 0; i < addresses.size(); ++i) {
     if (addresses[i].kind == Address::Kind::kUnix) {
@@ -319,7 +328,7 @@ int main(int argc, char **argv) {
         fast_lane =
             std::make_unique<FastLaneServer>(addresses[i].path + fastlane::kSuffix, engine->get(),
                                              IdentityPolicy{},  // Unix peers only
-                                             gate.fast_lane_connections());
+                                             gate.fast_lane_connections(), &wake);
         s = fast_lane->Bind();
         if (!s.ok()) return Fail(s.message());
       }

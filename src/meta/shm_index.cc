@@ -1,9 +1,11 @@
 #include "meta/shm_index.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -143,8 +145,13 @@ void Populate(void *base, size_t bytes) {
 }  // namespace
 
 std::string DefaultIndexPath(const std::string &pool_path, const std::string &pool_uuid) {
+  // Beside a pool file, unless on hugetlbfs, whose files are whole huge
+  // pages and take no write(): there, like a device's, in /dev/shm.
   struct stat st;
-  if (stat(pool_path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) return pool_path + ".index";
+  struct statfs fs;
+  if (stat(pool_path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+      !(statfs(pool_path.c_str(), &fs) == 0 && static_cast<uint64_t>(fs.f_type) == HUGETLBFS_MAGIC))
+    return pool_path + ".index";
   std::string hex;
   char buf[3];
   for (unsigned char ch : pool_uuid) {

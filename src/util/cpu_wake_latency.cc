@@ -1,4 +1,4 @@
-#include "fs/cpu_wake_latency.h"
+#include "util/cpu_wake_latency.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -31,7 +31,8 @@ int HoldZeroLatency() {
 
 }  // namespace
 
-CpuWakeLatency::CpuWakeLatency(bool enabled) {
+CpuWakeLatency::CpuWakeLatency(bool enabled, std::chrono::milliseconds release)
+    : release_(release) {
   if (!enabled) return;
   // Tried once here, so that a daemon that may not hold it says so at start.
   const int fd = HoldZeroLatency();
@@ -73,10 +74,10 @@ void CpuWakeLatency::Run() {
       return;
     }
     held_.store(true, std::memory_order_relaxed);
-    // Held for as long as each half of kRelease saw a request.
+    // Held for as long as each half of release_ saw a request.
     busy_.store(true, std::memory_order_relaxed);
     while (!stop_ && busy_.exchange(false, std::memory_order_relaxed))
-      cv_.wait_for(lock, kRelease / 2, [&] { return stop_; });
+      cv_.wait_for(lock, release_ / 2, [&] { return stop_; });
     close(fd);
     held_.store(false, std::memory_order_relaxed);
     wanted_ = false;
