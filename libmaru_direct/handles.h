@@ -1,6 +1,6 @@
 // The handles of the C API (maru_t, maru_chunk_t), for the files of
-// libmaru_direct that implement it: maru_direct.cc (the calls),
-// layerwise.cc (parts), async.cc (futures).
+// libmaru_direct that implement it: connection.cc, create_and_seal.cc,
+// open_and_lookup.cc, read_and_write.cc, parts.cc, async.cc and the rest.
 #pragma once
 
 #include <atomic>
