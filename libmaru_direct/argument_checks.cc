@@ -2,6 +2,7 @@
 
 #include "maru_direct_internal.h"
 #include "util/path.h"
+#include "util/status.h"
 
 namespace maru::direct {
 
@@ -9,7 +10,7 @@ int CheckPath(const char *path, bool *canonical) {
   if (!path) return -EINVAL;
   size_t names = 0;
   maru::Status s = maru::CheckPathNames(path, &names, canonical);
-  if (!s.ok()) return -s.errnum();
+  if (!s.ok()) return maru::ReturnCode(s);
   return names == 0 ? -EINVAL : 0;  // "/" is no chunk
 }
 

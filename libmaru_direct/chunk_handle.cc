@@ -5,6 +5,7 @@
 
 #include "chunk_cache.h"
 #include "util/checksum.h"
+#include "util/status.h"
 
 using maru::MetaClient;
 
@@ -12,7 +13,7 @@ namespace maru::direct {
 
 int AllocateStaging(maru_chunk_t *c, bool writer) {
   auto buffer = c->m->remote->staging().Acquire(c->size, writer);
-  if (!buffer.ok()) return -buffer.status().errnum();
+  if (!buffer.ok()) return maru::ReturnCode(buffer.status());
   c->staging = std::move(*buffer);
   c->data = c->staging->data();
   return 0;
@@ -41,7 +42,7 @@ int Fetch(maru_chunk_t *c) {
   std::vector<maru::RemotePool::Transfer> transfers;
   AddTransfers(c, 0, c->size, c->staging->data(), &transfers, c->staging->memh());
   maru::Status s = c->m->remote->Get(c->m->client->session(), transfers);
-  int rc = s.ok() ? CheckStillLeased(c) : -s.errnum();
+  int rc = s.ok() ? CheckStillLeased(c) : maru::ReturnCode(s);
   if (rc < 0) {
     c->staging.reset();
     c->data = nullptr;
@@ -68,7 +69,7 @@ int MakeChunk(maru_t *m, const maru::rpc::ChunkReply &rep, bool writing, maru_ch
     }
   } else {
     maru::Result<uint8_t *> data = m->pool->Address(maru::FromWire(rep.extents()), &c->view);
-    if (!data.ok()) return -data.status().errnum();
+    if (!data.ok()) return maru::ReturnCode(data.status());
     c->data = *data;
   }
   if (!writing) HoldLease(c.get(), rep.lease());

@@ -12,6 +12,7 @@
 
 #include "handles.h"
 #include "util/address.h"
+#include "util/status.h"
 
 using maru::MetaClient;
 namespace rpc = maru::rpc;
@@ -62,7 +63,7 @@ int maru_connect_ex(const char *target, const maru_connect_opts_t *opts, maru_t 
   options.connect_timeout_ms = std::min(options.connect_timeout_ms, options.call_timeout_ms);
   options.retry_window_ms = EnvInt("MARU_RETRY_MS", options.retry_window_ms);
   auto client = MetaClient::Connect(target, options);
-  if (!client.ok()) return -client.status().errnum();
+  if (!client.ok()) return maru::ReturnCode(client.status());
   auto m = std::unique_ptr<maru_t>(new (std::nothrow) maru_t());
   if (!m) return -ENOMEM;
   const rpc::OpenSessionReply info = (*client)->session_info();
@@ -76,12 +77,13 @@ int maru_connect_ex(const char *target, const maru_connect_opts_t *opts, maru_t 
     m->pool = std::move(*pool);
   } else {
     const int err = pool.status().errnum();
-    if (!force_remote && err != ENOENT && err != ENODEV && err != EACCES) return -err;
+    if (!force_remote && err != ENOENT && err != ENODEV && err != EACCES)
+      return maru::ReturnCode(pool.status());
     std::map<uint32_t, std::string> agents;
     for (const rpc::Device &d : info.devices())
       if (!d.agent().empty()) agents[d.index()] = d.agent();
     if (agents.size() != static_cast<size_t>(info.devices_size()))
-      return force_remote ? -ENODEV : -err;
+      return force_remote ? -ENODEV : maru::ReturnCode(pool.status());
     MetaClient *meta = m->client.get();
     auto refresh = [meta] {
       maru::RemotePool::AgentMap now;
@@ -105,11 +107,11 @@ int maru_connect_ex(const char *target, const maru_connect_opts_t *opts, maru_t 
       }
       rpc::GrantReply rep;
       if (int rc = meta->Call(&Stub::IssueGrant, req, &rep))
-        return maru::Status::Error(-rc, "no grant for the extents");
+        return maru::FromReturnCode(rc, "no grant for the extents");
       return rep.grant().SerializeAsString();
     };
     auto remote = maru::RemotePool::Create(agents, options.call_timeout_ms, refresh, issue);
-    if (!remote.ok()) return -remote.status().errnum();
+    if (!remote.ok()) return maru::ReturnCode(remote.status());
     m->remote = std::move(*remote);
   }
   m->stream_writes = EnvInt("MARU_STREAM_WRITES", 1) != 0;

@@ -9,6 +9,7 @@
 #include "c_conversions.h"
 #include "chunk_handle.h"
 #include "handles.h"
+#include "util/status.h"
 
 namespace rpc = maru::rpc;
 using Stub = maru::rpc::Meta::Stub;
@@ -27,7 +28,7 @@ int PrepareSeal(maru_chunk_t *c, maru::rpc::SealRequest *req) {
     std::vector<maru::RemotePool::Transfer> transfers;
     AddTransfers(c, 0, c->size, c->staging->data(), &transfers, c->staging->memh());
     maru::Status s = c->m->remote->Put(c->m->client->session(), transfers);
-    if (!s.ok()) return -s.errnum();
+    if (!s.ok()) return maru::ReturnCode(s);
   }
   req->set_ino(c->ino);
   req->set_gen(c->gen);

@@ -7,6 +7,7 @@
 #include "chunk_handle.h"
 #include "handles.h"
 #include "util/address.h"
+#include "util/status.h"
 
 namespace rpc = maru::rpc;
 using maru::direct::AddTransfers;
@@ -37,7 +38,7 @@ int maru_publish_part(maru_chunk_t *c, uint32_t upto) {
     std::vector<maru::RemotePool::Transfer> transfers;
     AddTransfers(c, from, to - from, c->staging->data() + from, &transfers, c->staging->memh());
     maru::Status s = c->m->remote->Put(c->m->client->session(), transfers);
-    if (!s.ok()) return -s.errnum();
+    if (!s.ok()) return maru::ReturnCode(s);
   }
   rpc::PartRequest req;
   req.set_ino(c->ino);

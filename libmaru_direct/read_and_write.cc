@@ -5,6 +5,7 @@
 
 #include "chunk_handle.h"
 #include "handles.h"
+#include "util/status.h"
 #include "util/stream_copy.h"
 
 using maru::direct::AddTransfers;
@@ -81,7 +82,7 @@ int maru_read_into_batch(const maru_read_op_t *ops, size_t n) {
   if (transfers.empty()) return 0;
   // Straight into the callers' buffers, all in flight at once.
   maru::Status s = m->remote->Get(m->client->session(), transfers);
-  if (!s.ok()) return -s.errnum();
+  if (!s.ok()) return maru::ReturnCode(s);
   for (size_t i = 0; i < n; ++i)
     if (!ops[i].chunk->data)
       if (int rc = CheckStillLeased(ops[i].chunk); rc < 0) return rc;
