@@ -6,7 +6,6 @@
 #include <atomic>
 #include <cstdlib>
 #include <memory>
-#include <mutex>
 
 #include "alloc/extent_map.h"
 #include "async_worker.h"
@@ -16,6 +15,7 @@
 #include "client/pool_map.h"
 #include "maru_direct_internal.h"
 #include "rdma/remote_pool.h"
+#include "util/mutex.h"
 
 struct maru_handle {
   std::unique_ptr<maru::MetaClient> client;
@@ -28,8 +28,8 @@ struct maru_handle {
   bool stream_writes = true;
   // Runs the async batches (maru_*_batch_async); started at the first.
   // Last member: stopped before the client and the pool go.
-  std::mutex worker_mu;
-  std::unique_ptr<maru::AsyncWorker> worker;
+  maru::Mutex worker_mu;
+  std::unique_ptr<maru::AsyncWorker> worker GUARDED_BY(worker_mu);
 };
 
 struct maru_chunk {
