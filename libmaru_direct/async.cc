@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "handles.h"
+#include "read_and_write.h"
 #include "util/mutex.h"
 
 struct maru_future {
@@ -115,12 +116,14 @@ extern "C" {
 
 int maru_read_into_batch_async(const maru_read_op_t *ops, size_t n, int *results,
                                maru_future_t **out) {
-  return Submit<maru_read_op_t>(ops, n, results, out, maru::CheckReadOp, maru_read_into_batch);
+  return Submit<maru_read_op_t>(ops, n, results, out, maru::direct::CheckReadOp,
+                                maru_read_into_batch);
 }
 
 int maru_write_from_batch_async(const maru_write_op_t *ops, size_t n, int *results,
                                 maru_future_t **out) {
-  return Submit<maru_write_op_t>(ops, n, results, out, maru::CheckWriteOp, maru_write_from_batch);
+  return Submit<maru_write_op_t>(ops, n, results, out, maru::direct::CheckWriteOp,
+                                 maru_write_from_batch);
 }
 
 int maru_future_wait(maru_future_t *f, int timeout_ms) {

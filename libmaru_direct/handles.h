@@ -60,12 +60,3 @@ struct maru_chunk {
   std::atomic<uint32_t> published{0};  // atomic: a wait may run beside reads
   std::atomic<bool> partial{false};
 };
-
-namespace maru {
-
-// The checks of one op of maru_read_into_batch / maru_write_from_batch:
-// 0 or a negative errno.
-int CheckReadOp(const maru_read_op_t &op);
-int CheckWriteOp(const maru_write_op_t &op);
-
-}  // namespace maru

@@ -23,13 +23,6 @@ enum class PathForm { kAsGiven, kCanonical };
 // tells why it stopped: 0 (all opened, or only the server can tell of the
 // next), -ENOENT or -EACCES (the index proves the server would refuse the
 // next), or another negative errno (the caller releases what was opened).
-//
-// In three passes, so that a batch holds each lock once: the entries are
-// found first (and slots taken only for those found), then leased, then
-// their reads noted (a clock read per ring block, not per key) and their
-// leases tracked. Thread-local state (this thread's handle cache, lock
-// shards and ring block) is looked up once a batch: each look-up is a call
-// into the dynamic linker from a shared library.
 int OpenFromIndex(maru_t *m, maru::IndexReader *ix, const char *const *paths, PathForm form,
                   size_t n, maru_chunk_t **out, size_t *opened);
 

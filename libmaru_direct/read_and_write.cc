@@ -1,5 +1,7 @@
 // Copies between chunks and the caller's memory: reads gathered into the
 // caller's buffers, writes scattered into writable chunks, batched.
+#include "read_and_write.h"
+
 #include <cstring>
 #include <vector>
 
@@ -9,9 +11,11 @@
 #include "util/stream_copy.h"
 
 using maru::direct::AddTransfers;
+using maru::direct::CheckReadOp;
 using maru::direct::CheckStillLeased;
+using maru::direct::CheckWriteOp;
 
-namespace maru {
+namespace maru::direct {
 
 int CheckReadOp(const maru_read_op_t &op) {
   const maru_chunk_t *c = op.chunk;
@@ -29,14 +33,14 @@ int CheckWriteOp(const maru_write_op_t &op) {
   return 0;
 }
 
-}  // namespace maru
+}  // namespace maru::direct
 
 extern "C" {
 
 int maru_write_from_batch(const maru_write_op_t *ops, size_t n) {
   if (!ops && n) return -EINVAL;
   for (size_t i = 0; i < n; ++i)
-    if (int rc = maru::CheckWriteOp(ops[i]); rc < 0) return rc;
+    if (int rc = CheckWriteOp(ops[i]); rc < 0) return rc;
   // A writer's bytes are local: the pool mapping, streamed past the caches
   // (a fresh extent is not cached: a plain copy would read it in first),
   // or a remote chunk's staging buffer, reused and likely cached: copied.
@@ -67,7 +71,7 @@ int maru_read_into_batch(const maru_read_op_t *ops, size_t n) {
   std::vector<maru::RemotePool::Transfer> transfers;
   maru_t *m = nullptr;
   for (size_t i = 0; i < n; ++i)
-    if (int rc = maru::CheckReadOp(ops[i]); rc < 0) return rc;
+    if (int rc = CheckReadOp(ops[i]); rc < 0) return rc;
   for (size_t i = 0; i < n; ++i) {
     const maru_read_op_t &op = ops[i];
     maru_chunk_t *c = op.chunk;
