@@ -40,6 +40,54 @@ maru::Populate PopulateMode(const maru_connect_opts_t *opts) {
   return env ? maru::Populate::kAlways : maru::Populate::kNever;
 }
 
+// Where the agents are now, as the server knows it: an agent that went away
+// may come back elsewhere.
+maru::RemotePool::AgentMap AgentsNow(MetaClient *meta) {
+  maru::RemotePool::AgentMap now;
+  rpc::StatfsRequest req;
+  rpc::StatfsReply rep;
+  if (meta->Call(&Stub::Statfs, req, &rep) == 0)
+    for (const rpc::Device &d : rep.devices()) now[d.index()] = d.agent();
+  return now;
+}
+
+// The server vouches to the agent for what this session holds.
+maru::Result<std::string> IssueGrant(MetaClient *meta, uint32_t device,
+                                     const std::vector<maru::RemotePool::Range> &ranges,
+                                     bool writable) {
+  rpc::IssueGrantRequest req;
+  req.set_device(device);
+  req.set_writable(writable);
+  for (const maru::RemotePool::Range &r : ranges) {
+    rpc::Extent *e = req.add_extents();
+    e->set_device(device);
+    e->set_offset(r.offset);
+    e->set_length(r.length);
+  }
+  rpc::GrantReply rep;
+  if (int rc = meta->Call(&Stub::IssueGrant, req, &rep))
+    return maru::FromReturnCode(rc, "no grant for the extents");
+  return rep.grant().SerializeAsString();
+}
+
+// The pool through the agents that `info` names, where this host does not
+// map it: 0, or `no_agent` when a device has no agent.
+int ReachAgents(maru_t *m, const rpc::OpenSessionReply &info, int64_t timeout_ms, int no_agent) {
+  maru::RemotePool::AgentMap agents;
+  for (const rpc::Device &d : info.devices())
+    if (!d.agent().empty()) agents[d.index()] = d.agent();
+  if (agents.size() != static_cast<size_t>(info.devices_size())) return no_agent;
+  MetaClient *meta = m->client.get();
+  auto remote = maru::RemotePool::Create(
+      agents, timeout_ms, [meta] { return AgentsNow(meta); },
+      [meta](uint32_t device, const std::vector<maru::RemotePool::Range> &ranges, bool writable) {
+        return IssueGrant(meta, device, ranges, writable);
+      });
+  if (!remote.ok()) return maru::ReturnCode(remote.status());
+  m->remote = std::move(*remote);
+  return 0;
+}
+
 }  // namespace
 
 extern "C" {
@@ -79,40 +127,8 @@ int maru_connect_ex(const char *target, const maru_connect_opts_t *opts, maru_t 
     const int err = pool.status().errnum();
     if (!force_remote && err != ENOENT && err != ENODEV && err != EACCES)
       return maru::ReturnCode(pool.status());
-    std::map<uint32_t, std::string> agents;
-    for (const rpc::Device &d : info.devices())
-      if (!d.agent().empty()) agents[d.index()] = d.agent();
-    if (agents.size() != static_cast<size_t>(info.devices_size()))
-      return force_remote ? -ENODEV : maru::ReturnCode(pool.status());
-    MetaClient *meta = m->client.get();
-    auto refresh = [meta] {
-      maru::RemotePool::AgentMap now;
-      rpc::StatfsRequest req;
-      rpc::StatfsReply rep;
-      if (meta->Call(&Stub::Statfs, req, &rep) == 0)
-        for (const rpc::Device &d : rep.devices()) now[d.index()] = d.agent();
-      return now;
-    };
-    // The server vouches to the agent for what this session holds.
-    auto issue = [meta](uint32_t device, const std::vector<maru::RemotePool::Range> &ranges,
-                        bool writable) -> maru::Result<std::string> {
-      rpc::IssueGrantRequest req;
-      req.set_device(device);
-      req.set_writable(writable);
-      for (const maru::RemotePool::Range &r : ranges) {
-        rpc::Extent *e = req.add_extents();
-        e->set_device(device);
-        e->set_offset(r.offset);
-        e->set_length(r.length);
-      }
-      rpc::GrantReply rep;
-      if (int rc = meta->Call(&Stub::IssueGrant, req, &rep))
-        return maru::FromReturnCode(rc, "no grant for the extents");
-      return rep.grant().SerializeAsString();
-    };
-    auto remote = maru::RemotePool::Create(agents, options.call_timeout_ms, refresh, issue);
-    if (!remote.ok()) return maru::ReturnCode(remote.status());
-    m->remote = std::move(*remote);
+    const int no_agent = force_remote ? -ENODEV : maru::ReturnCode(pool.status());
+    if (int rc = ReachAgents(m.get(), info, options.call_timeout_ms, no_agent); rc < 0) return rc;
   }
   m->stream_writes = EnvInt("MARU_STREAM_WRITES", 1) != 0;
   // The index is read where the pool is mapped, from a local server.
