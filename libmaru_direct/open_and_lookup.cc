@@ -56,6 +56,36 @@ int OpenChunk(maru_t *m, const char *path, maru_chunk_t **out,
   return 0;
 }
 
+// Opens the longest prefix of paths[0..n) on the server, in one message:
+// handles in out[0..*hits), all of them or, with an error, none.
+int LookupOnServer(maru_t *m, const char *const *paths, size_t n, maru_chunk_t **out,
+                   size_t *hits) {
+  // One arena for the whole call: a lookup of many keys builds many small
+  // messages, and the arena frees them at once.
+  google::protobuf::Arena arena;
+  auto &req = *google::protobuf::Arena::CreateMessage<maru::rpc::LookupPrefixRequest>(&arena);
+  auto &rep = *google::protobuf::Arena::CreateMessage<maru::rpc::LookupPrefixReply>(&arena);
+  for (size_t i = 0; i < n; ++i) req.add_paths(paths[i]);
+  int rc = m->client->LookupPrefix(req, &rep);
+  if (rc < 0) return rc;
+  size_t i = 0;
+  for (; i < static_cast<size_t>(rep.hits_size()); ++i) {
+    rc = MakeChunk(m, rep.hits(static_cast<int>(i)), false, &out[i]);
+    if (rc < 0) break;
+  }
+  if (rc < 0) {
+    // Give back what this call took: all of it or none.
+    maru::rpc::ReleaseRequest rel;
+    for (size_t j = i; j < static_cast<size_t>(rep.hits_size()); ++j)
+      rel.add_leases(rep.hits(static_cast<int>(j)).lease());
+    maru::rpc::ErrorReply ignored;
+    m->client->Call(&Stub::Release, rel, &ignored);
+    return ReleaseAll(out, i, rc);
+  }
+  *hits = i;
+  return 0;
+}
+
 }  // namespace
 
 extern "C" {
@@ -107,29 +137,10 @@ int maru_lookup_prefix(maru_t *m, const char *const *paths, size_t n, maru_chunk
     *hits = n;
     return 0;
   }
-  // One arena for the whole call: a lookup of many keys builds many small
-  // messages, and the arena frees them at once.
-  google::protobuf::Arena arena;
-  auto &req = *google::protobuf::Arena::CreateMessage<maru::rpc::LookupPrefixRequest>(&arena);
-  auto &rep = *google::protobuf::Arena::CreateMessage<maru::rpc::LookupPrefixReply>(&arena);
-  for (size_t i = first; i < n; ++i) req.add_paths(paths[i]);
-  rc = m->client->LookupPrefix(req, &rep);
+  size_t more = 0;
+  rc = LookupOnServer(m, paths + first, n - first, out + first, &more);
   if (rc < 0) return ReleaseAll(out, first, rc);
-  size_t i = 0;
-  for (; i < static_cast<size_t>(rep.hits_size()); ++i) {
-    rc = MakeChunk(m, rep.hits(static_cast<int>(i)), false, &out[first + i]);
-    if (rc < 0) break;
-  }
-  if (rc < 0) {
-    // Give back what this call took: all of it or none.
-    maru::rpc::ReleaseRequest rel;
-    for (size_t j = i; j < static_cast<size_t>(rep.hits_size()); ++j)
-      rel.add_leases(rep.hits(static_cast<int>(j)).lease());
-    maru::rpc::ErrorReply ignored;
-    m->client->Call(&Stub::Release, rel, &ignored);
-    return ReleaseAll(out, first + i, rc);
-  }
-  *hits = first + i;
+  *hits = first + more;
   return 0;
 }
 
