@@ -2,6 +2,7 @@
 // PoolMap (the pool is mapped here: loads and stores in place) or
 // RemotePool (it is not: through maru-agent, one-sided get/put on RDMA, checked
 // two-sided transfers on TCP).
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <map>

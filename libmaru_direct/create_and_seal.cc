@@ -9,6 +9,7 @@
 #include "c_conversions.h"
 #include "chunk_handle.h"
 #include "handles.h"
+#include "util/checksum.h"
 #include "util/status.h"
 
 namespace rpc = maru::rpc;

@@ -1,3 +1,5 @@
+// maru_strerror(): this API's errno codes in words, each with the meaning it
+// has here; any other code as strerror() says it.
 #include <cstring>
 
 #include "maru_direct_internal.h"

@@ -6,7 +6,7 @@
 
 #include "chunk_handle.h"
 #include "handles.h"
-#include "util/address.h"
+#include "util/clock.h"
 #include "util/status.h"
 
 namespace rpc = maru::rpc;
