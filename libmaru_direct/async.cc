@@ -6,19 +6,19 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
 #include <new>
 #include <vector>
 
 #include "handles.h"
+#include "read_and_write.h"
+#include "util/mutex.h"
 
 struct maru_future {
-  int efd = -1;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  int result = 0;
+  int efd = -1;  // set before the future is shared, then only read
+  maru::Mutex mu;
+  maru::CondVar cv;  // signalled once, when the batch is done
+  bool done GUARDED_BY(mu) = false;
+  int result GUARDED_BY(mu) = 0;
 };
 
 namespace {
@@ -38,7 +38,7 @@ int BatchOwner(const Op *ops, size_t n, maru_t **m) {
 }
 
 maru::AsyncWorker *Worker(maru_t *m) {
-  std::lock_guard<std::mutex> lock(m->worker_mu);
+  maru::MutexLock lock(&m->worker_mu);
   if (!m->worker) m->worker = std::make_unique<maru::AsyncWorker>();
   return m->worker.get();
 }
@@ -49,10 +49,10 @@ maru::AsyncWorker *Worker(maru_t *m) {
 // or a closed descriptor whose number the caller may already have reused
 // (ThreadSanitizer found both).
 void Finish(maru_future_t *f, int result) {
-  std::lock_guard<std::mutex> lock(f->mu);
+  maru::MutexLock lock(&f->mu);
   f->result = result;
   f->done = true;
-  f->cv.notify_all();
+  f->cv.SignalAll();
   const uint64_t one = 1;
   [[maybe_unused]] ssize_t w = write(f->efd, &one, sizeof(one));
 }
@@ -116,22 +116,26 @@ extern "C" {
 
 int maru_read_into_batch_async(const maru_read_op_t *ops, size_t n, int *results,
                                maru_future_t **out) {
-  return Submit<maru_read_op_t>(ops, n, results, out, maru::CheckReadOp, maru_read_into_batch);
+  return Submit<maru_read_op_t>(ops, n, results, out, maru::direct::CheckReadOp,
+                                maru_read_into_batch);
 }
 
 int maru_write_from_batch_async(const maru_write_op_t *ops, size_t n, int *results,
                                 maru_future_t **out) {
-  return Submit<maru_write_op_t>(ops, n, results, out, maru::CheckWriteOp, maru_write_from_batch);
+  return Submit<maru_write_op_t>(ops, n, results, out, maru::direct::CheckWriteOp,
+                                 maru_write_from_batch);
 }
 
 int maru_future_wait(maru_future_t *f, int timeout_ms) {
   if (!f) return -EINVAL;
-  std::unique_lock<std::mutex> lock(f->mu);
-  auto done = [f] { return f->done; };
-  if (timeout_ms < 0)
-    f->cv.wait(lock, done);
-  else if (!f->cv.wait_for(lock, std::chrono::milliseconds(timeout_ms), done))
-    return -ETIMEDOUT;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  maru::MutexLock lock(&f->mu);
+  while (!f->done) {
+    if (timeout_ms < 0)
+      f->cv.Wait(&f->mu);
+    else if (!f->cv.WaitUntil(&f->mu, deadline) && !f->done)
+      return -ETIMEDOUT;
+  }
   return f->result;
 }
 

@@ -2,11 +2,11 @@
 // async batches (maru_read_into_batch_async, maru_write_from_batch_async).
 #pragma once
 
-#include <condition_variable>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <thread>
+
+#include "util/mutex.h"
 
 namespace maru {
 
@@ -18,15 +18,15 @@ class AsyncWorker {
   AsyncWorker(const AsyncWorker &) = delete;
   AsyncWorker &operator=(const AsyncWorker &) = delete;
 
-  void Submit(std::function<void()> job);
+  void Submit(std::function<void()> job) EXCLUDES(mu_);
 
  private:
-  void Run();
+  void Run() EXCLUDES(mu_);
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> jobs_;
-  bool stopping_ = false;
+  Mutex mu_;
+  CondVar cv_;  // signalled when a job comes or the worker stops
+  std::deque<std::function<void()>> jobs_ GUARDED_BY(mu_);
+  bool stopping_ GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

@@ -1,12 +1,11 @@
 // The handles of the C API (maru_t, maru_chunk_t), for the files of
-// libmaru_direct that implement it: maru_direct.cc (the calls),
-// layerwise.cc (parts), async.cc (futures).
+// libmaru_direct that implement it: connection.cc, create_and_seal.cc,
+// open_and_lookup.cc, read_and_write.cc, parts.cc, async.cc and the rest.
 #pragma once
 
 #include <atomic>
 #include <cstdlib>
 #include <memory>
-#include <mutex>
 
 #include "alloc/extent_map.h"
 #include "async_worker.h"
@@ -16,6 +15,7 @@
 #include "client/pool_map.h"
 #include "maru_direct_internal.h"
 #include "rdma/remote_pool.h"
+#include "util/mutex.h"
 
 struct maru_handle {
   std::unique_ptr<maru::MetaClient> client;
@@ -28,8 +28,8 @@ struct maru_handle {
   bool stream_writes = true;
   // Runs the async batches (maru_*_batch_async); started at the first.
   // Last member: stopped before the client and the pool go.
-  std::mutex worker_mu;
-  std::unique_ptr<maru::AsyncWorker> worker;
+  maru::Mutex worker_mu;
+  std::unique_ptr<maru::AsyncWorker> worker GUARDED_BY(worker_mu);
 };
 
 struct maru_chunk {
@@ -60,12 +60,3 @@ struct maru_chunk {
   std::atomic<uint32_t> published{0};  // atomic: a wait may run beside reads
   std::atomic<bool> partial{false};
 };
-
-namespace maru {
-
-// The checks of one op of maru_read_into_batch / maru_write_from_batch:
-// 0 or a negative errno.
-int CheckReadOp(const maru_read_op_t &op);
-int CheckWriteOp(const maru_write_op_t &op);
-
-}  // namespace maru
