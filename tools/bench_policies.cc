@@ -51,7 +51,8 @@ int RunPolicies(int argc, char **argv) {
               "token hit ratio, recompute saved (attention + MLP FLOPs of the prompt tokens\n"
               "served from cache, Llama-3.1-8B), and Belady's block hit ratio.");
   flags.String("trace", &trace_path, "trace file (JSON lines with hash_ids); none: synthetic only");
-  flags.String("policies", &policies_list, "comma-separated policies (default: all)");
+  flags.String("policies", &policies_list,
+               "comma-separated server policies, each with :HINTS or not (default: all three)");
   flags.String("capacities", &fractions_list, "comma-separated fractions of the distinct blocks");
   flags.Int("capacity-blocks", &capacity_blocks,
             "one capacity in blocks instead of --capacities (as maru-bench replay prints it)");
@@ -79,7 +80,7 @@ int RunPolicies(int argc, char **argv) {
   }
   if (traces.empty()) return Fail("no trace: give --trace or --synthetic");
   std::vector<std::string> policies =
-      policies_list.empty() ? SimPolicyNames() : SplitList(policies_list);
+      policies_list.empty() ? EvictionPolicyNames() : SplitList(policies_list);
   for (const std::string &p : policies)
     if (Result<std::pair<std::string, HintModel>> h = ParseHintedName(p); !h.ok())
       return Fail(h.status().message());

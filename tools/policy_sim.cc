@@ -1,38 +1,14 @@
 #include "policy_sim.h"
 
-#include <cstring>
 #include <unordered_set>
 
 #include "meta/eviction_policy.h"
-#include "sim_policies.h"
 #include "trace_hints.h"
 
 namespace maru::bench {
 namespace {
 
 constexpr uint64_t kTokensPerBlock = 512;
-// Knows the trace, so only SimulatePolicy can make it.
-constexpr const char *kReuseOracle = "reuse-oracle";
-
-// One of the server's policies, told what the Evictor tells it: reads,
-// seals (after the chains know the parent), removals (before the chains
-// forget the chunk). Its victim is the first chunk of its order: with one
-// client nothing is pinned, leased or being written while it chooses.
-class ServerPolicy : public SimPolicy {
- public:
-  explicit ServerPolicy(std::unique_ptr<EvictionPolicy> policy) : policy_(std::move(policy)) {}
-  void Hit(uint64_t block) override { policy_->OnAccess(block); }
-  void Insert(uint64_t block, uint64_t) override { policy_->OnInsert(block); }
-  uint64_t Victim() override {
-    return policy_->Victim([](uint64_t) { return true; });
-  }
-  void Erase(uint64_t block) override { policy_->OnRemove(block); }
-  bool Cascades() const override { return policy_->EvictsDescendants(); }
-  void Hint(uint64_t block, RetentionHint hint) override { policy_->OnHint(block, hint); }
-
- private:
-  std::unique_ptr<EvictionPolicy> policy_;
-};
 
 // Tokens of block `i` of `req`: 512, but the last block of a prompt holds
 // what is left of it.
@@ -58,43 +34,6 @@ RecomputeCost Llama8BCost() {
   return RecomputeCost{2 * weights * layers, 4 * d * layers};
 }
 
-std::vector<std::string> SimPolicyNames() {
-  std::vector<std::string> names = EvictionPolicyNames();
-  for (const std::string &n : CandidatePolicyNames()) names.push_back(n);
-  names.push_back(kReuseOracle);
-  return names;
-}
-
-Result<std::unique_ptr<SimPolicy>> MakeSimPolicy(const std::string &name, const ChunkChains &chains,
-                                                 uint64_t capacity) {
-  // The server's names (and aliases, as "hinted"), else a candidate's.
-  Result<std::unique_ptr<EvictionPolicy>> made = MakeEvictionPolicy(name, chains);
-  if (made.ok()) return std::unique_ptr<SimPolicy>(new ServerPolicy(std::move(*made)));
-  return MakeCandidatePolicy(name, chains, capacity);
-}
-
-namespace {
-
-// MakeSimPolicy, or reuse-oracle[-fp|-fn][-PCT], which needs the trace.
-Result<std::unique_ptr<SimPolicy>> MakeAnyPolicy(const std::vector<TraceRequest> &trace,
-                                                 const std::string &name, const ChunkChains &chains,
-                                                 uint64_t capacity) {
-  if (name.rfind(kReuseOracle, 0) != 0) return MakeSimPolicy(name, chains, capacity);
-  std::string rest = name.substr(strlen(kReuseOracle));
-  bool false_positives = true, false_negatives = true;
-  if (rest.rfind("-fp", 0) == 0 || rest.rfind("-fn", 0) == 0) {
-    (rest[2] == 'p' ? false_negatives : false_positives) = false;
-    rest = rest.substr(3);
-  }
-  char *end = nullptr;
-  const double error = rest.empty() ? 0 : strtod(rest.c_str() + 1, &end) / 100;
-  if (!rest.empty() && (rest[0] != '-' || *end || !(error >= 0 && error <= 1)))
-    return Status::Error(EINVAL, "reuse-oracle[-fp|-fn]-PCT: '" + rest + "' is not a percentage");
-  return MakeReuseOracle(trace, false_positives ? error : 0, false_negatives ? error : 0);
-}
-
-}  // namespace
-
 Result<PolicyFigures> SimulatePolicy(const std::vector<TraceRequest> &trace, uint64_t capacity,
                                      const std::string &hinted_name, const RecomputeCost &cost) {
   Result<std::pair<std::string, HintModel>> parsed = ParseHintedName(hinted_name);
@@ -102,18 +41,22 @@ Result<PolicyFigures> SimulatePolicy(const std::vector<TraceRequest> &trace, uin
   const std::string &name = parsed->first;
   const std::vector<std::vector<HintEvent>> hints = TraceHints(trace, parsed->second);
   ChunkChains chains;
-  Result<std::unique_ptr<SimPolicy>> made = MakeAnyPolicy(trace, name, chains, capacity);
+  Result<std::unique_ptr<EvictionPolicy>> made = MakeEvictionPolicy(name, chains);
   if (!made.ok()) return made.status();
-  SimPolicy &policy = **made;
+  // Told what the Evictor tells it: reads, seals (after the chains know the
+  // parent), removals (before the chains forget the chunk). Its victim is
+  // the first chunk of its order: with one client nothing is pinned,
+  // leased or being written while it chooses.
+  EvictionPolicy &policy = **made;
   std::unordered_set<uint64_t> cached;
   auto evict = [&](uint64_t victim) {
     std::vector<uint64_t> gone{victim};
-    if (policy.Cascades())
+    if (policy.EvictsDescendants())
       chains.ForEachDescendant(victim, [&](uint64_t d) {
         if (cached.count(d)) gone.push_back(d);
       });
     for (uint64_t b : gone) {
-      policy.Erase(b);
+      policy.OnRemove(b);
       chains.Remove(b);
       cached.erase(b);
     }
@@ -138,12 +81,12 @@ Result<PolicyFigures> SimulatePolicy(const std::vector<TraceRequest> &trace, uin
     }
     f.blocks += n;
     f.hits += hits;
-    for (size_t j = 0; j < hits; ++j) policy.Hit(req.blocks[j] + 1);
+    for (size_t j = 0; j < hits; ++j) policy.OnAccess(req.blocks[j] + 1);
     for (size_t j = hits; j < n && capacity > 0; ++j) {
       const uint64_t b = req.blocks[j] + 1;
       if (cached.count(b)) continue;  // stored already: left as it is
       if (cached.size() >= capacity) {
-        const uint64_t victim = policy.Victim();
+        const uint64_t victim = policy.Victim([](uint64_t) { return true; });
         if (!victim || !cached.count(victim))
           return Status::Error(EIO, name + " chose no cached block to evict");
         evict(victim);
@@ -153,14 +96,14 @@ Result<PolicyFigures> SimulatePolicy(const std::vector<TraceRequest> &trace, uin
           j > 0 && cached.count(req.blocks[j - 1] + 1) ? req.blocks[j - 1] + 1 : 0;
       if (parent) chains.SetParent(b, parent);
       cached.insert(b);
-      policy.Insert(b, parent);
+      policy.OnInsert(b);
     }
     // The engine's hints, once the request is served, on the blocks held,
     // last first as the server applies a batch (hint_ops.cc).
     for (const HintEvent &e : hints[r]) {
       const std::vector<uint64_t> &blocks = trace[e.request].blocks;
       for (auto id = blocks.rbegin(); id != blocks.rend(); ++id)
-        if (cached.count(*id + 1)) policy.Hint(*id + 1, e.hint);
+        if (cached.count(*id + 1)) policy.OnHint(*id + 1, e.hint);
     }
   }
   return f;

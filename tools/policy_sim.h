@@ -5,18 +5,15 @@
 // block first when the cache is full (while that predecessor is a sealed
 // chunk nothing extends yet, as it is live).
 //
-// A policy is either one of the server's EvictionPolicy classes, driven as
-// the Evictor drives it (so the offline figure is what the server would
-// do), or one of the offline-only candidates of sim_policies.h.
+// The policy is one of the server's EvictionPolicy classes, driven as the
+// Evictor drives it, so the offline figure is what the server would do.
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <vector>
 
 #include "kv_trace.h"
-#include "meta/chunk_chains.h"
 #include "meta/eviction_policy.h"
 #include "util/status.h"
 
@@ -45,37 +42,10 @@ struct PolicyFigures {
   }
 };
 
-// Blocks are named by their trace id + 1, so that 0 means none.
-class SimPolicy {
- public:
-  virtual ~SimPolicy() = default;
-  virtual void Hit(uint64_t block) = 0;
-  // A block was stored; `parent` (0: none) is cached and it extends it.
-  virtual void Insert(uint64_t block, uint64_t parent) = 0;
-  // The next block to evict (the simulator then calls Erase on it, and on
-  // every cached block extending it when Cascades()).
-  virtual uint64_t Victim() = 0;
-  virtual void Erase(uint64_t block) = 0;
-  // Whether evicting a block also evicts the blocks extending it.
-  virtual bool Cascades() const = 0;
-  // A client's retention hint on a cached block (trace_hints.h); ignored
-  // by policies that take none.
-  virtual void Hint(uint64_t block, RetentionHint hint) {
-    (void)block;
-    (void)hint;
-  }
-};
-
-// The policies the simulator knows: the server's ("lru", "prefix", ...)
-// and the offline-only candidates. `chains` is the simulator's view of
-// which cached block extends which; it outlives the policy.
-std::vector<std::string> SimPolicyNames();
-Result<std::unique_ptr<SimPolicy>> MakeSimPolicy(const std::string &name, const ChunkChains &chains,
-                                                 uint64_t capacity);
-
-// Serves `trace` from a cache of `capacity` blocks under policy `name`;
-// "NAME:keep[+drop][:miss-P][:wrong-P]" also gives it the hints of
-// trace_hints.h after each request.
+// Serves `trace` from a cache of `capacity` blocks under the server's
+// policy `name` (EvictionPolicyNames); "NAME:keep[+drop][:late-N]
+// [:miss-P][:wrong-P]" also gives it the hints of trace_hints.h after each
+// request. Blocks are named by their trace id + 1, so that 0 means none.
 Result<PolicyFigures> SimulatePolicy(const std::vector<TraceRequest> &trace, uint64_t capacity,
                                      const std::string &name, const RecomputeCost &cost);
 

@@ -1,6 +1,7 @@
 #include "trace_hints.h"
 
 #include <cstdlib>
+#include <unordered_set>
 
 namespace maru::bench {
 namespace {
@@ -16,11 +17,23 @@ double Draw(uint64_t i, uint64_t salt) {
   return static_cast<double>(Mix(i * 2 + salt) >> 11) / static_cast<double>(1ULL << 53);
 }
 
+// Whether a later request extends request i's conversation: holds its
+// last full block (index n-2: the same id means the same tokens before it).
+std::vector<bool> ConversationGoesOn(const std::vector<TraceRequest> &trace) {
+  std::vector<bool> goes_on(trace.size(), false);
+  std::unordered_set<uint64_t> later;  // blocks some later request holds
+  for (size_t i = trace.size(); i-- > 0;) {
+    const std::vector<uint64_t> &b = trace[i].blocks;
+    goes_on[i] = b.size() >= 2 && later.count(b[b.size() - 2]) > 0;
+    later.insert(b.begin(), b.end());
+  }
+  return goes_on;
+}
+
 Status BadSuffix(const std::string &part) {
   return Status::Error(EINVAL, "hints: '" + part +
                                    "' is not keep, keep+drop, late-N, miss-PCT or wrong-PCT "
-                                   "(POLICY:keep[+drop][:late-N][:miss-P][:wrong-P] or "
-                                   "POLICY:fitted[-fine])");
+                                   "(POLICY:keep[+drop][:late-N][:miss-P][:wrong-P])");
 }
 
 }  // namespace
@@ -37,11 +50,6 @@ Result<std::pair<std::string, HintModel>> ParseHintedName(const std::string &nam
     if (part == "keep" || part == "keep+drop") {
       model.keep = true;
       model.drop = part == "keep+drop";
-      continue;
-    }
-    if (part == "fitted" || part == "fitted-fine") {
-      model.keep = model.drop = model.fitted = true;
-      model.classes = part == "fitted" ? FeatureClasses::kCoarse : FeatureClasses::kFine;
       continue;
     }
     if (part.rfind("late-", 0) == 0) {
@@ -64,9 +72,6 @@ Result<std::pair<std::string, HintModel>> ParseHintedName(const std::string &nam
   }
   if (!model.keep && (model.missing > 0 || model.wrong > 0)) return BadSuffix(name);
   if (model.late > 0 && !model.drop) return BadSuffix(name);
-  if (model.fitted && (model.late > 0 || model.missing > 0 || model.wrong > 0 ||
-                       name.find(":keep") != std::string::npos))
-    return Status::Error(EINVAL, "hints: '" + name + "': fitted[-fine] goes alone");
   return std::make_pair(name.substr(0, colon), model);
 }
 
@@ -74,12 +79,6 @@ std::vector<std::vector<HintEvent>> TraceHints(const std::vector<TraceRequest> &
                                                const HintModel &model) {
   std::vector<std::vector<HintEvent>> events(trace.size());
   if (!model.keep) return events;
-  if (model.fitted) {
-    const std::vector<RetentionHint> hints = FittedHints(trace, model.classes);
-    for (size_t i = 0; i < trace.size(); ++i)
-      if (hints[i] != RetentionHint::kNone) events[i].push_back({i, hints[i]});
-    return events;
-  }
   const std::vector<bool> goes_on = ConversationGoesOn(trace);
   // Backwards, so that a request's own hint comes before a late drop given with it.
   for (size_t i = trace.size(); i-- > 0;) {

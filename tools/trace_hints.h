@@ -14,10 +14,6 @@
 // and drop swapped; without "+drop", keep and none) with probability
 // wrong, independently, by a hash of the request's index.
 //
-// "fitted" and "fitted-fine" (alone) replace the trace's future by a
-// predictor fitted on the features a server observes (fitted_hints.h): a
-// bound on what eviction by the server alone can reach, not an engine.
-//
 // "late-N" drops the oracle's timing: the engine learns that a
 // conversation ended only N requests after its last turn (a user closing
 // the chat, an agent finishing its task), so every turn is hinted keep
@@ -29,7 +25,6 @@
 #include <string>
 #include <vector>
 
-#include "fitted_hints.h"
 #include "kv_trace.h"
 #include "meta/eviction_policy.h"
 #include "util/status.h"
@@ -41,8 +36,6 @@ struct HintModel {
   bool drop = false;  // also drop on a conversation's last turn
   size_t late = 0;    // the drop comes this many requests after that turn
   double missing = 0, wrong = 0;
-  bool fitted = false;  // hints from FittedHints(classes), not the future
-  FeatureClasses classes = FeatureClasses::kCoarse;
 };
 
 // One hint the engine gives: on every block of request `request`.
@@ -51,8 +44,7 @@ struct HintEvent {
   RetentionHint hint;
 };
 
-// Splits "POLICY[:keep[+drop][:late-N][:miss-P][:wrong-P]]" or
-// "POLICY:fitted[-fine]" into the
+// Splits "POLICY[:keep[+drop][:late-N][:miss-P][:wrong-P]]" into the
 // policy and its hints; EINVAL for a malformed suffix.
 Result<std::pair<std::string, HintModel>> ParseHintedName(const std::string &name);
 
