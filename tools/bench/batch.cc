@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "bench/common.h"
+#include "bench/server_bench.h"
 #include "util/clock.h"
 #include "util/flags.h"
 
@@ -66,24 +67,21 @@ bool StoreBatched(maru_t *m, const Keys &k, uint64_t size) {
 }  // namespace
 
 int RunBatch(int argc, char **argv) {
-  std::string server = "unix:///run/maru/maru.sock", dir = "/maru-bench/batch";
+  ServerBench bench(
+      "maru-bench batch [--server ADDRESS] [--keys N] [--rounds R] [--size BYTES] [--json]",
+      "Per-key cost of storing (create, seal, unlink) and of asking which keys exist, "
+      "one round trip per key against one per batch.");
   int64_t keys = 128, rounds = 20, size = 4096;
-  bool json = false;
-  Flags flags("maru-bench batch [--server ADDRESS] [--keys N] [--rounds R] [--size BYTES] [--json]",
-              "Per-key cost of storing (create, seal, unlink) and of asking which keys exist, "
-              "one round trip per key against one per batch.");
-  flags.String("server", &server, "maru-server address");
-  flags.Int("keys", &keys, "keys per batch (at most 4096)");
-  flags.Int("rounds", &rounds, "batches timed; the median counts");
-  flags.Int("size", &size, "bytes per chunk");
-  flags.String("dir", &dir, "directory for the benchmark's chunks");
-  flags.Bool("json", &json, "end with one JSON line of the figures");
-  if (int rc = ParseFlags(flags, argc, argv); rc >= 0) return rc;
+  bench.flags().Int("keys", &keys, "keys per batch (at most 4096)");
+  bench.flags().Int("rounds", &rounds, "batches timed; the median counts");
+  bench.flags().Int("size", &size, "bytes per chunk");
+  bench.TakeDir("/maru-bench/batch");
+  if (int rc = bench.Parse(argc, argv); rc >= 0) return rc;
+  const std::string &server = bench.server(), &dir = bench.dir();
   if (keys <= 0 || keys > MARU_BATCH_MAX || rounds <= 0 || size <= 0)
     return Fail("--keys must be 1..4096, --rounds and --size positive");
-  maru_t *m;
-  if (int rc = maru_connect(server.c_str(), &m))
-    return Fail("connect: " + std::string(maru_strerror(rc)));
+  maru_t *m = Connect(server);
+  if (!m) return 1;
   Keys k;
   for (int64_t i = 0; i < keys; ++i) k.names.push_back(dir + "/k" + std::to_string(i));
   for (auto &n : k.names) k.paths.push_back(n.c_str());
@@ -122,7 +120,7 @@ int RunBatch(int argc, char **argv) {
          storeN, store1 / storeN);
   printf("  exists (count_prefix):      one by one %8.1f  batched %8.1f  ratio %5.1fx\n", exists1,
          existsN, exists1 / existsN);
-  if (json)
+  if (bench.json())
     printf("{\"keys\":%zu,\"store_us_per_key\":[%.2f,%.2f],\"exists_us_per_key\":[%.2f,%.2f]}\n", n,
            store1, storeN, exists1, existsN);
   return 0;

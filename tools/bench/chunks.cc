@@ -3,6 +3,7 @@
 #include <cinttypes>
 
 #include "bench/common.h"
+#include "bench/server_bench.h"
 #include "common/json_output.h"
 #include "util/flags.h"
 #include "util/units.h"
@@ -21,28 +22,23 @@ double GBps(uint64_t bytes, double ns) {
 }  // namespace
 
 int RunChunks(int argc, char **argv) {
-  std::string server = "unix:///run/maru/maru.sock", dir = "/maru-bench/chunks";
+  ServerBench bench("maru-bench chunks [--server ADDRESS] [--size SIZE] [--iterations N] [--json]",
+                    "Store (create + fill + seal + release) and load (open + copy out + release)\n"
+                    "throughput of chunks, as ratios to memcpy of the same size in the same run.");
   uint64_t size = 32ull << 20;
   int64_t iterations = 40;
-  bool json = false;
-  Flags flags("maru-bench chunks [--server ADDRESS] [--size SIZE] [--iterations N] [--json]",
-              "Store (create + fill + seal + release) and load (open + copy out + release)\n"
-              "throughput of chunks, as ratios to memcpy of the same size in the same run.");
-  flags.String("server", &server, "maru-server address");
-  flags.Size("size", &size, "chunk size (Llama-3.1-8B, 256 tokens: 32M)");
-  flags.Int("iterations", &iterations, "chunks stored and loaded");
-  flags.String("dir", &dir, "directory for the benchmark's chunks");
-  flags.Bool("json", &json, "end with one JSON line of the figures");
-  if (int rc = ParseFlags(flags, argc, argv); rc >= 0) return rc;
+  bench.flags().Size("size", &size, "chunk size (Llama-3.1-8B, 256 tokens: 32M)");
+  bench.flags().Int("iterations", &iterations, "chunks stored and loaded");
+  bench.TakeDir("/maru-bench/chunks");
+  if (int rc = bench.Parse(argc, argv); rc >= 0) return rc;
   if (size == 0 || iterations <= 0) return Fail("--size and --iterations must be positive");
 
-  maru_t *m;
-  if (int rc = maru_connect(server.c_str(), &m))
-    return Fail("connect: " + std::string(maru_strerror(rc)));
+  maru_t *m = Connect(bench.server());
+  if (!m) return 1;
   std::vector<uint8_t> src = TouchedBuffer(size, 1), dst = TouchedBuffer(size, 2);
   Samples s_;
   for (int64_t i = -2; i < iterations; ++i) {  // two warm-up rounds
-    const std::string path = dir + "/c" + std::to_string(i + 2);
+    const std::string path = bench.dir() + "/c" + std::to_string(i + 2);
     int64_t t0 = MonotonicNs();
     memcpy(dst.data(), src.data(), size);
     int64_t t1 = MonotonicNs();
@@ -87,7 +83,7 @@ int RunChunks(int argc, char **argv) {
          store / memcpy_gbps, store / fill);
   printf("  load (open+copy out)     %6.2f  (%.2fx memcpy, %.2fx memcpy out of pool memory)\n",
          load, load / memcpy_gbps, load / read);
-  if (json)
+  if (bench.json())
     PrintJson({{"chunk_bytes", size},
                {"memcpy_gbps", Rounded(memcpy_gbps, 3)},
                {"store_gbps", Rounded(store, 3)},

@@ -3,6 +3,7 @@
 // process and in separate processes (each a copy of maru-bench in worker mode).
 #include "bench/common.h"
 #include "bench/paths.h"
+#include "bench/server_bench.h"
 #include "common/json_output.h"
 #include "util/flags.h"
 
@@ -74,11 +75,7 @@ int RunWorker(const std::string &server, const std::vector<const char *> &paths,
 }  // namespace
 
 int RunLookup(int argc, char **argv) {
-  std::string server = "unix:///run/maru/maru.sock", dir = "/maru-bench/lookup",
-              thread_list = "1,2,4", process_list = "1,2,4", worker;
-  int64_t keys = 128, seconds = 3, start_ns = 0;
-  bool json = false;
-  Flags flags(
+  ServerBench bench(
       "maru-bench lookup [--server ADDRESS] [--keys N] [--threads 1,2,4] [--processes 1,2,4] "
       "[--json]",
       "p50/p99 latency and rate of a batched prefix lookup (all hits) of N keys, then\n"
@@ -86,26 +83,27 @@ int RunLookup(int argc, char **argv) {
       "summed over the threads or processes; x1st is the rate over the first row's; cores\n"
       "is the CPU time the clients got per second (below the thread count: the host was\n"
       "busy).");
-  flags.String("server", &server, "maru-server address");
+  std::string thread_list = "1,2,4", process_list = "1,2,4", worker;
+  int64_t keys = 128, seconds = 3, start_ns = 0;
+  Flags &flags = bench.flags();
   flags.Int("keys", &keys, "keys per lookup");
   flags.String("threads", &thread_list, "comma-separated thread counts (one process)");
   flags.String("processes", &process_list,
                "comma-separated process counts (one thread each; 0: none)");
   flags.Int("seconds", &seconds, "duration of each run");
-  flags.String("dir", &dir, "directory for the benchmark's chunks");
   flags.String("worker", &worker, "(internal) run one worker process: index or message");
   flags.Int("start-ns", &start_ns, "(internal) when a worker starts, on the monotonic clock");
-  flags.Bool("json", &json, "end with one JSON line of the figures");
-  if (int rc = ParseFlags(flags, argc, argv); rc >= 0) return rc;
+  bench.TakeDir("/maru-bench/lookup");
+  if (int rc = bench.Parse(argc, argv); rc >= 0) return rc;
+  const std::string &server = bench.server(), &dir = bench.dir();
   if (keys <= 0 || seconds <= 0) return Fail("--keys and --seconds must be positive");
   const std::vector<std::string> names = KeyNames(dir, keys);
   std::vector<const char *> paths;
   for (auto &n : names) paths.push_back(n.c_str());
   if (!worker.empty()) return RunWorker(server, paths, worker == "index", seconds, start_ns);
 
-  maru_t *m;
-  if (int rc = maru_connect(server.c_str(), &m))
-    return Fail("connect: " + std::string(maru_strerror(rc)));
+  maru_t *m = Connect(server);
+  if (!m) return 1;
   for (const std::string &name : names) {
     maru_chunk_t *c;
     int rc = maru_create(m, name.c_str(), 4096, &c);
@@ -157,7 +155,7 @@ int RunLookup(int argc, char **argv) {
     if (ix.failed || msg.failed) return Fail("a worker process failed");
     runs.push_back(table.Row("processes", n, ix, msg));
   }
-  if (json) PrintJson({{"keys", keys}, {"runs", runs}, {"release", releases}});
+  if (bench.json()) PrintJson({{"keys", keys}, {"runs", runs}, {"release", releases}});
   return 0;
 }
 

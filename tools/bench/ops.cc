@@ -3,6 +3,7 @@
 // separate processes (each a copy of maru-bench in worker mode).
 #include "bench/common.h"
 #include "bench/paths.h"
+#include "bench/server_bench.h"
 #include "common/json_output.h"
 #include "util/flags.h"
 
@@ -37,30 +38,28 @@ int RunWorker(const std::string &server, const std::string &path, bool index, in
 }  // namespace
 
 int RunOps(int argc, char **argv) {
-  std::string server = "unix:///run/maru/maru.sock", path = "/maru-bench/ops/one",
-              thread_list = "1,2,4", process_list = "1,2,4", worker;
+  ServerBench bench(
+      "maru-bench ops [--server ADDRESS] [--threads 1,2,4] [--processes 1,2,4] [--json]",
+      "p50/p99 latency and rate of one open + release of one chunk, through the\n"
+      "shared-memory index and by message, side by side. Rates are summed over the\n"
+      "threads or processes; x1st is the rate over the first row's; cores is the CPU\n"
+      "time the clients got per second (below the thread count: the host was busy).");
+  std::string path = "/maru-bench/ops/one", thread_list = "1,2,4", process_list = "1,2,4", worker;
   int64_t seconds = 2, start_ns = 0;
-  bool json = false;
-  Flags flags("maru-bench ops [--server ADDRESS] [--threads 1,2,4] [--processes 1,2,4] [--json]",
-              "p50/p99 latency and rate of one open + release of one chunk, through the\n"
-              "shared-memory index and by message, side by side. Rates are summed over the\n"
-              "threads or processes; x1st is the rate over the first row's; cores is the CPU\n"
-              "time the clients got per second (below the thread count: the host was busy).");
-  flags.String("server", &server, "maru-server address");
+  Flags &flags = bench.flags();
   flags.String("threads", &thread_list, "comma-separated thread counts (one process)");
   flags.String("processes", &process_list, "comma-separated process counts (one thread each)");
   flags.Int("seconds", &seconds, "duration of each run");
   flags.String("path", &path, "the chunk opened (made if missing)");
   flags.String("worker", &worker, "(internal) run one worker process: index or message");
   flags.Int("start-ns", &start_ns, "(internal) when a worker starts, on the monotonic clock");
-  flags.Bool("json", &json, "end with one JSON line of the figures");
-  if (int rc = ParseFlags(flags, argc, argv); rc >= 0) return rc;
+  if (int rc = bench.Parse(argc, argv); rc >= 0) return rc;
+  const std::string &server = bench.server();
   if (seconds <= 0) return Fail("--seconds must be positive");
   if (!worker.empty()) return RunWorker(server, path, worker == "index", seconds, start_ns);
 
-  maru_t *m;
-  if (int rc = maru_connect(server.c_str(), &m))
-    return Fail("connect: " + std::string(maru_strerror(rc)));
+  maru_t *m = Connect(server);
+  if (!m) return 1;
   maru_chunk_t *c;
   int rc = maru_create(m, path.c_str(), 4096, &c);
   if (rc == 0) {
@@ -93,7 +92,7 @@ int RunOps(int argc, char **argv) {
     if (ix.failed || msg.failed) return Fail("a worker process failed");
     runs.push_back(table.Row("processes", n, ix, msg));
   }
-  if (json) PrintJson({{"runs", runs}});
+  if (bench.json()) PrintJson({{"runs", runs}});
   return 0;
 }
 

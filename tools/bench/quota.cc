@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "bench/common.h"
+#include "bench/server_bench.h"
 #include "common/json_output.h"
 #include "util/flags.h"
 #include "util/units.h"
@@ -45,24 +46,21 @@ double StoreUs(maru_t *m, const std::string &path, const std::vector<uint8_t> &s
 }  // namespace
 
 int RunQuota(int argc, char **argv) {
-  std::string server = "unix:///run/maru/maru.sock", dir = "/maru-bench/quota";
+  ServerBench bench(
+      "maru-bench quota [--server ADDRESS] [--size SIZE] [--iterations N] [--json]",
+      "Latency of a store (create + fill + seal) of a small chunk in a directory with\n"
+      "a quota and in one without, in turn in one run, and their ratio. Needs root.");
   uint64_t size = 64u << 10;
   int64_t iterations = 2000;
-  bool json = false;
-  Flags flags("maru-bench quota [--server ADDRESS] [--size SIZE] [--iterations N] [--json]",
-              "Latency of a store (create + fill + seal) of a small chunk in a directory with\n"
-              "a quota and in one without, in turn in one run, and their ratio. Needs root.");
-  flags.String("server", &server, "maru-server address");
-  flags.Size("size", &size, "chunk size");
-  flags.Int("iterations", &iterations, "chunks stored on each side");
-  flags.String("dir", &dir, "directory for the benchmark's chunks");
-  flags.Bool("json", &json, "end with one JSON line of the figures");
-  if (int rc = ParseFlags(flags, argc, argv); rc >= 0) return rc;
+  bench.flags().Size("size", &size, "chunk size");
+  bench.flags().Int("iterations", &iterations, "chunks stored on each side");
+  bench.TakeDir("/maru-bench/quota");
+  if (int rc = bench.Parse(argc, argv); rc >= 0) return rc;
+  const std::string &server = bench.server(), &dir = bench.dir();
   if (size == 0 || iterations <= 0) return Fail("--size and --iterations must be positive");
 
-  maru_t *m;
-  if (int rc = maru_connect(server.c_str(), &m))
-    return Fail("connect: " + std::string(maru_strerror(rc)));
+  maru_t *m = Connect(server);
+  if (!m) return 1;
   const std::string with = dir + "/with", without = dir + "/without";
   std::vector<uint8_t> src = TouchedBuffer(size, 1);
   // The directories exist before the quota is set on one of them.
@@ -101,7 +99,7 @@ int RunQuota(int argc, char **argv) {
   printf("  without a quota   p50 %8.1f  p99 %8.1f\n", p50_off, p99_off);
   printf("  under a quota     p50 %8.1f  p99 %8.1f\n", p50_on, p99_on);
   printf("  ratio (quota / none)  p50 %.3f  p99 %.3f\n", p50_on / p50_off, p99_on / p99_off);
-  if (json)
+  if (bench.json())
     PrintJson({{"chunk_bytes", size},
                {"p50_us_without", Rounded(p50_off, 1)},
                {"p50_us_with", Rounded(p50_on, 1)},

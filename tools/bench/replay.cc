@@ -13,6 +13,7 @@
 
 #include "bench/common.h"
 #include "bench/redis_client.h"
+#include "bench/server_bench.h"
 #include "bench/trace/kv_trace.h"
 #include "bench/trace/policy_sim.h"
 #include "bench/trace/trace_hints.h"
@@ -111,9 +112,8 @@ int RunClient(const std::string &server, const std::string &dir,
               const std::vector<TraceRequest> &trace,
               const std::vector<std::vector<HintEvent>> &hints, uint64_t block_bytes,
               Shared *shared) {
-  maru_t *m;
-  if (int rc = maru_connect(server.c_str(), &m))
-    return Fail("connect: " + std::string(maru_strerror(rc)));
+  maru_t *m = Connect(server);
+  if (!m) return 1;
   std::vector<std::string> names;
   std::vector<const char *> paths;
   std::vector<maru_chunk_t *> out;
@@ -188,25 +188,24 @@ int RunClient(const std::string &server, const std::string &dir,
 }  // namespace
 
 int RunReplay(int argc, char **argv) {
-  std::string trace_path, server = "unix:///run/maru/maru.sock", dir, policy, hint_model;
-  int64_t clients = 4, bytes_per_token = 128, limit = 0, capacity_blocks = 0, redis_port = 0;
-  bool json = false, progress = false;
-  Flags flags(
+  ServerBench bench(
       "maru-bench replay --trace FILE [--server ADDRESS] [--clients N] [--bytes-per-token B] "
       "[--json]",
       "Replays a Mooncake-format trace: per request, one batched prefix lookup of its\n"
       "blocks, then the missing blocks are stored as children of their predecessors.\n"
       "Start the server on an empty pool with --high-watermark 1 --low-watermark 1 so\n"
       "that its capacity is the one the offline simulations use.");
+  std::string trace_path, policy, hint_model;
+  int64_t clients = 4, bytes_per_token = 128, limit = 0, capacity_blocks = 0, redis_port = 0;
+  bool progress = false;
+  Flags &flags = bench.flags();
   flags.String("trace", &trace_path, "trace file (JSON lines with hash_ids)");
-  flags.String("server", &server, "maru-server address");
   flags.Int("clients", &clients, "client processes");
   flags.Int("bytes-per-token", &bytes_per_token,
             "KV bytes per token; Llama-3.1-8B has 131072, the default scales it down 1024x");
   flags.Int("limit", &limit, "replay only the first N requests (0: all)");
   flags.Int("capacity-blocks", &capacity_blocks,
             "cache capacity for the simulations (default: from the pool)");
-  flags.String("dir", &dir, "namespace directory for the blocks (default /maru-bench/replay-PID)");
   flags.String("policy", &policy,
                "also simulate this eviction policy offline (the server's --eviction, to "
                "compare; see maru-bench policies)");
@@ -215,11 +214,13 @@ int RunReplay(int argc, char **argv) {
                "optionally :late-N (drops N requests after a conversation's last turn), :miss-PCT "
                "and :wrong-PCT (for the default --eviction frequency; the offline "
                "--policy gets the same hints)");
-  flags.Bool("json", &json, "end with one JSON line of the figures");
   flags.Bool("progress", &progress, "show progress on stderr while it runs");
   flags.Int("redis", &redis_port,
             "replay against redis-server on 127.0.0.1:PORT instead (needs --capacity-blocks)");
-  if (int rc = ParseFlags(flags, argc, argv); rc >= 0) return rc;
+  bench.TakeDir("", "namespace directory for the blocks (default /maru-bench/replay-PID)");
+  if (int rc = bench.Parse(argc, argv); rc >= 0) return rc;
+  const std::string &server = bench.server();
+  std::string dir = bench.dir();
   if (trace_path.empty()) return Fail("--trace is required");
   if (redis_port > 0 && !hint_model.empty()) return Fail("--hints is for maru-server, not --redis");
   if (redis_port > 0 && capacity_blocks <= 0)
@@ -325,7 +326,7 @@ int RunReplay(int argc, char **argv) {
       p50, p99);
   printf("  served without a copy     %s in %" PRIu64 " blocks, %" PRIu64 " wrong\n",
          FormatSize(hits * block_bytes).c_str(), hits, shared->corrupt.load());
-  if (json) {
+  if (bench.json()) {
     Json j = {{"requests", trace->size()},
               {"block_references", blocks},
               {"block_bytes", block_bytes},

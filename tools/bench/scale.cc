@@ -17,6 +17,7 @@
 
 #include "bench/common.h"
 #include "bench/node.h"
+#include "bench/server_bench.h"
 #include "common/json_output.h"
 #include "util/units.h"
 
@@ -49,9 +50,8 @@ int FillBatch(maru_t *m, const std::vector<std::string> &paths, uint64_t size) {
 
 int FillWorker(const std::string &server, const std::string &dir, int64_t first, int64_t count,
                int64_t per_dir, uint64_t size, int64_t worker, int64_t workers, int64_t batch) {
-  maru_t *m;
-  if (int rc = maru_connect(server.c_str(), &m))
-    return Fail("connect: " + std::string(maru_strerror(rc)));
+  maru_t *m = Connect(server);
+  if (!m) return 1;
   int failures = 0;
   if (batch > 1) {
     std::vector<std::string> paths;
@@ -256,23 +256,22 @@ std::string Report(const Figures &f) {
 }  // namespace
 
 int RunFill(int argc, char **argv) {
-  std::string server = "unix:///run/maru/maru.sock", dir = "/maru-bench/fill";
+  ServerBench bench(
+      "maru-bench fill [--server ADDRESS] [--dir DIR] [--count N] [--per-dir N]",
+      "Creates and seals N chunks named DIR/dNNNNN/cNNNNNNN, PER-DIR to a directory,\n"
+      "from several processes; their bytes are not written.");
   int64_t count = 10000, first = 0, per_dir = 10000, procs = 4, batch = 1;
   uint64_t size = 4096;
-  bool json = false;
-  Flags flags("maru-bench fill [--server ADDRESS] [--dir DIR] [--count N] [--per-dir N]",
-              "Creates and seals N chunks named DIR/dNNNNN/cNNNNNNN, PER-DIR to a directory,\n"
-              "from several processes; their bytes are not written.");
-  flags.String("server", &server, "maru-server address");
-  flags.String("dir", &dir, "where the chunks go");
+  Flags &flags = bench.flags();
   flags.Int("count", &count, "chunks to create");
   flags.Int("first", &first, "number of the first chunk");
   flags.Int("per-dir", &per_dir, "chunks to a directory");
   flags.Int("procs", &procs, "client processes");
   flags.Int("batch", &batch, "chunks to a batched create and seal (1: one call each)");
   flags.Size("size", &size, "chunk size");
-  flags.Bool("json", &json, "end with one JSON line of the figures");
-  if (int rc = ParseFlags(flags, argc, argv); rc >= 0) return rc;
+  bench.TakeDir("/maru-bench/fill", "where the chunks go");
+  if (int rc = bench.Parse(argc, argv); rc >= 0) return rc;
+  const std::string &server = bench.server(), &dir = bench.dir();
   if (count <= 0 || first < 0 || per_dir <= 0 || procs <= 0 || procs > 64 || size == 0 ||
       batch <= 0 || batch > MARU_BATCH_MAX)
     return Fail(
@@ -294,7 +293,7 @@ int RunFill(int argc, char **argv) {
   const double seconds = Seconds(start);
   printf("created %" PRId64 " chunks in %.1f s (%.0f/s)\n", count, seconds,
          static_cast<double>(count) / seconds);
-  if (json)
+  if (bench.json())
     PrintJson({{"chunks", count}, {"per_s", Rounded(static_cast<double>(count) / seconds, 1)}});
   return failed ? Fail("some chunks could not be created") : 0;
 }

@@ -24,6 +24,7 @@
 
 #include "bench/common.h"
 #include "bench/redis_client.h"
+#include "bench/server_bench.h"
 #include "common/json_output.h"
 #include "util/stream_copy.h"
 #include "util/units.h"
@@ -227,24 +228,24 @@ int64_t Timed(F f) {
 }  // namespace
 
 int RunShare(int argc, char **argv) {
-  std::string server = "unix:///run/maru/maru.sock", dir;
+  ServerBench bench(
+      "maru-bench share [--server ADDRESS | --redis PORT] [--consumers N] [--size SIZE]",
+      "One producer stores chunks; N consumer processes each load every chunk (into\n"
+      "their own buffer, as Redis's GET does). Rates are per byte moved. Each store is\n"
+      "timed beside a plain copy of its bytes into memory out of the cache (as a fresh\n"
+      "extent is), and the N loads beside N memcpys at once from memory out of the\n"
+      "cache into the same buffers; ratios are medians of the rounds' ratios.");
   uint64_t size = 32ull << 20;
   int64_t consumers = 1, rounds = 8, redis_port = 0;
-  bool json = false;
-  Flags flags("maru-bench share [--server ADDRESS | --redis PORT] [--consumers N] [--size SIZE]",
-              "One producer stores chunks; N consumer processes each load every chunk (into\n"
-              "their own buffer, as Redis's GET does). Rates are per byte moved. Each store is\n"
-              "timed beside a plain copy of its bytes into memory out of the cache (as a fresh\n"
-              "extent is), and the N loads beside N memcpys at once from memory out of the\n"
-              "cache into the same buffers; ratios are medians of the rounds' ratios.");
-  flags.String("server", &server, "maru-server address");
+  Flags &flags = bench.flags();
   flags.Int("redis", &redis_port, "share through redis-server on 127.0.0.1:PORT instead");
   flags.Size("size", &size, "chunk size");
   flags.Int("consumers", &consumers, "consumer processes");
   flags.Int("rounds", &rounds, "chunks shared");
-  flags.String("dir", &dir, "namespace directory (default /maru-bench/share-PID)");
-  flags.Bool("json", &json, "end with one JSON line of the figures");
-  if (int rc = ParseFlags(flags, argc, argv); rc >= 0) return rc;
+  bench.TakeDir("", "namespace directory (default /maru-bench/share-PID)");
+  if (int rc = bench.Parse(argc, argv); rc >= 0) return rc;
+  const std::string &server = bench.server();
+  std::string dir = bench.dir();
   if (size == 0 || size > (16ull << 30) || consumers <= 0 || consumers > 64 || rounds <= 0 ||
       rounds > kMaxRounds)
     return Fail("need --size up to 16G, --consumers 1-64 and --rounds 1-256");
@@ -364,7 +365,7 @@ int RunShare(int argc, char **argv) {
          "cached buffers %.2f GB/s\n",
          backend, consumers, consumers > 1 ? "s" : "", FormatSize(size).c_str(), st, st_ratio,
          st_base, ld, ld_ratio, consumers, ld_base, mc);
-  if (json)
+  if (bench.json())
     PrintJson({{"backend", backend},
                {"consumers", consumers},
                {"size", size},
