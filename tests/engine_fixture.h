@@ -1,6 +1,5 @@
-// The engine fixture: a MetaEngine on a test pool without the RPC layer,
-// its sessions, and the requests most engine tests make, as the RPC layer
-// would make them.
+// The engine fixtures: a MetaEngine on a test pool without the RPC layer,
+// shared by the engine's tests and the quota tests.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -16,34 +15,22 @@
 
 namespace maru {
 
-class EngineTest : public ::testing::Test {
+// A MetaEngine on a 64 MiB test pool (64 KiB units) with its database in
+// a temporary directory, and the callers tests act as. Each suite opens the
+// engine with its own options and sessions.
+class EngineFixture : public ::testing::Test {
  protected:
-  void SetUp() override { Reopen(); }
-
-  void Reopen(EngineOptions options = {}) {
+  // Opens the engine anew on the same pool and database (the one open
+  // closes first): no restart grace unless `options` asks for one. On a
+  // failure engine_ stays null.
+  void OpenEngine(EngineOptions options) {
     engine_.reset();
     options.pool_paths = {pool_.path()};
     options.db_dir = dir_.path() + "/db";
-    options.session_timeout_ms = 200;
     if (options.grace_ms < 0) options.grace_ms = 0;
     Result<std::unique_ptr<MetaEngine>> e = MetaEngine::Open(options);
     ASSERT_TRUE(e.ok()) << e.status().ToString();
     engine_ = std::move(*e);
-    session_ = NewSession(root_);
-  }
-
-  // Changes the database while the engine is down (it stays down): `edit`
-  // puts what it changes into the batch, which must not stay empty.
-  void EditDatabase(const std::function<void(const MetaDb::Contents &, MetaDb::Batch *)> &edit) {
-    engine_.reset();
-    Result<std::unique_ptr<MetaDb>> db = MetaDb::Open(dir_.path() + "/db", false);
-    ASSERT_TRUE(db.ok()) << db.status().ToString();
-    Result<MetaDb::Contents> contents = (*db)->Load();
-    ASSERT_TRUE(contents.ok());
-    MetaDb::Batch batch;
-    edit(*contents, &batch);
-    ASSERT_FALSE(batch.empty());
-    ASSERT_TRUE((*db)->Write(batch).ok());
   }
 
   uint64_t NewSession(const Caller &c) {
@@ -58,6 +45,41 @@ class EngineTest : public ::testing::Test {
     Req r;
     r.mutable_header()->set_session(session);
     return r;
+  }
+
+  maru_test::TempDir dir_;
+  maru_test::TestPool pool_{64ull << 20};
+  std::unique_ptr<MetaEngine> engine_;
+  Caller root_{0, 0, {}, 0};
+  Caller alice_{1000, 1000, {}, 0};
+  Caller bob_{1001, 1001, {}, 0};
+};
+
+// The engine as most tests drive it: sessions expire after 200 ms, root
+// holds session_, and the requests most tests make, as the RPC layer would
+// make them.
+class EngineTest : public EngineFixture {
+ protected:
+  void SetUp() override { Reopen(); }
+
+  void Reopen(EngineOptions options = {}) {
+    options.session_timeout_ms = 200;
+    OpenEngine(options);
+    if (engine_) session_ = NewSession(root_);
+  }
+
+  // Changes the database while the engine is down (it stays down): `edit`
+  // puts what it changes into the batch, which must not stay empty.
+  void EditDatabase(const std::function<void(const MetaDb::Contents &, MetaDb::Batch *)> &edit) {
+    engine_.reset();
+    Result<std::unique_ptr<MetaDb>> db = MetaDb::Open(dir_.path() + "/db", false);
+    ASSERT_TRUE(db.ok()) << db.status().ToString();
+    Result<MetaDb::Contents> contents = (*db)->Load();
+    ASSERT_TRUE(contents.ok());
+    MetaDb::Batch batch;
+    edit(*contents, &batch);
+    ASSERT_FALSE(batch.empty());
+    ASSERT_TRUE((*db)->Write(batch).ok());
   }
 
   rpc::ChunkReply Create(const std::string &path, uint64_t size, const Caller &c, uint64_t s,
@@ -126,12 +148,6 @@ class EngineTest : public ::testing::Test {
     return {rep.problems().begin(), rep.problems().end()};
   }
 
-  maru_test::TempDir dir_;
-  maru_test::TestPool pool_{64ull << 20};
-  std::unique_ptr<MetaEngine> engine_;
-  Caller root_{0, 0, {}, 0};
-  Caller alice_{1000, 1000, {}, 0};
-  Caller bob_{1001, 1001, {}, 0};
   uint64_t session_ = 0;
 };
 
