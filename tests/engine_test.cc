@@ -484,7 +484,7 @@ TEST_F(EngineTest, SurvivesRandomRequests) {
   EXPECT_TRUE(Fsck().empty());
 }
 
-// --- Batched and lease-free operations (issue #13) ---------------------------
+// --- Batched and lease-free operations ------------------------------------
 
 TEST_F(EngineTest, OversizedBatchesAreRefusedBeforeAnyWork) {
   auto creates = With<rpc::CreateBatchRequest>(session_);
