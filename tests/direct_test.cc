@@ -519,7 +519,7 @@ TEST(ServerStart, RefusesAPoolWithoutValidSuperblock) {
   EXPECT_NE(out.find("maructl mkpool"), std::string::npos) << out;
 }
 
-// --- Trust boundaries: attacks by other local uids (issue #12) ---
+// --- Trust boundaries: attacks by other local uids ---
 
 std::string ProbeCommand(const std::string &address, const std::string &script) {
   return maru_test::BinDir("tests/probe_client") + " " + address + " " + script;

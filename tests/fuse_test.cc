@@ -547,7 +547,7 @@ TEST_F(FuseTest, HolesOfASparseFileReadAsZerosNotOldBytes) {
   EXPECT_EQ(std::count(data.begin(), data.end(), '\0'), kSize);
 }
 
-// The attacks of issue #12 on the mount's POSIX rules, each run as real
+// Another local uid's attacks on the mount's POSIX rules, each run as real
 // other users: uid 1001 owns, uid 65534 (nobody) attacks.
 constexpr uid_t kOwner = 1001, kNobody = 65534;
 

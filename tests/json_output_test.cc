@@ -5,7 +5,7 @@
 #include <cmath>
 #include <limits>
 
-#include "json_output.h"
+#include "common/json_output.h"
 
 namespace maru {
 namespace {

@@ -250,12 +250,10 @@ TEST(Lifecycle, ReplayMatchesTheOfflineLruSimulation) {
 // simulator (maru-bench policies) says it does on the same trace and
 // capacity: the simulator drives the very policy class as the Evictor does.
 // With retention hints too, also those given requests after the request
-// they are about (a conversation's late drop), and the fitted ones.
+// they are about (a conversation's late drop).
 TEST(Lifecycle, ReplayMatchesTheOfflineSimulationOfTheServersPolicy) {
-  const std::pair<std::string, std::string> runs[] = {{"frequency", ""},
-                                                      {"prefix", ""},
-                                                      {"frequency", "keep+drop:late-20"},
-                                                      {"frequency", "fitted"}};
+  const std::pair<std::string, std::string> runs[] = {
+      {"frequency", ""}, {"prefix", ""}, {"frequency", "keep+drop:late-20"}};
   for (const auto &[policy, hints] : runs) {
     SCOPED_TRACE(policy + " " + hints);
     TestPool pool(12ull << 20);
@@ -283,47 +281,3 @@ TEST(Lifecycle, ReplayMatchesTheOfflineSimulationOfTheServersPolicy) {
 }
 
 }  // namespace
-
-// The bound on eviction by the server alone (fitted_hints.h) is only as
-// good as the features it sees. On a trace where they decide everything,
-// it must do what the trace's future does: conversations that start with
-// a short prompt go on for four turns 150 s apart, those that start
-// with a long one never come back. Turn and stored blocks tell them apart,
-// so the fitted hints are the future's, and the same block hit follows.
-TEST(Lifecycle, HintsFittedOnTheServersFeaturesMatchTheFutureWhereTheyDecideIt) {
-  maru_test::TempDir dir;
-  const std::string trace = dir.path() + "/trace.jsonl";
-  {
-    std::ofstream out(trace);
-    std::vector<std::pair<int, std::string>> lines;  // (request time in s, line)
-    uint64_t next_block = 1;
-    for (int c = 0; c < 400; ++c) {
-      std::vector<uint64_t> conv{0};  // a shared first block, as in Mooncake's traces
-      const bool talks = c % 2 == 0;
-      for (int turn = 0; turn < (talks ? 4 : 1); ++turn) {
-        for (int b = 0; b < (talks ? 2 : 12); ++b) conv.push_back(next_block++);
-        std::string line =
-            "{\"timestamp\": " + std::to_string((3 * c + 150 * turn) * 1000) + ", \"hash_ids\": [";
-        for (size_t i = 0; i < conv.size(); ++i) line += (i ? ", " : "") + std::to_string(conv[i]);
-        lines.push_back({3 * c + 150 * turn, line + "]}"});
-      }
-    }
-    std::stable_sort(lines.begin(), lines.end(),
-                     [](const auto &a, const auto &b) { return a.first < b.first; });
-    for (const auto &l : lines) out << l.second << "\n";
-  }
-  std::string out;
-  ASSERT_EQ(maru_test::Run(maru_test::BinDir("tools/maru-bench") + " policies --trace " + trace +
-                               " --synthetic '' --capacities 0.09 --policies "
-                               "frequency,frequency:keep+drop,frequency:fitted --json",
-                           &out),
-            0)
-      << out;
-  std::vector<double> hit;
-  for (size_t at = out.find("\"block_hit\":"); at != std::string::npos;
-       at = out.find("\"block_hit\":", at + 1))
-    hit.push_back(strtod(out.c_str() + at + 12, nullptr));
-  ASSERT_EQ(hit.size(), 3u) << out;
-  EXPECT_GT(hit[1], hit[0] + 0.05) << out;  // the hints matter here
-  EXPECT_DOUBLE_EQ(hit[2], hit[1]) << out;
-}

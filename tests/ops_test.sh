@@ -54,7 +54,7 @@ out=$("$bin_ctl" df --server unix://$work/none.sock 2>&1); rc=$?
 out=$("$bin_ctl" frobnicate 2>&1); rc=$?
 [ $rc -ne 0 ] && [ "$(echo "$out" | wc -l)" -eq 1 ] || fail "unknown command: '$out'"
 for bad in "share --consumers 0" "files" "scale --chunks 5 --wide 10" "fill --procs 0" "suite --bogus" \
-  "policies --synthetic scan --policies frequency:fitted:late-5"; do
+  "policies --synthetic scan --policies frequency:keep:late-5"; do
   out=$("$bin_bench" $bad 2>&1); rc=$?
   [ $rc -ne 0 ] && [ "$(echo "$out" | wc -l)" -eq 1 ] || fail "maru-bench $bad: '$out' ($rc)"
 done

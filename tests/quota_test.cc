@@ -5,44 +5,25 @@
 // file was removed while written) counts for its writer's uid.
 #include <gtest/gtest.h>
 
-#include "harness.h"
-#include "meta/meta_engine.h"
+#include "engine_fixture.h"
 
 namespace maru {
 namespace {
 
 constexpr uint64_t kUnit = 64u << 10;
 
-class QuotaTest : public ::testing::Test {
+class QuotaTest : public EngineFixture {
  protected:
   void SetUp() override { Reopen(); }
 
   void Reopen(int64_t session_timeout_ms = 15000) {
-    engine_.reset();
     EngineOptions options;
     options.session_timeout_ms = session_timeout_ms;
-    options.pool_paths = {pool_.path()};
-    options.db_dir = dir_.path() + "/db";
     options.grace_ms = 0;
-    Result<std::unique_ptr<MetaEngine>> e = MetaEngine::Open(options);
-    ASSERT_TRUE(e.ok()) << e.status().ToString();
-    engine_ = std::move(*e);
+    OpenEngine(options);
+    if (!engine_) return;
     root_s_ = NewSession(root_);
     alice_s_ = NewSession(alice_);
-  }
-
-  uint64_t NewSession(const Caller &c) {
-    rpc::OpenSessionRequest req;
-    rpc::OpenSessionReply rep;
-    engine_->OpenSession(c, req, &rep);
-    return rep.session();
-  }
-
-  template <typename Req>
-  Req With(uint64_t session) {
-    Req r;
-    r.mutable_header()->set_session(session);
-    return r;
   }
 
   int SetQuota(const std::string &path, uint64_t bytes, uint64_t pins = 0,
@@ -152,11 +133,6 @@ class QuotaTest : public ::testing::Test {
     return {};
   }
 
-  maru_test::TempDir dir_;
-  maru_test::TestPool pool_{64ull << 20, kUnit};
-  std::unique_ptr<MetaEngine> engine_;
-  Caller root_{0, 0, {}, 0};
-  Caller alice_{1000, 1000, {}, 0};
   uint64_t root_s_ = 0, alice_s_ = 0;
 };
 

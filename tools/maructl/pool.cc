@@ -1,0 +1,94 @@
+// maructl mkpool and pool show: pool devices, without a server.
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+
+#include "alloc/pool_device.h"
+#include "common/json_output.h"
+#include "maructl/maructl.h"
+#include "util/units.h"
+
+namespace maru::ctl {
+
+int Mkpool(int argc, char **argv) {
+  uint64_t size = 0, unit = 0;
+  int64_t numa = -1;
+  std::string label, mode = "660";
+  bool force = false, sparse = false;
+  Flags flags("maructl mkpool PATH [--size SIZE] [OPTIONS]",
+              "Formats a pool device: a file (created or resized) or a devdax device. A file\n"
+              "on hugetlbfs, or on a tmpfs mounted with huge=always, is mapped in huge pages,\n"
+              "as a devdax device is; its unit is then at least a huge page (2M).");
+  flags.Size("size", &size, "pool size, e.g. 512M, 4G (required for files; devdax: whole device)");
+  flags.Size("unit", &unit,
+             "allocation unit (default 64K for files, 2M for devdax and huge pages)");
+  flags.Int("numa-node", &numa, "bind a file pool's memory to this NUMA node");
+  flags.String("label", &label, "a name for the pool");
+  flags.String("mode", &mode, "permissions of a pool file, octal");
+  flags.Bool("force", &force, "reformat a device that already holds a pool (its chunks are lost)");
+  flags.Bool("sparse", &sparse,
+             "do not allocate a pool file's memory up front (benchmarks of metadata)");
+  std::vector<std::string> args;
+  Status s = flags.Parse(argc, argv, 2, &args);
+  if (!s.ok()) return Fail(s.message());
+  if (flags.help_requested()) return fputs(flags.Help().c_str(), stdout), 0;
+  if (args.size() != 1) return Fail("mkpool takes one PATH (see --help)");
+  FormatOptions options;
+  options.size = size;
+  options.unit = unit;
+  options.numa_node = static_cast<int>(numa);
+  options.label = label;
+  options.force = force;
+  options.sparse = sparse;
+  char *end = nullptr;
+  options.mode = static_cast<uint32_t>(strtoul(mode.c_str(), &end, 8));
+  if (*end || options.mode > 0777) return Fail("--mode takes octal permissions");
+  Result<Superblock> sb = FormatPool(args[0], options);
+  if (!sb.ok()) return Fail(sb.status().ToString());
+  printf("formatted %s: %s pool, %s unit, %s pages, uuid %s\n", args[0].c_str(),
+         FormatSize(sb->size).c_str(), FormatSize(sb->unit).c_str(),
+         FormatSize(sb->alignment).c_str(), UuidToString(sb->pool_uuid).c_str());
+  return 0;
+}
+
+namespace {
+
+Json SuperblockJson(const std::string &device, const Superblock &sb) {
+  Json j;
+  j["device"] = device;
+  j["pool_uuid"] = UuidToString(sb.pool_uuid);
+  j["device_uuid"] = UuidToString(sb.device_uuid);
+  j["label"] = sb.label;
+  j["size"] = sb.size;
+  j["data_offset"] = sb.data_offset;
+  j["unit"] = sb.unit;
+  j["alignment"] = sb.alignment;
+  char epoch[20];
+  snprintf(epoch, sizeof(epoch), "%016" PRIx64, sb.epoch);
+  j["epoch"] = epoch;
+  j["numa_node"] = sb.numa_node;
+  j["created_ns"] = sb.created_ns;
+  return j;
+}
+
+}  // namespace
+
+int PoolShow(int argc, char **argv) {
+  bool json = false;
+  Flags flags("maructl pool show PATH [--json]", "Prints the superblock of a pool device.");
+  flags.Bool("json", &json, "print JSON");
+  std::vector<std::string> args;
+  Status s = flags.Parse(argc, argv, 3, &args);
+  if (!s.ok()) return Fail(s.message());
+  if (flags.help_requested()) return fputs(flags.Help().c_str(), stdout), 0;
+  if (args.size() != 1) return Fail("pool show takes one PATH");
+  Result<Superblock> sb = ReadSuperblock(args[0]);
+  if (!sb.ok()) return Fail(sb.status().message());
+  if (json)
+    PrintJson(SuperblockJson(args[0], *sb));
+  else
+    printf("device:       %s\n%s", args[0].c_str(), sb->Describe().c_str());
+  return 0;
+}
+
+}  // namespace maru::ctl
