@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "buffer.h"
-#include "lease.h"
+#include "chunk_handle.h"
 
 namespace maru_py {
 

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "lease.h"
+#include "chunk_handle.h"
 #include "prefix.h"
-#include "session.h"
+#include "shared_connection.h"
 
 namespace maru_py {
 

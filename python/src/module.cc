@@ -3,9 +3,9 @@
 #include <pybind11/pybind11.h>
 
 #include "batch_io.h"
+#include "chunk_handle.h"
 #include "connection.h"
 #include "errors.h"
-#include "lease.h"
 #include "prefix.h"
 
 namespace py = pybind11;

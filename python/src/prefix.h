@@ -16,7 +16,7 @@
 #include <mutex>
 #include <vector>
 
-#include "session.h"
+#include "shared_connection.h"
 
 namespace maru_py {
 

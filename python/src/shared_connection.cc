@@ -1,4 +1,4 @@
-#include "session.h"
+#include "shared_connection.h"
 
 #include <sys/mman.h>
 #include <unistd.h>

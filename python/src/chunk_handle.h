@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "session.h"
+#include "shared_connection.h"
 
 namespace maru_py {
 

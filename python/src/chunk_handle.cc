@@ -1,4 +1,4 @@
-#include "lease.h"
+#include "chunk_handle.h"
 
 #include <pybind11/stl.h>
 
