@@ -1,10 +1,4 @@
-"""maru.vllm: a vLLM v1 KV connector that shares KV through a Maru pool.
-
-Configure vLLM with::
-
-    --kv-transfer-config '{"kv_connector": "MaruConnector",
-        "kv_connector_module_path": "maru.vllm", "kv_role": "kv_both",
-        "kv_connector_extra_config": {"maru_server": "unix:///run/maru/maru.sock"}}'
+"""MaruConnector: the vLLM v1 KV connector that shares KV through a Maru pool.
 
 vLLM's factory imports ``kv_connector_module_path``, takes the class named
 ``kv_connector`` from it and builds it as ``cls(vllm_config, role,
@@ -14,7 +8,7 @@ Interface: :class:`MaruConnector` subclasses vLLM's own
 ``KVConnectorBase_V1`` and its metadata vLLM's ``KVConnectorMetadata`` when
 vLLM is importable; otherwise the stand-ins of :mod:`maru._upstream.vllm`,
 which mirror vLLM's vllm/distributed/kv_transfer/kv_connector/v1/base.py at
-commit :data:`VLLM_COMMIT` (checked against python/contracts/vllm.json).
+commit :data:`maru.vllm.VLLM_COMMIT` (checked against python/contracts/vllm.json).
 It implements every abstract method and every method vLLM calls there, and
 ``get_transfer_results``, which newer main calls instead of
 ``get_finished``. See docs/integrations.md#vllm.
@@ -41,11 +35,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Set, Tuple
 
 from ..client import Client
-from .base import (UPSTREAM, VLLM_COMMIT, KVConnectorBase_V1, KVConnectorMetadata,
-                   KVConnectorPromMetrics, KVConnectorRole, KVConnectorStats,
-                   KVConnectorTransferResults)
+from .base import (KVConnectorBase_V1, KVConnectorPromMetrics, KVConnectorRole,
+                   KVConnectorStats, KVConnectorTransferResults)
 from .config import ConnectorConfig
-from .metadata import ChunkSpec, LoadSpec, MaruConnectorMetadata, SaveSpec
+from .metadata import ChunkSpec, LoadSpec, MaruConnectorMetadata
 from .scheduler import SchedulerSide
 from .store import make_store
 from .worker import WorkerSide
@@ -60,7 +53,7 @@ if TYPE_CHECKING:  # vLLM's own types, for readers and type checkers only
     from vllm.v1.kv_cache_interface import KVCacheConfig
     from vllm.v1.request import Request
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger(__package__)  # "maru.vllm", what users configure
 
 #: The counters of :class:`MaruConnectorStats` and what each counts.
 STATS = {
@@ -401,8 +394,4 @@ class MaruPromMetrics(KVConnectorPromMetrics):
                 per_engine[engine_idx].inc(value)
 
 
-__all__ = ["ChunkSpec", "ConnectorConfig", "KVConnectorBase_V1", "KVConnectorMetadata",
-           "KVConnectorPromMetrics", "KVConnectorRole", "KVConnectorStats",
-           "KVConnectorTransferResults", "LoadSpec", "MaruConnector", "MaruConnectorMetadata",
-           "MaruConnectorStats", "MaruPromMetrics", "STATS", "SaveSpec", "UPSTREAM",
-           "VLLM_COMMIT"]
+__all__ = ["MaruConnector", "MaruConnectorStats", "MaruPromMetrics", "STATS"]
