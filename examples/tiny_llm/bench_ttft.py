@@ -27,13 +27,14 @@ import torch
 from blocks import Layout
 from engine import Instance
 from kvstore import MemoryKVStore
-from maru_node import REPO, MaruNode
+from maru_node import MaruNode
 from maru_store import MaruKVStore
 from model import Config, TinyLM, deterministic
 from proc import InstanceProcess
 from redis_node import RedisNode
 from redis_store import RedisKVStore
 
+REPO = Path(__file__).resolve().parents[2]
 PATHS = ("miss", "maru", "redis", "local")
 BEGIN, END = "<!-- bench_ttft: begin -->", "<!-- bench_ttft: end -->"
 

@@ -32,13 +32,15 @@ import statistics
 import sys
 import time
 import uuid
+from pathlib import Path
 from typing import Any, Dict, List
 
-from maru_node import REPO, MaruNode
+from maru_node import MaruNode
 from model import deterministic, random_prompt
 from vllm_instance import make_engine
 from vllm_types import ForwardContext, NewRequestData, Request, SchedulerOutput
 
+REPO = Path(__file__).resolve().parents[2]
 BEGIN, END = "<!-- bench_vllm: begin -->", "<!-- bench_vllm: end -->"
 BLOCK = 16
 PATHS = {
