@@ -3,7 +3,8 @@
 
 For each prompt length, a writer process (instance.py) prefills the prompt
 and stores its blocks, once into a Maru pool and once into Redis. This
-process then serves the same prompt again, several times per path:
+process then serves the same prompt again, once per path untimed, then
+several times per path, the paths taking turns and each going first in turn:
   miss    no stored KV: prefill every token
   maru    count the stored blocks, map them in place, compute the last block
   redis   ask which blocks exist, receive them (one MGET), compute the last block
@@ -50,14 +51,21 @@ def store_from_writer(server: str, p, block: int, directory: str) -> int:
 
 
 def measure(model, stores, p, block: int, reps: int):
-    """TTFT samples per path; the paths take turns so that load spreads evenly."""
+    """TTFT samples per path. Each path serves the prompt once untimed
+    first (a first forward of a size, a first lookup, is slow); then the
+    paths take turns, each going first in turn, so that neither warmth nor
+    load favours one."""
     insts = {name: Instance(model, store, block) for name, store in stores.items()}
+    for inst in insts.values():
+        inst.serve(p, 1, store=False)
     ttft = {name: [] for name in insts}
     fetch = {name: [] for name in insts}
     first, hits = {}, {}
-    for _ in range(reps):
-        for name, inst in insts.items():
-            r = inst.serve(p, 1, store=False)
+    names = list(insts)
+    for rep in range(reps):
+        k = rep % len(names)
+        for name in names[k:] + names[:k]:
+            r = insts[name].serve(p, 1, store=False)
             ttft[name].append(r.ttft_s)
             fetch[name].append(r.fetch_s)
             first.setdefault(name, r.tokens[0])
