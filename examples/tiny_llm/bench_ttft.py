@@ -10,7 +10,7 @@ several times per path, the paths taking turns and each going first in turn:
   redis   ask which blocks exist, receive them (one MGET), compute the last block
   local   the blocks from this process's own memory (the ideal reuse)
 and prints the median TTFT per path, with ratios, as a Markdown table
-(--write puts it into docs/benchmarks.md). Starts its own maru-server and
+(--write puts it into docs/notes/ttft.md). Starts its own maru-server and
 redis-server, and stops them by pid.
 """
 from __future__ import annotations
@@ -18,14 +18,13 @@ from __future__ import annotations
 import argparse
 import datetime
 import random
-import re
 import statistics
 import sys
-from pathlib import Path
 
 import torch
 
 from blocks import Layout
+from doc_section import write_section
 from engine import Instance
 from kvstore import MemoryKVStore
 from maru_node import MaruNode
@@ -35,7 +34,6 @@ from proc import InstanceProcess
 from redis_node import RedisNode
 from redis_store import RedisKVStore
 
-REPO = Path(__file__).resolve().parents[2]
 PATHS = ("miss", "maru", "redis", "local")
 BEGIN, END = "<!-- bench_ttft: begin -->", "<!-- bench_ttft: end -->"
 
@@ -98,24 +96,12 @@ def table(rows, block: int, reps: int) -> str:
     return head + "\n\n" + "\n".join(lines) + "\n"
 
 
-def write_doc(section: str) -> None:
-    doc = REPO / "docs" / "benchmarks.md"
-    text = doc.read_text()
-    body = f"{BEGIN}\n{section}{END}"
-    if BEGIN in text:
-        text = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: body, text, flags=re.S)
-    else:
-        text = (text.rstrip("\n") + "\n\n## Time to first token: the tiny model reusing KV\n\n"
-                + body + "\n")
-    doc.write_text(text)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--lengths", default="128,512,1024,2048")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--block", type=int, default=32)
-    ap.add_argument("--write", action="store_true", help="put the table into docs/benchmarks.md")
+    ap.add_argument("--write", action="store_true", help="put the table into docs/notes/ttft.md")
     args = ap.parse_args()
     deterministic()
     model = TinyLM(Config())
@@ -142,7 +128,7 @@ def main() -> None:
     section = table(rows, args.block, args.reps)
     print(section)
     if args.write:
-        write_doc(section)
+        write_section("ttft.md", BEGIN, END, section)
 
 
 if __name__ == "__main__":
