@@ -3,13 +3,14 @@
 
 For each prompt length, a writer process (instance.py) prefills the prompt
 and stores its blocks, once into a Maru pool and once into Redis. This
-process then serves the same prompt again, several times per path:
+process then serves the same prompt again, once per path untimed, then
+several times per path, the paths taking turns and each going first in turn:
   miss    no stored KV: prefill every token
   maru    count the stored blocks, map them in place, compute the last block
   redis   ask which blocks exist, receive them (one MGET), compute the last block
   local   the blocks from this process's own memory (the ideal reuse)
 and prints the median TTFT per path, with ratios, as a Markdown table
-(--write puts it into docs/benchmarks.md). Starts its own maru-server and
+(--write puts it into docs/notes/ttft.md). Starts its own maru-server and
 redis-server, and stops them by pid.
 """
 from __future__ import annotations
@@ -17,17 +18,16 @@ from __future__ import annotations
 import argparse
 import datetime
 import random
-import re
 import statistics
 import sys
-from pathlib import Path
 
 import torch
 
 from blocks import Layout
+from doc_section import write_section
 from engine import Instance
 from kvstore import MemoryKVStore
-from maru_node import REPO, MaruNode
+from maru_node import MaruNode
 from maru_store import MaruKVStore
 from model import Config, TinyLM, deterministic
 from proc import InstanceProcess
@@ -49,14 +49,21 @@ def store_from_writer(server: str, p, block: int, directory: str) -> int:
 
 
 def measure(model, stores, p, block: int, reps: int):
-    """TTFT samples per path; the paths take turns so that load spreads evenly."""
+    """TTFT samples per path. Each path serves the prompt once untimed
+    first (a first forward of a size, a first lookup, is slow); then the
+    paths take turns, each going first in turn, so that neither warmth nor
+    load favours one."""
     insts = {name: Instance(model, store, block) for name, store in stores.items()}
+    for inst in insts.values():
+        inst.serve(p, 1, store=False)
     ttft = {name: [] for name in insts}
     fetch = {name: [] for name in insts}
     first, hits = {}, {}
-    for _ in range(reps):
-        for name, inst in insts.items():
-            r = inst.serve(p, 1, store=False)
+    names = list(insts)
+    for rep in range(reps):
+        k = rep % len(names)
+        for name in names[k:] + names[:k]:
+            r = insts[name].serve(p, 1, store=False)
             ttft[name].append(r.ttft_s)
             fetch[name].append(r.fetch_s)
             first.setdefault(name, r.tokens[0])
@@ -89,24 +96,12 @@ def table(rows, block: int, reps: int) -> str:
     return head + "\n\n" + "\n".join(lines) + "\n"
 
 
-def write_doc(section: str) -> None:
-    doc = REPO / "docs" / "benchmarks.md"
-    text = doc.read_text()
-    body = f"{BEGIN}\n{section}{END}"
-    if BEGIN in text:
-        text = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: body, text, flags=re.S)
-    else:
-        text = (text.rstrip("\n") + "\n\n## Time to first token: the tiny model reusing KV\n\n"
-                + body + "\n")
-    doc.write_text(text)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--lengths", default="128,512,1024,2048")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--block", type=int, default=32)
-    ap.add_argument("--write", action="store_true", help="put the table into docs/benchmarks.md")
+    ap.add_argument("--write", action="store_true", help="put the table into docs/notes/ttft.md")
     args = ap.parse_args()
     deterministic()
     model = TinyLM(Config())
@@ -133,7 +128,7 @@ def main() -> None:
     section = table(rows, args.block, args.reps)
     print(section)
     if args.write:
-        write_doc(section)
+        write_section("ttft.md", BEGIN, END, section)
 
 
 if __name__ == "__main__":

@@ -21,20 +21,20 @@ each harness path: the worker in-process ("uni") with FlashAttention NHD
 (the base), HND, FlashInfer, MLA, bf16; worker processes ("mp", the
 SchedulerOutput pickled), TP=2, PP=2; and the same request computed
 without a connector. Prints medians and ratios as Markdown (--write puts
-them into docs/benchmarks.md).
+them into docs/notes/vllm-connector.md).
 """
 from __future__ import annotations
 
 import argparse
 import datetime
-import re
 import statistics
 import sys
 import time
 import uuid
 from typing import Any, Dict, List
 
-from maru_node import REPO, MaruNode
+from doc_section import write_section
+from maru_node import MaruNode
 from model import deterministic, random_prompt
 from vllm_instance import make_engine
 from vllm_types import ForwardContext, NewRequestData, Request, SchedulerOutput
@@ -196,7 +196,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--blocks", default="16,64", help="prefix lengths in blocks")
     ap.add_argument("--reps", type=int, default=9)
-    ap.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
+    ap.add_argument("--write", action="store_true", help="update docs/notes/vllm-connector.md")
     args = ap.parse_args()
     deterministic()
     rows = []
@@ -211,15 +211,8 @@ def main() -> None:
         "chunk per block: 128 KiB in fp32)"
     print(text)
     if args.write:
-        doc = REPO / "docs" / "benchmarks.md"
-        body = doc.read_text()
-        block = f"{BEGIN}\n{text}\n\n(measured {datetime.date.today().isoformat()})\n{END}"
-        if BEGIN in body:
-            body = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: block, body,
-                          flags=re.S)
-        else:
-            body += "\n" + block + "\n"
-        doc.write_text(body)
+        write_section("vllm-connector.md", BEGIN, END,
+                      f"{text}\n\n(measured {datetime.date.today().isoformat()})\n")
 
 
 if __name__ == "__main__":

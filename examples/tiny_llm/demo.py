@@ -8,6 +8,12 @@ computes only the new tokens and stores its new blocks. Every request is
 also recomputed from scratch by the same instance, to show the time to first
 token both ways and that the generated tokens are the same.
 
+Fair both ways: each instance serves a prompt of the same length both ways
+before the table starts (its first forward of that size is slow), and the two
+ways take turns going first. A request that finds none of its blocks stored
+(a miss) computes everything either way; its row says so, and what storing
+its blocks for the others cost.
+
   demo.py [--server unix:///path/maru.sock]   (default: start a maru-server of its own)
 """
 from __future__ import annotations
@@ -16,12 +22,36 @@ import argparse
 import random
 import sys
 
-from maru_node import MaruNode
 from proc import InstanceProcess
 
 
 def words(rng: random.Random, n: int):
     return [rng.randrange(1000) for _ in range(n)]
+
+
+def warm(insts, prompt, decode: int) -> None:
+    """Serves one prompt on every instance both ways, untimed: the first
+    stores its blocks, then each maps them and recomputes them."""
+    insts[0].request(op="serve", prompt=prompt, decode=decode)
+    for inst in insts:
+        inst.request(op="serve", prompt=prompt, decode=decode, store=False)
+        inst.request(op="serve", prompt=prompt, decode=decode, reuse=False, store=False)
+
+
+def serve_both(inst, prompt, decode: int, maru_first: bool):
+    """The request through Maru (reuse, then store) and recomputed, in that
+    order or the other: (Maru's answer, the recompute's)."""
+    def maru():
+        return inst.request(op="serve", prompt=prompt, decode=decode)
+
+    def recompute():
+        return inst.request(op="serve", prompt=prompt, decode=decode, reuse=False, store=False)
+
+    if maru_first:
+        first = maru()
+        return first, recompute()
+    first = recompute()
+    return maru(), first
 
 
 def run(server: str, args) -> bool:
@@ -30,36 +60,52 @@ def run(server: str, args) -> bool:
     convs = [list(system) for _ in range(args.conversations)]
     insts = [InstanceProcess(server, args.dir, args.block, name=f"tiny-llm-{i}")
              for i in range(args.instances)]
-    ok, t_hit, t_miss, req = True, 0.0, 0.0, 0
+    ok, req = True, 0
+    t_hit = t_recompute = t_store = 0.0
+    hits = misses = 0
     print(f"   {args.instances} instances, {args.conversations} conversations sharing a "
           f"{args.system}-token system prompt, {args.turns} turns, {args.block}-token blocks")
-    print("   inst conv turn prompt  reused blocks   TTFT Maru   TTFT recompute  speedup  tokens")
+    print("   each instance warmed first; each request served both ways by the same instance,"
+          " taking turns going first")
     try:
+        warm(insts, words(random.Random(-1), args.system + args.user), args.decode)
+        print("   inst conv turn prompt  reused    TTFT Maru  TTFT recompute  speedup"
+              "  stored after 1st token  tokens")
         for turn in range(1, args.turns + 1):
             for c, conv in enumerate(convs):
                 conv += words(rng, args.user)  # the user's new message
                 i = req % len(insts)
-                inst = insts[i]
+                maru, recomputed = serve_both(insts[i], conv, args.decode,
+                                              maru_first=req % 2 == 0)
                 req += 1
-                hit = inst.request(op="serve", prompt=conv, decode=args.decode)
-                miss = inst.request(op="serve", prompt=conv, decode=args.decode,
-                                    reuse=False, store=False)
-                same = hit["tokens"] == miss["tokens"]
+                same = maru["tokens"] == recomputed["tokens"]
                 ok &= same
-                t_hit += hit["ttft_s"]
-                t_miss += miss["ttft_s"]
+                t_store += maru["store_s"]
+                if maru["hit_blocks"]:
+                    hits += 1
+                    t_hit += maru["ttft_s"]
+                    t_recompute += recomputed["ttft_s"]
+                    speedup = f"{recomputed['ttft_s'] / maru['ttft_s']:.1f}x"
+                else:
+                    misses += 1
+                    speedup = "miss"
                 blocks = len(conv) // args.block
                 print(f"   {i:4d} {c:4d} {turn:4d} {len(conv):6d}"
-                      f"  {hit['hit_blocks']:5d} / {blocks:<5d} {hit['ttft_s'] * 1e3:8.1f} ms"
-                      f"  {miss['ttft_s'] * 1e3:10.1f} ms  {miss['ttft_s'] / hit['ttft_s']:6.1f}x"
+                      f"  {maru['hit_blocks']:3d} / {blocks:<3d} {maru['ttft_s'] * 1e3:7.1f} ms"
+                      f"  {recomputed['ttft_s'] * 1e3:11.1f} ms  {speedup:>7s}"
+                      f"  {maru['stored_blocks']:3d} blocks in {maru['store_s'] * 1e3:5.1f} ms"
                       f"  {'equal' if same else 'DIFFER'}", flush=True)
-                conv += hit["tokens"]  # the reply becomes part of the next turn's prompt
+                conv += maru["tokens"]  # the reply becomes part of the next turn's prompt
     finally:
         for inst in insts:
             inst.close()
-    print(f"   total TTFT: {t_hit * 1e3:.0f} ms with Maru hits, {t_miss * 1e3:.0f} ms "
-          f"recomputing ({t_miss / t_hit:.1f}x); generated tokens "
-          f"{'identical in every request' if ok else 'DIFFER'}")
+    if hits:
+        print(f"   {hits} requests reused blocks: TTFT {t_hit * 1e3:.0f} ms with Maru, "
+              f"{t_recompute * 1e3:.0f} ms recomputing ({t_recompute / t_hit:.1f}x)")
+    print(f"   {misses} misses (no block of the prompt stored yet) computed everything, as a "
+          f"recompute does; storing every request's new blocks took {t_store * 1e3:.0f} ms "
+          f"in all, after the first token")
+    print(f"   generated tokens {'identical in every request' if ok else 'DIFFER'}")
     return ok
 
 
@@ -77,6 +123,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.server:
         return 0 if run(args.server, args) else 1
+    from maru_node import MaruNode  # from the build tree (PYTHONPATH=build/python)
     with MaruNode() as node:
         return 0 if run(node.url, args) else 1
 

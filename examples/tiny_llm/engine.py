@@ -28,6 +28,7 @@ class Result:
     stored_blocks: int            # blocks this request stored
     ttft_s: float                 # request start to first token chosen
     fetch_s: float                # of which finding and mapping stored KV
+    store_s: float = 0.0          # storing the new blocks, after the first token
     prefix_views: List[torch.Tensor] = field(default_factory=list)
 
 
@@ -55,10 +56,12 @@ class Instance:
             first = int(torch.argmax(logits))
             ttft = time.perf_counter() - t0
             stored = self._store_new(keys, hits, cache) if store and self.store else 0
+            store_s = time.perf_counter() - t0 - ttft
             tokens, decode = self.model.greedy(logits, cache, n_decode)
             assert not tokens or tokens[0] == first
             views = [kv[0] for kv in cache.prefix[0]] if keep_views else []
-            return Result(tokens, logits, decode, hits, stored, ttft, fetched - t0, views)
+            return Result(tokens, logits, decode, hits, stored, ttft, fetched - t0, store_s,
+                          views)
 
     def _attach_prefix(self, keys: List[str], prompt_len: int, cache, leases) -> int:
         """Maps the stored leading blocks into `cache`; returns how many."""

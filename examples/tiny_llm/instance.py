@@ -3,7 +3,7 @@ line, and answers each with one JSON line on stdout.
 
   {"op": "serve", "prompt": [...], "decode": N, "store": true, "reuse": true,
    "save": PATH}
-      -> {"tokens", "hit_blocks", "stored_blocks", "ttft_s", "fetch_s"}; with "save",
+      -> {"tokens", "hit_blocks", "stored_blocks", "ttft_s", "fetch_s", "store_s"}; with "save",
          the prefill and decode logits are written to PATH (torch.save)
   {"op": "stall", "prompt": [...], "blocks": K}
       stores the prompt's first K blocks, then starts storing block K (creates
@@ -46,7 +46,8 @@ def serve(inst: Instance, req: dict) -> dict:
     if req.get("save"):
         torch.save({"prefill": r.prefill_logits, "decode": r.decode_logits}, req["save"])
     return {"tokens": r.tokens, "hit_blocks": r.hit_blocks,
-            "stored_blocks": r.stored_blocks, "ttft_s": r.ttft_s, "fetch_s": r.fetch_s}
+            "stored_blocks": r.stored_blocks, "ttft_s": r.ttft_s, "fetch_s": r.fetch_s,
+            "store_s": r.store_s}
 
 
 def stall(inst: Instance, req: dict) -> dict:

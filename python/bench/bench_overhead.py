@@ -20,7 +20,7 @@ Starts its own maru-server (examples/tiny_llm/maru_node.py: a pool in
 The two sides take turns (--repeat times, each going first every other
 turn); a figure is the median over turns, a ratio the median of the turns'
 ratios, so that a machine shared with other work slows both alike; the
-ratios are what to read. Prints a Markdown table (the one in docs/benchmarks.md).
+ratios are what to read. Prints a Markdown table (docs/notes/python-overhead.md).
 """
 from __future__ import annotations
 

@@ -161,7 +161,7 @@ def lru(blocks: Sequence[List[int]], capacity: int) -> float:
 
 
 def main() -> None:
-    """Prints the Markdown table of docs/benchmarks.md's seventh round."""
+    """Prints the Markdown table of the seventh round (docs/notes/eviction-bounds.md)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trace", required=True)
     ap.add_argument("--capacity", type=int, nargs="+", required=True, help="blocks")

@@ -48,16 +48,16 @@ class Chunk:
     numpy arrays of sealed chunks are read-only).
     """
 
-    __slots__ = ("_lease", "_path")
+    __slots__ = ("_handle", "_path")
 
-    def __init__(self, lease: _maru.Lease, path: Optional[str] = None) -> None:
-        self._lease: Optional[_maru.Lease] = lease
+    def __init__(self, handle: _maru.ChunkHandle, path: Optional[str] = None) -> None:
+        self._handle: Optional[_maru.ChunkHandle] = handle
         self._path = path
 
-    def _live(self) -> _maru.Lease:
-        if self._lease is None:
+    def _live(self) -> _maru.ChunkHandle:
+        if self._handle is None:
             raise ValueError("maru: operation on a released chunk")
-        return self._lease
+        return self._handle
 
     @property
     def path(self) -> Optional[str]:
@@ -85,7 +85,7 @@ class Chunk:
     @property
     def released(self) -> bool:
         """True once :meth:`release` was called."""
-        return self._lease is None
+        return self._handle is None
 
     def memoryview(self) -> memoryview:
         """A memoryview of the bytes (writable until sealed); it holds the lease."""
@@ -100,9 +100,9 @@ class Chunk:
         import numpy as np
 
         dt = np.dtype(dtype)
-        lease = self._live()
-        count = _element_count(lease.size, dt.itemsize, shape)
-        array = np.frombuffer(lease, dtype=dt, count=count)
+        handle = self._live()
+        count = _element_count(handle.size, dt.itemsize, shape)
+        array = np.frombuffer(handle, dtype=dt, count=count)
         return array if shape is None else array.reshape(tuple(shape))
 
     def torch(self, dtype: "Optional[torch.dtype]" = None,
@@ -117,16 +117,16 @@ class Chunk:
         import torch
 
         dtype = torch.uint8 if dtype is None else dtype
-        lease = self._live()
+        handle = self._live()
         itemsize = torch.empty((), dtype=dtype).element_size()
-        count = _element_count(lease.size, itemsize, shape)
+        count = _element_count(handle.size, itemsize, shape)
         if count == 0:  # frombuffer refuses empty buffers; nothing to share
             return torch.empty(tuple(shape) if shape is not None else (0,), dtype=dtype)
         with warnings.catch_warnings():
             # A sealed chunk exports a read-only buffer; torch warns that it
             # cannot mark the tensor read-only. Documented above.
             warnings.simplefilter("ignore", UserWarning)
-            tensor = torch.frombuffer(lease, dtype=dtype, count=count)
+            tensor = torch.frombuffer(handle, dtype=dtype, count=count)
         return tensor if shape is None else tensor.view(tuple(shape))
 
     def write(self, data: Any, offset: int = 0) -> None:
@@ -161,11 +161,11 @@ class Chunk:
 
     def part_range(self, i: int) -> Tuple[int, int]:
         """(offset, length) of part ``i``: the chunk's size split in :attr:`parts` equal parts."""
-        lease = self._live()
-        parts = lease.parts
+        handle = self._live()
+        parts = handle.parts
         if not 0 <= i < parts:
             raise IndexError(f"maru: part {i} of a chunk of {parts} parts")
-        length = lease.size // parts
+        length = handle.size // parts
         return i * length, length
 
     def publish_part(self, upto: int) -> None:
@@ -204,7 +204,7 @@ class Chunk:
 
     def release(self) -> None:
         """Drops this handle's reference; see the class notes on lifetime. Idempotent."""
-        self._lease = None
+        self._handle = None
 
     def __enter__(self) -> "Chunk":
         return self
@@ -213,7 +213,7 @@ class Chunk:
         self.release()
 
     def __repr__(self) -> str:
-        if self._lease is None:
+        if self._handle is None:
             return f"<maru.Chunk {self._path!r} released>"
-        state = "writable" if self._lease.writable else "sealed"
-        return f"<maru.Chunk {self._path!r} {self._lease.size} bytes {state}>"
+        state = "writable" if self._handle.writable else "sealed"
+        return f"<maru.Chunk {self._path!r} {self._handle.size} bytes {state}>"

@@ -64,7 +64,7 @@ def _errors(results: Sequence[int], paths: Sequence[str]) -> List[Optional[OSErr
 BatchOp = Tuple[Chunk, Any, int]
 
 
-def _lease_ops(ops: Sequence[BatchOp]) -> list:
+def _handle_ops(ops: Sequence[BatchOp]) -> list:
     return [(chunk._live(), buf, offset) for chunk, buf, offset in ops]
 
 
@@ -133,15 +133,15 @@ class Client:
         1: one; ``size % parts`` must be 0). FileExistsError if ``path``
         exists or is being written.
         """
-        lease = self._conn.create(path, size, parent, mode, _CHECKSUMS[checksum],
+        handle = self._conn.create(path, size, parent, mode, _CHECKSUMS[checksum],
                                   _create_flags(contiguous), parts)
-        return Chunk(lease, path)
+        return Chunk(handle, path)
 
     def alloc(self, size: int, *, contiguous: bool = False, checksum: Optional[str] = None,
               mode: int = 0) -> Chunk:
         """``maru_alloc``: reserves ``size`` bytes under no name; :meth:`Chunk.publish` names it."""
-        lease = self._conn.alloc(size, mode, _CHECKSUMS[checksum], _create_flags(contiguous))
-        return Chunk(lease)
+        handle = self._conn.alloc(size, mode, _CHECKSUMS[checksum], _create_flags(contiguous))
+        return Chunk(handle)
 
     def put(self, path: str, data: object, **create_options: object) -> None:
         """Stores a bytes-like object at ``path``: create, copy (GIL released), seal."""
@@ -162,8 +162,8 @@ class Client:
         results = self._conn.create_batch(paths, list(sizes), list(parents or []), mode,
                                           _CHECKSUMS[checksum], _create_flags(contiguous),
                                           parts)
-        return [Chunk(lease, p) if lease is not None else errno_error(rc, p)
-                for (lease, rc), p in zip(results, paths)]
+        return [Chunk(handle, p) if handle is not None else errno_error(rc, p)
+                for (handle, rc), p in zip(results, paths)]
 
     def seal_batch(self, chunks: Sequence[Chunk]) -> List[Optional[OSError]]:
         """``maru_seal_batch``: seals chunks of this client in one round trip.
@@ -202,7 +202,7 @@ class Client:
         from ``chunk_offset``. One C call, GIL released. Returns None or the
         OSError per op.
         """
-        return _op_errors(_maru.read_into_batch(_lease_ops(ops)))
+        return _op_errors(_maru.read_into_batch(_handle_ops(ops)))
 
     def write_from_batch(self, ops: Sequence[BatchOp]) -> List[Optional[OSError]]:
         """``maru_write_from_batch``: copies the caller's buffers into writable chunks.
@@ -210,7 +210,7 @@ class Client:
         ``ops``: ``(chunk, src, chunk_offset)`` each, ``src`` any contiguous
         buffer. One C call, GIL released. Returns None or the OSError per op.
         """
-        return _op_errors(_maru.write_from_batch(_lease_ops(ops)))
+        return _op_errors(_maru.write_from_batch(_handle_ops(ops)))
 
     def read_into_batch_async(self, ops: Sequence[BatchOp]) -> "Future[List[Optional[OSError]]]":
         """:meth:`read_into_batch` in the background (``maru_read_into_batch_async``).
@@ -220,20 +220,20 @@ class Client:
         and chunks until the batch is done; do not release or write the
         chunks, or use the destination buffers, before then.
         """
-        batch = _maru.BatchFuture(_lease_ops(ops), True)
+        batch = _maru.BatchFuture(_handle_ops(ops), True)
         return completions().watch(batch, _op_errors)
 
     def write_from_batch_async(self, ops: Sequence[BatchOp]) -> "Future[List[Optional[OSError]]]":
         """:meth:`write_from_batch` in the background (``maru_write_from_batch_async``);
         see :meth:`read_into_batch_async`."""
-        batch = _maru.BatchFuture(_lease_ops(ops), False)
+        batch = _maru.BatchFuture(_handle_ops(ops), False)
         return completions().watch(batch, _op_errors)
 
     def lookup_prefix(self, paths: Sequence[str]) -> List[Chunk]:
         """``maru_lookup_prefix``: opens the longest existing prefix of ``paths``
         in one round trip (stops at the first missing or unreadable path)."""
         paths = list(paths)
-        return [Chunk(lease, p) for lease, p in zip(self._conn.lookup_prefix(paths), paths)]
+        return [Chunk(handle, p) for handle, p in zip(self._conn.lookup_prefix(paths), paths)]
 
     def lookup_views(self, paths: Sequence[str]) -> "_maru.Prefix":
         """:meth:`lookup_prefix` as one object, for prefixes of many keys.

@@ -207,34 +207,35 @@ class RegionInfo(NamedTuple):
 
 class RegionTable:
     """A handler's regions, by id, held by weak reference to the chunk's
-    lease (``maru._maru.Lease``): an entry goes when the last view of the
-    chunk does. What the original's DaxMapper and OwnedRegionManager answer
-    (``MaruHandler.mapper`` / ``.owned_region_manager``)."""
+    handle (``maru._maru.ChunkHandle``, which holds the lease): an entry goes
+    when the last view of the chunk does. What the original's DaxMapper and
+    OwnedRegionManager answer (``MaruHandler.mapper`` /
+    ``.owned_region_manager``)."""
 
     def __init__(self, chunk_size: int) -> None:
         self._chunk_size = chunk_size
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
-        self._owned: "weakref.WeakValueDictionary[int, _maru.Lease]" = \
+        self._owned: "weakref.WeakValueDictionary[int, _maru.ChunkHandle]" = \
             weakref.WeakValueDictionary()
-        self._read: "weakref.WeakValueDictionary[int, _maru.Lease]" = \
+        self._read: "weakref.WeakValueDictionary[int, _maru.ChunkHandle]" = \
             weakref.WeakValueDictionary()
 
-    def add(self, lease: _maru.Lease, owned: bool) -> int:
-        """Registers a chunk's lease; returns its new region id."""
+    def add(self, handle: _maru.ChunkHandle, owned: bool) -> int:
+        """Registers a chunk's handle; returns its new region id."""
         with self._lock:
             rid = next(self._ids)
-            (self._owned if owned else self._read)[rid] = lease
+            (self._owned if owned else self._read)[rid] = handle
         return rid
 
-    def lease(self, region_id: int) -> Optional[_maru.Lease]:
-        """The lease of a live region, or None."""
+    def handle(self, region_id: int) -> Optional[_maru.ChunkHandle]:
+        """The chunk handle of a live region, or None."""
         with self._lock:
-            lease = self._owned.get(region_id)
-            return lease if lease is not None else self._read.get(region_id)
+            handle = self._owned.get(region_id)
+            return handle if handle is not None else self._read.get(region_id)
 
-    def owned_lease(self, region_id: int) -> Optional[_maru.Lease]:
-        """The lease of a live owned region, or None."""
+    def owned_handle(self, region_id: int) -> Optional[_maru.ChunkHandle]:
+        """The chunk handle of a live owned region, or None."""
         with self._lock:
             return self._owned.get(region_id)
 
@@ -254,19 +255,19 @@ class RegionTable:
         """The region, or None if it is gone (or never was)."""
         with self._lock:
             owned = region_id in self._owned
-            lease = self._owned.get(region_id) if owned else self._read.get(region_id)
-            if lease is None:
+            handle = self._owned.get(region_id) if owned else self._read.get(region_id)
+            if handle is None:
                 return None
-            return RegionInfo(region_id, lease.size, owned, lease.writable)
+            return RegionInfo(region_id, handle.size, owned, handle.writable)
 
     def get_buffer_view(self, region_id: int, offset: int, size: int) -> Optional[memoryview]:
         """A view of ``[offset, offset+size)`` of the region's chunk that
         holds its lease; None if the region is gone or the range passes
         the chunk's end (no view ever reaches past a chunk)."""
-        lease = self.lease(region_id)
-        if lease is None or offset < 0 or size < 0 or offset + size > lease.size:
+        handle = self.handle(region_id)
+        if handle is None or offset < 0 or size < 0 or offset + size > handle.size:
             return None
-        return memoryview(lease)[offset:offset + size]
+        return memoryview(handle)[offset:offset + size]
 
     def get_region_ids(self) -> List[int]:
         """Owned regions alive, oldest first (the original's OwnedRegionManager)."""
@@ -522,7 +523,7 @@ class MaruHandler:
         ValueError). ValueError if the region is not this handler's
         (already freed, or never allocated here)."""
         table = self._table()
-        if table.owned_lease(handle._region_id) is None:
+        if table.owned_handle(handle._region_id) is None:
             raise ValueError(f"region {handle._region_id} is not an allocation of this "
                              "handler (freed, or never allocated here)")
         table.drop(handle._region_id)
@@ -562,19 +563,19 @@ class MaruHandler:
         stored already (first writer wins) leaves its allocation to the
         handle's views, whose space the pool reuses only once they are gone."""
         table = self._table()
-        leases = []
+        chunk_handles = []
         for h in handles:
-            lease = table.owned_lease(h._region_id)
-            if lease is None or not lease.writable:
+            chunk_handle = table.owned_handle(h._region_id)
+            if chunk_handle is None or not chunk_handle.writable:
                 raise ValueError(f"region {h._region_id} is not an unstored allocation of "
                                  "this handler (stored, freed, or never allocated here)")
-            if h._size > lease.size:
-                raise ValueError(f"handle size {h._size} exceeds its region's {lease.size}")
-            leases.append(lease)
+            if h._size > chunk_handle.size:
+                raise ValueError(f"handle size {h._size} exceeds its region's {chunk_handle.size}")
+            chunk_handles.append(chunk_handle)
         results: List[bool] = []
-        for key, h, lease in zip(keys, handles, leases):
+        for key, h, chunk_handle in zip(keys, handles, chunk_handles):
             try:
-                Chunk(lease).publish(self._path(key))
+                Chunk(chunk_handle).publish(self._path(key))
             except FileExistsError:  # stored already: the key keeps its first value
                 table.drop(h._region_id)
                 _release_view(h.buf)

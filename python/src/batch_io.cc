@@ -13,10 +13,10 @@ BatchBuffers::BatchBuffers(const py::list &ops, bool into_buffers) {
   for (py::handle item : ops) {
     py::tuple op = py::reinterpret_borrow<py::object>(item).cast<py::tuple>();
     if (op.size() != 3) throw py::value_error("maru: an op is (chunk, buffer, chunk_offset)");
-    Lease *lease = op[0].cast<Lease *>();
-    lease->session()->CheckFork();
-    if (lease->empty()) throw py::value_error("maru: a chunk of the batch holds nothing");
-    leases_.push_back(lease);
+    ChunkHandle *handle = op[0].cast<ChunkHandle *>();
+    handle->connection()->CheckFork();
+    if (handle->empty()) throw py::value_error("maru: a chunk of the batch holds nothing");
+    handles_.push_back(handle);
     owners_.push_back(py::reinterpret_borrow<py::object>(op[0]));
     buffers_.push_back(std::make_unique<ContiguousBuffer>(op[1], into_buffers));
     offsets_.push_back(op[2].cast<uint64_t>());
@@ -25,15 +25,15 @@ BatchBuffers::BatchBuffers(const py::list &ops, bool into_buffers) {
 
 std::vector<maru_read_op_t> BatchBuffers::ReadOps() const {
   std::vector<maru_read_op_t> ops;
-  for (size_t i = 0; i < leases_.size(); i++)
-    ops.push_back({leases_[i]->handle(), buffers_[i]->data(), offsets_[i], buffers_[i]->size()});
+  for (size_t i = 0; i < handles_.size(); i++)
+    ops.push_back({handles_[i]->handle(), buffers_[i]->data(), offsets_[i], buffers_[i]->size()});
   return ops;
 }
 
 std::vector<maru_write_op_t> BatchBuffers::WriteOps() const {
   std::vector<maru_write_op_t> ops;
-  for (size_t i = 0; i < leases_.size(); i++)
-    ops.push_back({leases_[i]->handle(), buffers_[i]->data(), offsets_[i], buffers_[i]->size()});
+  for (size_t i = 0; i < handles_.size(); i++)
+    ops.push_back({handles_[i]->handle(), buffers_[i]->data(), offsets_[i], buffers_[i]->size()});
   return ops;
 }
 
@@ -104,9 +104,9 @@ void RegisterBatchIo(py::module_ &m) {
            "maru_future_wait(): 0, the first op's error, or -ETIMEDOUT.")
       .def("results", &BatchFuture::Results, "0 or a negative errno per op (waits).");
   m.def("read_into_batch", &ReadIntoBatch, py::arg("ops"),
-        "maru_read_into_batch() of (Lease, buffer, offset) ops: 0 or -errno per op.");
+        "maru_read_into_batch() of (ChunkHandle, buffer, offset) ops: 0 or -errno per op.");
   m.def("write_from_batch", &WriteFromBatch, py::arg("ops"),
-        "maru_write_from_batch() of (Lease, buffer, offset) ops: 0 or -errno per op.");
+        "maru_write_from_batch() of (ChunkHandle, buffer, offset) ops: 0 or -errno per op.");
 }
 
 }  // namespace maru_py

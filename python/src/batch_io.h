@@ -10,22 +10,22 @@
 #include <vector>
 
 #include "buffer.h"
-#include "lease.h"
+#include "chunk_handle.h"
 
 namespace maru_py {
 
 // The buffers and chunks of one batch, held until it is done: ops are
-// (Lease, buffer, chunk offset) tuples; the length is the buffer's.
+// (ChunkHandle, buffer, chunk offset) tuples; the length is the buffer's.
 class BatchBuffers {
  public:
   BatchBuffers(const pybind11::list &ops, bool into_buffers);
   std::vector<maru_read_op_t> ReadOps() const;
   std::vector<maru_write_op_t> WriteOps() const;
-  size_t size() const { return leases_.size(); }
+  size_t size() const { return handles_.size(); }
 
  private:
-  std::vector<Lease *> leases_;
-  std::vector<pybind11::object> owners_;  // the Lease objects
+  std::vector<ChunkHandle *> handles_;
+  std::vector<pybind11::object> owners_;  // the ChunkHandle objects
   std::vector<std::unique_ptr<ContiguousBuffer>> buffers_;
   std::vector<uint64_t> offsets_;
 };

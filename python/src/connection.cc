@@ -41,7 +41,7 @@ Connection::Connection(const std::optional<std::string> &target,
   int rc;
   {
     py::gil_scoped_release nogil;
-    rc = Session::Connect(target, instance, &session_);
+    rc = SharedConnection::Connect(target, instance, &conn_);
   }
   if (rc < 0) ThrowErrno(rc, target ? &*target : nullptr);
 }
@@ -51,82 +51,84 @@ Connection::~Connection() {
 }
 
 void Connection::Close() {
-  std::shared_ptr<Session> last = std::move(session_);
+  std::shared_ptr<SharedConnection> last = std::move(conn_);
   // Possibly the last reference: maru_disconnect() talks to the server.
   py::gil_scoped_release nogil;
   last.reset();
 }
 
-std::shared_ptr<Session> Connection::Live() const {
-  if (!session_) throw py::value_error("maru: operation on a closed connection");
-  session_->CheckFork();
-  return session_;
+std::shared_ptr<SharedConnection> Connection::Live() const {
+  if (!conn_) throw py::value_error("maru: operation on a closed connection");
+  conn_->CheckFork();
+  return conn_;
 }
 
-std::unique_ptr<Lease> Connection::Create(const std::string &path, uint64_t size,
-                                          const std::optional<std::string> &parent, uint32_t mode,
-                                          int checksum, uint32_t flags, uint32_t parts) {
+std::unique_ptr<ChunkHandle> Connection::Create(const std::string &path, uint64_t size,
+                                                const std::optional<std::string> &parent,
+                                                uint32_t mode, int checksum, uint32_t flags,
+                                                uint32_t parts) {
   auto s = Live();
   const char *cpath = CPath(path);
   maru_create_opts_t opts = CreateOpts(mode, checksum, flags, parts);
   opts.parent = OrNull(parent);
-  std::unique_ptr<Lease> lease;
+  std::unique_ptr<ChunkHandle> handle;
   int rc;
   {
     py::gil_scoped_release nogil;
     maru_chunk_t *c = nullptr;
     rc = maru_create_ex(s->get(), cpath, size, &opts, &c);
-    if (rc == 0) lease = std::make_unique<Lease>(s, c, /*writable=*/true);
+    if (rc == 0) handle = std::make_unique<ChunkHandle>(s, c, /*writable=*/true);
   }
   Check(rc, &path);
-  return lease;
+  return handle;
 }
 
-std::unique_ptr<Lease> Connection::Alloc(uint64_t size, uint32_t mode, int checksum,
-                                         uint32_t flags) {
+std::unique_ptr<ChunkHandle> Connection::Alloc(uint64_t size, uint32_t mode, int checksum,
+                                               uint32_t flags) {
   auto s = Live();
   maru_create_opts_t opts = CreateOpts(mode, checksum, flags);
-  std::unique_ptr<Lease> lease;
+  std::unique_ptr<ChunkHandle> handle;
   int rc;
   {
     py::gil_scoped_release nogil;
     maru_chunk_t *c = nullptr;
     rc = maru_alloc(s->get(), size, &opts, &c);
-    if (rc == 0) lease = std::make_unique<Lease>(s, c, /*writable=*/true);
+    if (rc == 0) handle = std::make_unique<ChunkHandle>(s, c, /*writable=*/true);
   }
   Check(rc);
-  return lease;
+  return handle;
 }
 
-std::unique_ptr<Lease> Connection::Open(const std::string &path) {
+std::unique_ptr<ChunkHandle> Connection::Open(const std::string &path) {
   return OpenWith(path, &maru_open);
 }
 
-std::unique_ptr<Lease> Connection::OpenPartial(const std::string &path) {
+std::unique_ptr<ChunkHandle> Connection::OpenPartial(const std::string &path) {
   return OpenWith(path, &maru_open_partial);
 }
 
-std::unique_ptr<Lease> Connection::OpenWith(const std::string &path,
-                                            int (*open)(maru_t *, const char *, maru_chunk_t **)) {
+std::unique_ptr<ChunkHandle> Connection::OpenWith(const std::string &path,
+                                                  int (*open)(maru_t *, const char *,
+                                                              maru_chunk_t **)) {
   auto s = Live();
   const char *cpath = CPath(path);
-  std::unique_ptr<Lease> lease;
+  std::unique_ptr<ChunkHandle> handle;
   int rc;
   {
     py::gil_scoped_release nogil;
     maru_chunk_t *c = nullptr;
     rc = open(s->get(), cpath, &c);
-    if (rc == 0) lease = std::make_unique<Lease>(s, c, /*writable=*/false);
+    if (rc == 0) handle = std::make_unique<ChunkHandle>(s, c, /*writable=*/false);
   }
   Check(rc, &path);
-  return lease;
+  return handle;
 }
 
-std::vector<std::unique_ptr<Lease>> Connection::LookupPrefix(
+std::vector<std::unique_ptr<ChunkHandle>> Connection::LookupPrefix(
     const std::vector<std::string> &paths) {
   auto s = Live();
   std::vector<const char *> cpaths = CStrings(paths);
-  std::vector<std::unique_ptr<Lease>> leases;
+  std::vector<std::unique_ptr<ChunkHandle>> handles;
   int rc;
   {
     py::gil_scoped_release nogil;
@@ -135,10 +137,10 @@ std::vector<std::unique_ptr<Lease>> Connection::LookupPrefix(
     rc = maru_lookup_prefix(s->get(), cpaths.data(), cpaths.size(), out.data(), &hits);
     if (rc == 0)
       for (size_t i = 0; i < hits; i++)
-        leases.push_back(std::make_unique<Lease>(s, out[i], /*writable=*/false));
+        handles.push_back(std::make_unique<ChunkHandle>(s, out[i], /*writable=*/false));
   }
   Check(rc);
-  return leases;
+  return handles;
 }
 
 std::unique_ptr<Prefix> Connection::LookupViews(py::handle paths) {
@@ -173,7 +175,7 @@ py::list Connection::CreateBatch(const std::vector<std::string> &paths,
     reqs[i].size = sizes[i];
     reqs[i].parent = parents.empty() ? nullptr : OrNull(parents[i]);
   }
-  std::vector<std::unique_ptr<Lease>> leases(paths.size());
+  std::vector<std::unique_ptr<ChunkHandle>> handles(paths.size());
   int rc;
   {
     py::gil_scoped_release nogil;
@@ -181,13 +183,13 @@ py::list Connection::CreateBatch(const std::vector<std::string> &paths,
     if (rc == 0)
       for (size_t i = 0; i < reqs.size(); i++)
         if (reqs[i].result == 0 && reqs[i].chunk)
-          leases[i] = std::make_unique<Lease>(s, reqs[i].chunk, /*writable=*/true);
+          handles[i] = std::make_unique<ChunkHandle>(s, reqs[i].chunk, /*writable=*/true);
   }
   Check(rc);
   py::list out;
   for (size_t i = 0; i < reqs.size(); i++) {
-    py::object lease = leases[i] ? py::cast(std::move(leases[i])) : py::none();
-    out.append(py::make_tuple(lease, reqs[i].result));
+    py::object handle = handles[i] ? py::cast(std::move(handles[i])) : py::none();
+    out.append(py::make_tuple(handle, reqs[i].result));
   }
   return out;
 }

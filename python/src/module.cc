@@ -3,9 +3,9 @@
 #include <pybind11/pybind11.h>
 
 #include "batch_io.h"
+#include "chunk_handle.h"
 #include "connection.h"
 #include "errors.h"
-#include "lease.h"
 #include "prefix.h"
 
 namespace py = pybind11;
@@ -13,7 +13,7 @@ namespace py = pybind11;
 PYBIND11_MODULE(_maru, m) {
   m.doc() = "Binding of libmaru_direct; use the maru package instead.";
   maru_py::RegisterErrors(m);
-  maru_py::RegisterLease(m);
+  maru_py::RegisterChunkHandle(m);
   maru_py::RegisterPrefix(m);
   maru_py::RegisterConnection(m);
   maru_py::RegisterBatchIo(m);

@@ -14,7 +14,7 @@ namespace maru_py {
 
 PrefixHandles::~PrefixHandles() {
   // The last Prefix and view are gone: what is still held goes now.
-  if (!session || session->Forked()) return;
+  if (!conn || conn->Forked()) return;
   std::vector<maru_chunk_t *> left;
   for (maru_chunk_t *c : chunks)
     if (c) left.push_back(c);
@@ -28,7 +28,7 @@ PrefixHandles::~PrefixHandles() {
 }
 
 void PrefixHandles::Settle(size_t i) {
-  if (!released || views[i] > 0 || !chunks[i] || session->Forked()) return;
+  if (!released || views[i] > 0 || !chunks[i] || conn->Forked()) return;
   std::unique_lock<std::mutex> lock(mu);
   maru_chunk_t *c = std::exchange(chunks[i], nullptr);
   py::gil_scoped_release nogil;
@@ -93,7 +93,7 @@ size_t Index(Py_ssize_t i, size_t n) {
 }  // namespace
 
 void Prefix::CheckLive() const {
-  h_->session->CheckFork();
+  h_->conn->CheckFork();
   if (h_->released) throw py::value_error("maru: operation on a released Prefix");
 }
 
@@ -160,7 +160,7 @@ size_t Prefix::LeaseCheck() {
 
 void Prefix::Release() {
   if (h_->released) return;
-  h_->session->CheckFork();
+  h_->conn->CheckFork();
   std::unique_lock<std::mutex> lock(h_->mu);  // as in ReadIntoBatch
   h_->released = true;
   std::vector<maru_chunk_t *> now;
@@ -195,11 +195,11 @@ std::vector<const char *> PathArray(py::handle paths, py::tuple *hold) {
   return out;
 }
 
-std::unique_ptr<Prefix> LookupViews(const std::shared_ptr<Session> &s, py::handle paths) {
+std::unique_ptr<Prefix> LookupViews(const std::shared_ptr<SharedConnection> &s, py::handle paths) {
   py::tuple hold;
   std::vector<const char *> cpaths = PathArray(paths, &hold);
   auto h = std::make_shared<PrefixHandles>();
-  h->session = s;
+  h->conn = s;
   h->chunks.resize(cpaths.size());
   size_t hits = 0;
   int rc;

@@ -1,9 +1,9 @@
 // maru._maru.Prefix: the chunks of one maru_lookup_prefix() as one Python
 // object, handed back with one call.
 //
-// Why: a Lease (and a maru.Chunk over it) per chunk costs the interpreter
-// about 0.3 µs per key to make and as much to drop, five times what the
-// C library spends on a 128-key lookup. A Prefix makes one object for the
+// Why: a ChunkHandle (and a maru.Chunk over it) per chunk costs the
+// interpreter about 0.3 µs per key to make and as much to drop, five times
+// what the C library spends on a 128-key lookup. A Prefix makes one object for the
 // whole answer; a chunk's bytes get a Python object only when asked for
 // (Prefix[i], a memoryview), and its sizes, copies and lease checks are
 // one call each for all of them.
@@ -16,7 +16,7 @@
 #include <mutex>
 #include <vector>
 
-#include "session.h"
+#include "shared_connection.h"
 
 namespace maru_py {
 
@@ -26,7 +26,7 @@ namespace maru_py {
 // a handle another thread's copy or check is using.
 struct PrefixHandles {
   std::mutex mu;
-  std::shared_ptr<Session> session;
+  std::shared_ptr<SharedConnection> conn;
   std::vector<maru_chunk_t *> chunks;  // NULL once released
   std::vector<uint32_t> views;         // live views of each chunk
   bool released = false;               // Prefix.release() was called
@@ -36,7 +36,7 @@ struct PrefixHandles {
   void Settle(size_t i);
 };
 
-// Every method takes and releases the GIL as Lease's do; a released Prefix
+// Every method takes and releases the GIL as ChunkHandle's do; a released Prefix
 // raises ValueError on use, except release() itself (idempotent).
 class Prefix {
  public:
@@ -67,7 +67,8 @@ class Prefix {
 
 // Connection.lookup_views(): a Prefix of the longest existing prefix of
 // `paths` (a sequence of str), without copying the paths.
-std::unique_ptr<Prefix> LookupViews(const std::shared_ptr<Session> &s, pybind11::handle paths);
+std::unique_ptr<Prefix> LookupViews(const std::shared_ptr<SharedConnection> &s,
+                                    pybind11::handle paths);
 
 // The UTF-8 of each str of a sequence, valid while `hold` lives: no copy.
 // Raises TypeError for a non-str, ValueError for a NUL inside one.

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import maru
-from conftest import in_pool, wait_for
+from conftest import in_pool
+from maru_node import wait_for
 
 MANIFEST = json.loads((Path(__file__).resolve().parents[1] / "contracts" / "maru.json")
                       .read_text())

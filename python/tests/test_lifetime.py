@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import maru
-from conftest import wait_for
+from maru_node import wait_for
 
 
 def test_tensor_outlives_release_unlink_and_reuse(make_server, ns):

@@ -201,7 +201,7 @@ import gc  # noqa: E402
 
 import maru  # noqa: E402
 import maru.lmcache as ml  # noqa: E402
-from conftest import wait_for  # noqa: E402
+from maru_node import wait_for  # noqa: E402
 from maru.lmcache import MemoryFormat, split_retain  # noqa: E402
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import maru
-from conftest import wait_for
+from maru_node import wait_for
 
 
 def test_lookup_views_stops_at_the_first_missing_and_reads_each_chunk(client, ns):

@@ -11,7 +11,7 @@ import threading
 import pytest
 
 import maru
-from conftest import wait_for
+from maru_node import wait_for
 
 
 def _in_child(body) -> int:

@@ -1,13 +1,22 @@
-"""Starts a maru-server of our own on a pool file in /dev/shm (tests, demo, bench).
+"""A maru-server of our own on a pool file in /dev/shm: the one launcher of
+the Python tests (python/tests/conftest.py), the tiny model's tests, its
+demo and its benchmarks (examples/tiny_llm).
 
 As tests/harness.cc does: `maructl mkpool` a uniquely named pool, start
 `maru-server` on a Unix socket in a temporary directory, wait until the
 socket answers, and at the end stop it by pid and remove what was made.
+
+The build copies this file to build/python/maru_node.py, beside the
+package, so that whoever runs with PYTHONPATH=build/python imports it; the
+binaries it starts are those of that build tree ($MARU_BUILD_ROOT, else
+the tree the copy lies in). It is not installed.
 """
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import itertools
+import json
 import os
 import shutil
 import signal
@@ -17,13 +26,15 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import Callable, Iterator, List, Optional
 
-REPO = Path(__file__).resolve().parents[2]
+_counter = itertools.count()
 
 
 def build_root() -> Path:
-    return Path(os.environ.get("MARU_BUILD_ROOT", REPO / "build"))
+    """The meson build tree whose binaries a node runs."""
+    env = os.environ.get("MARU_BUILD_ROOT")
+    return Path(env) if env else Path(__file__).resolve().parents[1]
 
 
 def _die_with_parent() -> None:
@@ -31,43 +42,52 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def wait_for(condition, timeout: float = 30.0) -> bool:
+def wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> bool:
     """Polls `condition` until it holds or `timeout` seconds pass."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if condition():
             return True
-        time.sleep(0.01)
+        time.sleep(0.005)
     return condition()
 
 
 def stop(proc: Optional[subprocess.Popen], timeout: float = 20.0) -> None:
-    """Stops a child of ours by pid: SIGTERM, then SIGKILL if it lingers."""
-    if proc is not None and proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    """Stops a child of ours by pid: SIGTERM, then SIGKILL if it lingers.
+    A child a test left stopped (SIGSTOP) is woken first."""
+    if proc is None or proc.poll() is not None:
+        return
+    os.kill(proc.pid, signal.SIGCONT)
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 class MaruNode:
-    """A maru-server on its own pool file, started and stopped by pid."""
+    """A maru-server on its own pool file, started and stopped by pid.
+
+    ``MaruNode(pool_size, unit, extra)`` formats nothing until
+    :meth:`start` (or ``with``); ``extra`` are more maru-server flags;
+    ``mode`` is the pool file's (666 lets processes of other uids map it).
+    """
 
     def __init__(self, pool_size: int = 256 << 20, unit: int = 64 << 10,
-                 extra: Optional[List[str]] = None):
+                 extra: Optional[List[str]] = None, mode: str = "600") -> None:
         build = build_root()
         self.maructl = str(build / "tools" / "maructl")
         self.binary = str(build / "src" / "meta" / "maru-server")
-        self.pool = f"/dev/shm/maru-tiny-llm-{os.getpid()}-{uuid.uuid4().hex[:8]}.pool"
-        self.dir = tempfile.mkdtemp(prefix="maru-tiny-llm-")
+        name = f"maru-node-{os.getpid()}-{next(_counter)}-{uuid.uuid4().hex[:6]}"
+        self.pool = f"/dev/shm/{name}.pool"
+        self.dir = tempfile.mkdtemp(prefix="maru-node-")
         self.socket = os.path.join(self.dir, "maru.sock")
         self.url = "unix://" + self.socket
         self.log = os.path.join(self.dir, "server.log")
         self.extra = extra or []
         self.proc: Optional[subprocess.Popen] = None
-        self.pool_size, self.unit = pool_size, unit
+        self.pool_size, self.unit, self.mode = pool_size, unit, mode
 
     def _answers(self) -> bool:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
@@ -78,9 +98,10 @@ class MaruNode:
             return True
 
     def start(self) -> "MaruNode":
+        """Formats the pool and starts the server; raises if it does not answer."""
         try:
             subprocess.run([self.maructl, "mkpool", self.pool, "--size", str(self.pool_size),
-                            "--unit", str(self.unit), "--mode", "600"],
+                            "--unit", str(self.unit), "--mode", self.mode],
                            check=True, capture_output=True)
             with open(self.log, "ab") as log:
                 self.proc = subprocess.Popen(
@@ -101,9 +122,25 @@ class MaruNode:
         except OSError:
             return ""
 
-    def close(self) -> None:
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def deferred_bytes(self) -> int:
+        """Bytes of unlinked chunks that a lease still holds (``maructl df``)."""
+        out = subprocess.run([self.maructl, "df", "--json", "--server", self.url],
+                             check=True, capture_output=True, text=True).stdout
+        return json.loads(out)["deferred"]
+
+    def stop(self) -> None:
+        """Stops the server; the pool and its directory stay until close()."""
         stop(self.proc)
         self.proc = None
+
+    def close(self) -> None:
+        """Stops the server and removes the pool and its directory."""
+        self.stop()
         try:
             os.unlink(self.pool)
         except FileNotFoundError:
@@ -113,7 +150,7 @@ class MaruNode:
     def __enter__(self) -> "MaruNode":
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

@@ -1,6 +1,6 @@
 // A chunk handle (maru_chunk_t) as a Python buffer exporter.
-#ifndef MARU_PY_LEASE_H
-#define MARU_PY_LEASE_H
+#ifndef MARU_PY_CHUNK_HANDLE_H
+#define MARU_PY_CHUNK_HANDLE_H
 
 #include <pybind11/pybind11.h>
 
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "session.h"
+#include "shared_connection.h"
 
 namespace maru_py {
 
@@ -18,20 +18,20 @@ namespace maru_py {
 // bytes. Every buffer view of it (memoryview, numpy array, torch tensor)
 // holds a reference to this object, so the handle is released, in the
 // destructor, only when the last view is gone: no view ever points at bytes
-// the pool may have reused. It also holds the session, which keeps the pool
-// mapped for as long.
-class Lease {
+// the pool may have reused. It also holds the shared connection, which keeps
+// the pool mapped for as long.
+class ChunkHandle {
  public:
-  Lease(std::shared_ptr<Session> session, maru_chunk_t *c, bool writable);
-  ~Lease();
-  Lease(const Lease &) = delete;
-  Lease &operator=(const Lease &) = delete;
+  ChunkHandle(std::shared_ptr<SharedConnection> conn, maru_chunk_t *c, bool writable);
+  ~ChunkHandle();
+  ChunkHandle(const ChunkHandle &) = delete;
+  ChunkHandle &operator=(const ChunkHandle &) = delete;
 
   uint64_t size() const { return size_; }
   uintptr_t data_ptr() const { return reinterpret_cast<uintptr_t>(data_); }
   bool writable() const { return writable_; }
   bool empty() const { return empty_; }
-  const std::shared_ptr<Session> &session() const { return session_; }
+  const std::shared_ptr<SharedConnection> &connection() const { return conn_; }
   maru_chunk_t *handle() const { return c_; }
 
   // maru_seal(); the chunk becomes read-only.
@@ -68,7 +68,7 @@ class Lease {
   // Re-reads the data pointer, which may move when a chunk is sealed.
   void Refresh();
 
-  std::shared_ptr<Session> session_;
+  std::shared_ptr<SharedConnection> conn_;
   maru_chunk_t *c_;
   std::mutex mu_;  // a maru_chunk_t belongs to one thread at a time
   void *data_ = nullptr;
@@ -77,13 +77,13 @@ class Lease {
   bool empty_ = false;  // publish found its allocation gone (ESTALE): holds nothing
 };
 
-// maru_seal_batch() of chunks of one session: 0 or a negative errno each.
-std::vector<int> SealBatch(const std::vector<Lease *> &leases);
+// maru_seal_batch() of chunks of one connection: 0 or a negative errno each.
+std::vector<int> SealBatch(const std::vector<ChunkHandle *> &handles);
 
 // While one is entered on a thread (Client.release_batch), the handles of
-// the leases that die on that thread are kept, not released, and go in one
-// maru_release_batch() when the last batch entered there exits, with the
-// GIL released. A lease that still has a view does not die, so its handle
+// the ChunkHandles that die on that thread are kept, not released, and go in
+// one maru_release_batch() when the last batch entered there exits, with the
+// GIL released. A ChunkHandle that still has a view does not die, so its handle
 // stays held as it would. Batches may exit in any order and on any thread;
 // what they keep is shared under the GIL.
 struct KeptHandles;
@@ -97,16 +97,16 @@ class ReleaseBatch {
   void Enter();
   // The GIL is held.
   void Exit();
-  // Keeps the handle of a lease that dies on this thread, the GIL held, for
+  // Keeps the handle of a ChunkHandle that dies on this thread, the GIL held, for
   // the batches entered on it: false when none is (or out of memory).
-  static bool Keep(maru_chunk_t *c, std::shared_ptr<Session> &session) noexcept;
+  static bool Keep(maru_chunk_t *c, std::shared_ptr<SharedConnection> &conn) noexcept;
 
  private:
   std::shared_ptr<KeptHandles> kept_;  // the entering thread's, while entered
 };
 
-void RegisterLease(pybind11::module_ &m);
+void RegisterChunkHandle(pybind11::module_ &m);
 
 }  // namespace maru_py
 
-#endif  // MARU_PY_LEASE_H
+#endif  // MARU_PY_CHUNK_HANDLE_H

@@ -1,4 +1,4 @@
-#include "session.h"
+#include "shared_connection.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -31,7 +31,7 @@ std::atomic<pid_t> *ProcessMark() {
   return mark;
 }
 
-// At connect: this process's id, marked as the one whose sessions these are.
+// At connect: this process's id, marked as the one whose connections these are.
 pid_t MarkThisProcess() {
   const pid_t pid = getpid();
   if (std::atomic<pid_t> *mark = ProcessMark()) mark->store(pid, std::memory_order_relaxed);
@@ -40,28 +40,29 @@ pid_t MarkThisProcess() {
 
 }  // namespace
 
-int Session::Connect(const std::optional<std::string> &target,
-                     const std::optional<std::string> &instance, std::shared_ptr<Session> *out) {
+int SharedConnection::Connect(const std::optional<std::string> &target,
+                              const std::optional<std::string> &instance,
+                              std::shared_ptr<SharedConnection> *out) {
   maru_connect_opts_t opts{};
   opts.instance = instance ? instance->c_str() : nullptr;
   maru_t *m = nullptr;
   int rc = maru_connect_ex(target ? target->c_str() : nullptr, &opts, &m);
   if (rc < 0) return rc;
-  out->reset(new Session(m, MarkThisProcess()));
+  out->reset(new SharedConnection(m, MarkThisProcess()));
   return 0;
 }
 
-Session::~Session() {
-  // A forked child leaves the parent's session alone.
+SharedConnection::~SharedConnection() {
+  // A forked child leaves the parent's connection alone.
   if (!Forked()) maru_disconnect(m_);
 }
 
-bool Session::Forked() const {
+bool SharedConnection::Forked() const {
   const std::atomic<pid_t> *mark = ProcessMark();
   return (mark ? mark->load(std::memory_order_relaxed) : getpid()) != pid_;
 }
 
-void Session::CheckFork() const {
+void SharedConnection::CheckFork() const {
   if (Forked())
     throw ForkError("maru: this connection was made in process " + std::to_string(pid_) +
                     "; connections and chunks do not survive fork(). Connect in the new "

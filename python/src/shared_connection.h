@@ -1,7 +1,7 @@
 // One connection to maru-server (a maru_t), shared by the Python Connection
 // that made it and by every chunk handle it handed out.
-#ifndef MARU_PY_SESSION_H
-#define MARU_PY_SESSION_H
+#ifndef MARU_PY_SHARED_CONNECTION_H
+#define MARU_PY_SHARED_CONNECTION_H
 
 #include <sys/types.h>
 
@@ -15,16 +15,17 @@ namespace maru_py {
 
 // maru_disconnect() unmaps the pool and drops every lease, so it may only
 // run once nothing points into the pool any more: Connection.close() drops
-// the connection's reference, and the session ends when the last chunk
-// (and so the last buffer view of one) is gone too.
-class Session {
+// the connection's reference, and the maru_t is disconnected when the last
+// chunk (and so the last buffer view of one) is gone too.
+class SharedConnection {
  public:
   // Connects (the GIL must be released); a negative errno on failure.
   static int Connect(const std::optional<std::string> &target,
-                     const std::optional<std::string> &instance, std::shared_ptr<Session> *out);
-  ~Session();
-  Session(const Session &) = delete;
-  Session &operator=(const Session &) = delete;
+                     const std::optional<std::string> &instance,
+                     std::shared_ptr<SharedConnection> *out);
+  ~SharedConnection();
+  SharedConnection(const SharedConnection &) = delete;
+  SharedConnection &operator=(const SharedConnection &) = delete;
 
   maru_t *get() const { return m_; }
   // True in a child forked after the connection was made: there the C
@@ -35,11 +36,11 @@ class Session {
   void CheckFork() const;
 
  private:
-  Session(maru_t *m, pid_t pid) : m_(m), pid_(pid) {}
+  SharedConnection(maru_t *m, pid_t pid) : m_(m), pid_(pid) {}
   maru_t *m_;
   pid_t pid_;
 };
 
 }  // namespace maru_py
 
-#endif  // MARU_PY_SESSION_H
+#endif  // MARU_PY_SHARED_CONNECTION_H

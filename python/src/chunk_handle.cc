@@ -1,4 +1,4 @@
-#include "lease.h"
+#include "chunk_handle.h"
 
 #include <pybind11/stl.h>
 
@@ -12,21 +12,21 @@ namespace py = pybind11;
 
 namespace maru_py {
 
-Lease::Lease(std::shared_ptr<Session> session, maru_chunk_t *c, bool writable)
-    : session_(std::move(session)), c_(c), writable_(writable) {
+ChunkHandle::ChunkHandle(std::shared_ptr<SharedConnection> conn, maru_chunk_t *c, bool writable)
+    : conn_(std::move(conn)), c_(c), writable_(writable) {
   Refresh();
 }
 
-Lease::~Lease() {
+ChunkHandle::~ChunkHandle() {
   // Runs when the last view is gone. A forked child leaves the handle (and
-  // the session) to the parent; the library must not be called there.
-  if (session_->Forked()) return;
+  // the connection) to the parent; the library must not be called there.
+  if (conn_->Forked()) return;
   const bool gil = PyGILState_Check();
   // In a batch (whose kept handles the GIL guards), it goes at its end.
-  if (gil && ReleaseBatch::Keep(c_, session_)) return;
+  if (gil && ReleaseBatch::Keep(c_, conn_)) return;
   auto release = [this] {
     maru_release(c_);
-    session_.reset();  // may be the last reference: maru_disconnect()
+    conn_.reset();  // may be the last reference: maru_disconnect()
   };
   if (gil) {
     py::gil_scoped_release nogil;
@@ -36,19 +36,19 @@ Lease::~Lease() {
   }
 }
 
-void Lease::Refresh() {
+void ChunkHandle::Refresh() {
   data_ = maru_chunk_data(c_);
   size_ = maru_chunk_size(c_);
 }
 
-void Lease::CheckUsable() const {
-  session_->CheckFork();
+void ChunkHandle::CheckUsable() const {
+  conn_->CheckFork();
   if (empty_)
     throw py::value_error(
         "maru: this chunk holds nothing (its allocation was lost with its session); release it");
 }
 
-void Lease::Seal() {
+void ChunkHandle::Seal() {
   CheckUsable();
   int rc;
   {
@@ -60,12 +60,12 @@ void Lease::Seal() {
   Check(rc);
 }
 
-void Lease::MarkSealed() {
+void ChunkHandle::MarkSealed() {
   writable_ = false;
   Refresh();
 }
 
-void Lease::Publish(const std::string &path, const std::optional<std::string> &parent) {
+void ChunkHandle::Publish(const std::string &path, const std::optional<std::string> &parent) {
   CheckUsable();
   const char *cpath = CPath(path), *cparent = parent ? CPath(*parent) : nullptr;
   int rc;
@@ -84,7 +84,7 @@ void Lease::Publish(const std::string &path, const std::optional<std::string> &p
   Check(rc, &path);
 }
 
-void Lease::Write(py::object src, uint64_t offset) {
+void ChunkHandle::Write(py::object src, uint64_t offset) {
   CheckUsable();
   if (!writable_) throw py::value_error("maru: the chunk is sealed (chunks are immutable)");
   ContiguousBuffer in(src, /*writable=*/false);
@@ -100,7 +100,7 @@ void Lease::Write(py::object src, uint64_t offset) {
   Check(rc);
 }
 
-void Lease::ReadInto(py::object dst, uint64_t offset) {
+void ChunkHandle::ReadInto(py::object dst, uint64_t offset) {
   CheckUsable();
   ContiguousBuffer out(dst, /*writable=*/true);
   int rc;
@@ -112,7 +112,7 @@ void Lease::ReadInto(py::object dst, uint64_t offset) {
   Check(rc);
 }
 
-void Lease::PublishPart(uint32_t upto) {
+void ChunkHandle::PublishPart(uint32_t upto) {
   CheckUsable();
   int rc;
   {
@@ -123,7 +123,7 @@ void Lease::PublishPart(uint32_t upto) {
   Check(rc);
 }
 
-void Lease::WaitPart(uint32_t part, int timeout_ms) {
+void ChunkHandle::WaitPart(uint32_t part, int timeout_ms) {
   CheckUsable();
   int rc;
   {
@@ -136,7 +136,7 @@ void Lease::WaitPart(uint32_t part, int timeout_ms) {
   Check(rc);
 }
 
-bool Lease::Verify() {
+bool ChunkHandle::Verify() {
   CheckUsable();
   int rc;
   {
@@ -149,7 +149,7 @@ bool Lease::Verify() {
   return true;
 }
 
-void Lease::LeaseCheck() {
+void ChunkHandle::LeaseCheck() {
   CheckUsable();
   int rc;
   {
@@ -160,7 +160,7 @@ void Lease::LeaseCheck() {
   Check(rc);
 }
 
-void Lease::PrepareBuffer() {
+void ChunkHandle::PrepareBuffer() {
   CheckUsable();
   if (data_ || size_ == 0) return;
   // A chunk behind maru-agent whose fetch failed: ask why.
@@ -179,17 +179,17 @@ namespace {
 
 py::handle fork_error_type;
 
-// bf_getbuffer of Lease. pybind11's own (def_buffer) cannot report an
+// bf_getbuffer of ChunkHandle. pybind11's own (def_buffer) cannot report an
 // error, and every export must be able to: a forked child, a chunk that
-// holds nothing. The buffer's `obj` is the Lease, so each view keeps it
+// holds nothing. The buffer's `obj` is the ChunkHandle, so each view keeps it
 // (and the handle) alive.
-extern "C" int LeaseGetBuffer(PyObject *obj, Py_buffer *view, int flags) {
+extern "C" int ChunkHandleGetBuffer(PyObject *obj, Py_buffer *view, int flags) {
   view->obj = nullptr;
   try {
-    Lease &lease = py::cast<Lease &>(py::handle(obj));
-    lease.PrepareBuffer();
-    return PyBuffer_FillInfo(view, obj, lease.data(), static_cast<Py_ssize_t>(lease.size()),
-                             lease.writable() ? 0 : 1, flags);
+    ChunkHandle &handle = py::cast<ChunkHandle &>(py::handle(obj));
+    handle.PrepareBuffer();
+    return PyBuffer_FillInfo(view, obj, handle.data(), static_cast<Py_ssize_t>(handle.size()),
+                             handle.writable() ? 0 : 1, flags);
   } catch (py::error_already_set &e) {
     e.restore();
   } catch (py::builtin_exception &e) {
@@ -204,29 +204,29 @@ extern "C" int LeaseGetBuffer(PyObject *obj, Py_buffer *view, int flags) {
 
 }  // namespace
 
-std::vector<int> SealBatch(const std::vector<Lease *> &leases) {
-  for (Lease *l : leases) {
-    l->session()->CheckFork();
-    if (l->session() != leases.front()->session())
+std::vector<int> SealBatch(const std::vector<ChunkHandle *> &handles) {
+  for (ChunkHandle *l : handles) {
+    l->connection()->CheckFork();
+    if (l->connection() != handles.front()->connection())
       throw py::value_error("maru: seal_batch takes chunks of one connection");
     if (l->empty()) throw py::value_error("maru: a chunk of the batch holds nothing");
   }
   std::vector<maru_chunk_t *> chunks;
-  for (Lease *l : leases) chunks.push_back(l->handle());
-  std::vector<int> results(leases.size(), 0);
+  for (ChunkHandle *l : handles) chunks.push_back(l->handle());
+  std::vector<int> results(handles.size(), 0);
   int rc = 0;
   {
     py::gil_scoped_release nogil;
     // Lock in address order so that two overlapping batches cannot deadlock.
-    std::vector<Lease *> order(leases);
+    std::vector<ChunkHandle *> order(handles);
     std::sort(order.begin(), order.end());
     order.erase(std::unique(order.begin(), order.end()), order.end());
     std::vector<std::unique_lock<std::mutex>> locks;
-    for (Lease *l : order) locks.emplace_back(l->mutex());
+    for (ChunkHandle *l : order) locks.emplace_back(l->mutex());
     rc = maru_seal_batch(chunks.data(), chunks.size(), results.data());
     if (rc == 0)
-      for (size_t i = 0; i < leases.size(); i++)
-        if (results[i] == 0) leases[i]->MarkSealed();
+      for (size_t i = 0; i < handles.size(); i++)
+        if (results[i] == 0) handles[i]->MarkSealed();
   }
   Check(rc);
   return results;
@@ -235,7 +235,7 @@ std::vector<int> SealBatch(const std::vector<Lease *> &leases) {
 struct KeptHandles {
   int entered = 0;  // batches entered on the thread and not exited
   std::vector<maru_chunk_t *> handles;
-  std::vector<std::shared_ptr<Session>> sessions;  // keep the pool mapped until then
+  std::vector<std::shared_ptr<SharedConnection>> conns;  // keep the pool mapped until then
 };
 
 namespace {
@@ -263,74 +263,75 @@ void ReleaseBatch::Exit() {
   kept_.reset();
   if (--kept->entered > 0 || kept->handles.empty()) return;
   std::vector<maru_chunk_t *> handles;
-  std::vector<std::shared_ptr<Session>> sessions;
+  std::vector<std::shared_ptr<SharedConnection>> conns;
   handles.swap(kept->handles);
-  sessions.swap(kept->sessions);
+  conns.swap(kept->conns);
   // A child forked inside the block leaves the parent's handles alone.
   size_t n = 0;
   for (size_t i = 0; i < handles.size(); ++i)
-    if (!sessions[i]->Forked()) handles[n++] = handles[i];
+    if (!conns[i]->Forked()) handles[n++] = handles[i];
   py::gil_scoped_release nogil;
   maru_release_batch(handles.data(), n, nullptr);
-  sessions.clear();  // may be the last references: maru_disconnect()
+  conns.clear();  // may be the last references: maru_disconnect()
 }
 
-bool ReleaseBatch::Keep(maru_chunk_t *c, std::shared_ptr<Session> &session) noexcept {
+bool ReleaseBatch::Keep(maru_chunk_t *c, std::shared_ptr<SharedConnection> &conn) noexcept {
   KeptHandles *kept = ThreadKept().get();
   if (!kept || kept->entered == 0) return false;
   try {
     // Grown ahead, as push_back would, so that the push_backs cannot throw.
     if (kept->handles.size() == kept->handles.capacity())
       kept->handles.reserve(std::max<size_t>(64, 2 * kept->handles.capacity()));
-    if (kept->sessions.size() == kept->sessions.capacity())
-      kept->sessions.reserve(std::max<size_t>(64, 2 * kept->sessions.capacity()));
+    if (kept->conns.size() == kept->conns.capacity())
+      kept->conns.reserve(std::max<size_t>(64, 2 * kept->conns.capacity()));
   } catch (const std::bad_alloc &) {
-    return false;  // the lease releases its handle itself
+    return false;  // the ChunkHandle releases its handle itself
   }
   kept->handles.push_back(c);
-  kept->sessions.push_back(std::move(session));
+  kept->conns.push_back(std::move(conn));
   return true;
 }
 
-void RegisterLease(py::module_ &m) {
+void RegisterChunkHandle(py::module_ &m) {
   fork_error_type = m.attr("ForkError");
-  py::class_<Lease> cls(m, "Lease", py::buffer_protocol(),
-                        "A chunk handle and its lease; exports the chunk's bytes as a buffer.\n\n"
-                        "The handle is released when this object dies, i.e. after the last\n"
-                        "memoryview, numpy array or torch tensor over it.");
+  py::class_<ChunkHandle> cls(
+      m, "ChunkHandle", py::buffer_protocol(),
+      "A chunk handle and its lease; exports the chunk's bytes as a buffer.\n\n"
+      "The handle is released when this object dies, i.e. after the last\n"
+      "memoryview, numpy array or torch tensor over it.");
   auto *heap = reinterpret_cast<PyHeapTypeObject *>(cls.ptr());
-  heap->as_buffer.bf_getbuffer = LeaseGetBuffer;
+  heap->as_buffer.bf_getbuffer = ChunkHandleGetBuffer;
   heap->as_buffer.bf_releasebuffer = nullptr;
-  cls.def_property_readonly("size", &Lease::size, "Bytes in the chunk.")
-      .def_property_readonly("data_ptr", &Lease::data_ptr,
+  cls.def_property_readonly("size", &ChunkHandle::size, "Bytes in the chunk.")
+      .def_property_readonly("data_ptr", &ChunkHandle::data_ptr,
                              "Address of the chunk's bytes in this process.")
-      .def_property_readonly("writable", &Lease::writable, "True until sealed or published.")
-      .def_property_readonly("empty", &Lease::empty,
+      .def_property_readonly("writable", &ChunkHandle::writable, "True until sealed or published.")
+      .def_property_readonly("empty", &ChunkHandle::empty,
                              "True after a publish found the allocation lost with its session.")
-      .def("seal", &Lease::Seal, "maru_seal(): publish a chunk from create().")
-      .def("publish", &Lease::Publish, py::arg("path"), py::arg("parent") = py::none(),
+      .def("seal", &ChunkHandle::Seal, "maru_seal(): publish a chunk from create().")
+      .def("publish", &ChunkHandle::Publish, py::arg("path"), py::arg("parent") = py::none(),
            "maru_publish(): name a chunk from alloc() and seal it.")
-      .def("write", &Lease::Write, py::arg("src"), py::arg("offset") = 0,
+      .def("write", &ChunkHandle::Write, py::arg("src"), py::arg("offset") = 0,
            "Copy a buffer into a writable chunk at offset (GIL released).")
-      .def("read_into", &Lease::ReadInto, py::arg("dst"), py::arg("offset") = 0,
+      .def("read_into", &ChunkHandle::ReadInto, py::arg("dst"), py::arg("offset") = 0,
            "maru_read_into(): copy len(dst) bytes from offset into dst.")
-      .def_property_readonly("parts", &Lease::parts, "maru_chunk_parts().")
-      .def("publish_part", &Lease::PublishPart, py::arg("upto"),
+      .def_property_readonly("parts", &ChunkHandle::parts, "maru_chunk_parts().")
+      .def("publish_part", &ChunkHandle::PublishPart, py::arg("upto"),
            "maru_publish_part(): parts [0, upto] are final.")
-      .def("wait_part", &Lease::WaitPart, py::arg("part"), py::arg("timeout_ms") = -1,
+      .def("wait_part", &ChunkHandle::WaitPart, py::arg("part"), py::arg("timeout_ms") = -1,
            "maru_wait_part(): returns once the part is published (GIL released).")
-      .def("verify", &Lease::Verify, "maru_verify(): False if the checksum does not match.")
-      .def("lease_check", &Lease::LeaseCheck,
+      .def("verify", &ChunkHandle::Verify, "maru_verify(): False if the checksum does not match.")
+      .def("lease_check", &ChunkHandle::LeaseCheck,
            "maru_lease_check(): OSError(ESTALE) if the lease may have lapsed since the open.");
   m.def(
       "seal_batch",
-      [](const std::vector<Lease *> &leases) {
-        if (leases.empty()) return std::vector<int>();
-        return SealBatch(leases);
+      [](const std::vector<ChunkHandle *> &handles) {
+        if (handles.empty()) return std::vector<int>();
+        return SealBatch(handles);
       },
-      py::arg("leases"), "maru_seal_batch(): 0 or a negative errno per chunk.");
+      py::arg("handles"), "maru_seal_batch(): 0 or a negative errno per chunk.");
   py::class_<ReleaseBatch>(m, "ReleaseBatch",
-                           "with ReleaseBatch(): the handles of leases that die in the block\n"
+                           "with ReleaseBatch(): the chunk handles that die in the block\n"
                            "(on this thread) go in one maru_release_batch() at its end.")
       .def(py::init<>())
       .def("__enter__", &ReleaseBatch::Enter)
