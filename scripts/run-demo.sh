@@ -63,15 +63,10 @@ if [ -r "$trace" ]; then
   echo
   echo "== a production trace (Mooncake conversation): four inference instances share KV"
   echo "   each request looks up its cached prefix, reads it in place, stores what was missing"
-  # Progress redrawn in place on a terminal; in a log, one line, then the summary.
-  progress=()
-  if [ -t 2 ]; then
-    progress=(--progress)
-  else
-    echo "   replaying ${MARU_DEMO_LIMIT:+the first $MARU_DEMO_LIMIT requests of }$trace with 4 clients ..."
-  fi
+  # --progress redraws in place on a terminal and prints one line in a log.
+  echo "   replaying ${MARU_DEMO_LIMIT:+the first $MARU_DEMO_LIMIT requests of }$trace with 4 clients ..."
   $bin/tools/maru-bench replay --trace "$trace" --server "$sock" --clients 4 \
-    --dir /mooncake "${progress[@]}" ${MARU_DEMO_LIMIT:+--limit "$MARU_DEMO_LIMIT"}
+    --dir /mooncake --progress ${MARU_DEMO_LIMIT:+--limit "$MARU_DEMO_LIMIT"}
 else
   echo
   echo "(no trace at $trace: set MARU_TRACE to replay one)"

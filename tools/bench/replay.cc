@@ -259,23 +259,33 @@ int RunReplay(int argc, char **argv) {
                 : RunClient(server, dir, *trace, hints, block_bytes, shared));
     pids.push_back(pid);
   }
+  // On a terminal the progress line redraws in place; in a log, where
+  // carriage returns pile up, it is one line at the end.
+  const bool redraw = progress && isatty(STDERR_FILENO);
+  auto print_progress = [&] {
+    const uint64_t b = shared->blocks, h = shared->hits, done = shared->done;
+    fprintf(stderr, "%s  %" PRIu64 "/%zu requests, hit ratio %.3f, %.0f requests/s   ",
+            redraw ? "\r" : "", done, trace->size(),
+            b ? static_cast<double>(h) / static_cast<double>(b) : 0.0,
+            static_cast<double>(done) / (static_cast<double>(MonotonicNs() - start) / 1e9));
+  };
   bool client_failed = false;
   for (size_t left = pids.size(); left > 0;) {
     int status;
-    pid_t pid = waitpid(-1, &status, progress ? WNOHANG : 0);
+    pid_t pid = waitpid(-1, &status, redraw ? WNOHANG : 0);
     if (pid > 0) {
       client_failed |= !WIFEXITED(status) || WEXITSTATUS(status) != 0;
       --left;
       continue;
     }
     if (pid < 0) break;
-    const uint64_t b = shared->blocks, h = shared->hits, done = shared->done;
-    fprintf(stderr, "\r  %" PRIu64 "/%zu requests, hit ratio %.3f, %.0f requests/s   ", done,
-            trace->size(), b ? static_cast<double>(h) / static_cast<double>(b) : 0.0,
-            static_cast<double>(done) / (static_cast<double>(MonotonicNs() - start) / 1e9));
+    print_progress();
     usleep(250000);
   }
-  if (progress) fprintf(stderr, "\n");
+  if (progress) {
+    if (!redraw) print_progress();
+    fprintf(stderr, "\n");
+  }
   const double seconds = static_cast<double>(MonotonicNs() - start) / 1e9;
   if (client_failed) return Fail("a client failed");
 
