@@ -35,16 +35,8 @@
 
 #include "fuse_fixture.h"
 
+namespace maru_test {
 namespace {
-
-using maru_test::FuseMount;
-using maru_test::FuseTest;
-using maru_test::kNobody;
-using maru_test::kOwner;
-using maru_test::Server;
-using maru_test::Slurp;
-using maru_test::TestPool;
-using maru_test::WriteFile;
 
 TEST_F(FuseTest, FilesRemovedWhileOpenCountForWhoHoldsThem) {
   ShellAs(1000, "mkdir \"$M/hold\"");
@@ -253,3 +245,4 @@ TEST(FuseMountHelper, MountTypeFuseMaruAndUmount) {
 }
 
 }  // namespace
+}  // namespace maru_test

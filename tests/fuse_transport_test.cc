@@ -36,16 +36,8 @@
 
 #include "fuse_fixture.h"
 
+namespace maru_test {
 namespace {
-
-using maru_test::FuseMount;
-using maru_test::FuseTest;
-using maru_test::kNobody;
-using maru_test::kOwner;
-using maru_test::Server;
-using maru_test::Slurp;
-using maru_test::TestPool;
-using maru_test::WriteFile;
 
 TEST_F(FuseTest, OverDevFuseReadsAndWritesGoOnWhileOtherRequestsAreServedBeside) {
   // Without the ring, one thread serves reads and writes from /dev/fuse and
@@ -469,3 +461,4 @@ TEST_F(FuseTest, UnmountedOrStoppedWhileRequestsWaitOnTheServer) {
 }
 
 }  // namespace
+}  // namespace maru_test
