@@ -270,38 +270,39 @@ int Load(const Command &cmd) {
   return result;
 }
 
+// Exit 0 when `what` returned -errnum; otherwise says what it returned.
+int ExpectErrno(const std::string &what, int rc, uint64_t errnum, int exit_code) {
+  return rc == -static_cast<int>(errnum) ? 0
+                                         : Fail(what + " gave " + std::to_string(rc), exit_code);
+}
+
+// A chunk an errno test opened after all is released before it checks.
+int ReleasedAndExpect(const std::string &what, int rc, maru_chunk_t *c, uint64_t errnum,
+                      int exit_code) {
+  if (rc == 0) maru_release(c);
+  return ExpectErrno(what, rc, errnum, exit_code);
+}
+
 int CreateErrno(const Command &cmd) {
   maru_chunk_t *c = nullptr;
   int rc = maru_create(M(), cmd.arg(1).c_str(), cmd.num(2), &c);
-  if (rc == 0) maru_release(c);
-  return rc == -static_cast<int>(cmd.num(3))
-             ? 0
-             : Fail("create " + cmd.arg(1) + " gave " + std::to_string(rc), 30);
+  return ReleasedAndExpect("create " + cmd.arg(1), rc, c, cmd.num(3), 30);
 }
 
 int OpenErrno(const Command &cmd) {
   maru_chunk_t *c = nullptr;
   int rc = maru_open(M(), cmd.arg(1).c_str(), &c);
-  if (rc == 0) maru_release(c);
-  return rc == -static_cast<int>(cmd.num(2))
-             ? 0
-             : Fail("open " + cmd.arg(1) + " gave " + std::to_string(rc), 31);
+  return ReleasedAndExpect("open " + cmd.arg(1), rc, c, cmd.num(2), 31);
 }
 
 int OpenPartialErrno(const Command &cmd) {
   maru_chunk_t *c = nullptr;
   int rc = maru_open_partial(M(), cmd.arg(1).c_str(), &c);
-  if (rc == 0) maru_release(c);
-  return rc == -static_cast<int>(cmd.num(2))
-             ? 0
-             : Fail("open-partial " + cmd.arg(1) + " gave " + std::to_string(rc), 31);
+  return ReleasedAndExpect("open-partial " + cmd.arg(1), rc, c, cmd.num(2), 31);
 }
 
 int UnlinkErrno(const Command &cmd) {
-  int rc = maru_unlink(M(), cmd.arg(1).c_str());
-  return rc == -static_cast<int>(cmd.num(2))
-             ? 0
-             : Fail("unlink " + cmd.arg(1) + " gave " + std::to_string(rc), 32);
+  return ExpectErrno("unlink " + cmd.arg(1), maru_unlink(M(), cmd.arg(1).c_str()), cmd.num(2), 32);
 }
 
 int HintErrno(const Command &cmd) {
