@@ -229,4 +229,25 @@ void MetaEngine::CheckSpace(rpc::FsckReply *rep) {
   rep->set_extents(extents);
 }
 
+namespace {
+
+// Distinct instance names Stats reports; the rest are "(other)". Metrics
+// label by them, and a label must not take unbounded values.
+constexpr size_t kMaxInstanceLabels = 32;
+
+}  // namespace
+
+void MetaEngine::FillSessionsByInstance(rpc::StatsReply *rep) const {
+  std::map<std::string, uint64_t> counts;
+  sessions_.ForEach([&](const Session &s) { ++counts[s.instance]; });
+  std::vector<std::pair<uint64_t, std::string>> ranked;
+  for (auto &[name, n] : counts) ranked.emplace_back(n, name);
+  std::sort(ranked.begin(), ranked.end(), [](const auto &a, const auto &b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  });
+  auto &out = *rep->mutable_sessions_by_instance();
+  for (size_t i = 0; i < ranked.size(); ++i)
+    out[i < kMaxInstanceLabels ? ranked[i].second : "(other)"] += ranked[i].first;
+}
+
 }  // namespace maru
