@@ -1,3 +1,7 @@
+// Agents (maru-agent) serve the pool to hosts without CXL. An agent
+// registers the devices it serves and gets the key that signs grants; a
+// client gets a grant for extents its session holds; an agent asks whether
+// a session still holds the extents of a grant before it serves them.
 #include <algorithm>
 #include <deque>
 

@@ -1,3 +1,8 @@
+// Allocations: space reserved under no name (maru_alloc) until published
+// under a path. Until then it is a retired-while-written version of its
+// session (Session::orphan_gens), so Abort, session expiry and a restart
+// treat it as any reservation whose file went away. Publish names it with
+// a create of no bytes and seals it at once.
 #include "meta/engine_op.h"
 #include "meta/meta_engine.h"
 #include "meta/pool_scrub.h"

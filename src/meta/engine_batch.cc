@@ -1,3 +1,8 @@
+// Batched operations: several keys in one call. Create, Seal and Unlink
+// run each key under one lock and one commit; Pin runs each through Pin
+// itself, saving the round trips. A batch over the keys-per-call limit
+// fails whole before any work; a path named twice gets EEXIST the second
+// time; every other key gets its own result.
 #include "meta/engine_op.h"
 #include "meta/meta_engine.h"
 

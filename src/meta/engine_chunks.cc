@@ -1,3 +1,7 @@
+// Chunks: a writer creates a reservation, extends it, and seals it (a new
+// version, readable from then on) or aborts it; a reader opens the sealed
+// version under a lease and releases it. LookupPrefix opens a chain of
+// chunks up to the first miss; Pin keeps a chunk from eviction.
 #include <algorithm>
 
 #include "meta/engine_op.h"

@@ -1,4 +1,4 @@
-// MetaEngine's retention hints (issue 15): a client says what it expects of
+// MetaEngine's retention hints: a client says what it expects of
 // a chunk's reads (an open conversation will read it again, or none will),
 // and the eviction policy may reorder by it. A hint is checked as a pin is
 // (the owner, root or a writer of the chunk) but holds nothing: it moves a

@@ -1,3 +1,7 @@
+// The namespace: attributes, directories, rename, unlink and statfs.
+//
+// Every permission check (access.h, quotas) comes before anything moves:
+// an operation that fails leaves the tree as it was.
 #include <algorithm>
 
 #include "meta/engine_op.h"

@@ -1,5 +1,5 @@
 // One engine operation, for the files that define MetaEngine's operations
-// (meta_engine.cc, recovery.cc, admin_ops.cc); not for the engine's users.
+// (meta_engine.cc and the engine_*.cc files); not for the engine's users.
 //
 // An operation runs under the engine's lock and collects its changes in a
 // Txn, written to the database in one batch at the end. RunOp wraps the

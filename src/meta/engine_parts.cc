@@ -1,4 +1,4 @@
-// Layer-wise chunks (issue #14): a writer publishes a chunk part by part
+// Layer-wise chunks: a writer publishes a chunk part by part
 // (PublishPart) while it computes the next; readers open it before it is
 // sealed (OpenPartial) and wait for each part (WaitPart).
 //

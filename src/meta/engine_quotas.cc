@@ -1,4 +1,4 @@
-// MetaEngine's quota operations (issue #12): setting and listing quotas.
+// MetaEngine's quota operations: setting and listing quotas.
 // The accounting itself is QuotaTable's; the engine's operations call it
 // where a chunk's space or pin changes.
 #include "meta/engine_op.h"

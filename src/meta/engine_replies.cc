@@ -1,3 +1,5 @@
+// How the engine describes what it holds in replies: attributes, devices,
+// and a chunk's placement (extents, lease, parts).
 #include "meta/engine_op.h"
 #include "meta/meta_engine.h"
 #include "meta/pool_identity.h"

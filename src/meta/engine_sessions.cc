@@ -1,3 +1,9 @@
+// Sessions: the server's record of a connection (session_table.h).
+//
+// A session opens new, or is taken back after a restart by its client
+// (orphaned until then); heartbeats keep it alive and carry lease
+// releases; closing or expiry ends everything it held: its leases, its
+// reservations, the agents it registered and its index region.
 #include <sys/random.h>
 
 #include "meta/engine_op.h"

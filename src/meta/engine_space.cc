@@ -1,3 +1,8 @@
+// Space through a version's life: allocated (evicting when the pool is
+// full), retired when its file is removed or rewritten or its reservation
+// dropped, and freed once no lease, writer or index slot holds it
+// (SpaceManager). Removing a file or a reservation lives here because that
+// is what retires the space behind it.
 #include "meta/engine_op.h"
 #include "meta/meta_engine.h"
 #include "util/clock.h"

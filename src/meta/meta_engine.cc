@@ -1,3 +1,7 @@
+// The engine's coordinator: opening it (the evictor, then the start in
+// engine_recovery.cc), the inode and generation counters, the caller's
+// session for every operation, and the periodic housekeeping. The
+// operations themselves live in the engine_*.cc files (meta_engine.h).
 #include "meta/meta_engine.h"
 
 #include <algorithm>

@@ -9,15 +9,30 @@
 // Every operation takes the caller's identity (decided by the transport)
 // and a request, and fills a reply whose `error` is a positive errno.
 //
-// The engine is defined over several files, one concern each:
-//   meta_engine.cc  sessions, the namespace, chunks (create, seal, open,
-//                   release, lookup, pin), agents, housekeeping;
-//   recovery.cc     start: the pool's devices (pool_identity), then the
-//                   inodes, space and sessions the database remembers;
-//   quota_ops.cc    setting and listing quotas (QuotaTable accounts);
-//   admin_ops.cc    what maructl asks: stats, sessions, chunk listings,
-//                   eviction by hand, fsck;
-//   evictor         (its own class) which chunks go when space runs out.
+// meta_engine.cc coordinates (start, the id counters, the caller's session,
+// housekeeping); each concept has its own file:
+//   engine_sessions.cc       open, heartbeat, close and expiry of sessions;
+//   engine_lease_renewal.cc  leases a client held before a restart;
+//   engine_namespace.cc      attributes, directories, rename, unlink;
+//   engine_chunks.cc         create, extend, seal, abort, open, release,
+//                            prefix lookup, pin;
+//   engine_batch.cc          the batched operations (several keys a call);
+//   engine_allocations.cc    space under no name until published;
+//   engine_parts.cc          layer-wise chunks: parts and waits for them;
+//   engine_space.cc          allocation with eviction, retiring versions,
+//                            removing files and reservations;
+//   engine_replies.cc        attributes, devices and placements in replies;
+//   engine_agents.cc         agents and the grants they check;
+//   engine_index.cc          the shared-memory index's hooks;
+//   engine_hints.cc          retention hints;
+//   engine_quotas.cc         setting and listing quotas (QuotaTable accounts);
+//   engine_recovery.cc       start: the pool's devices (pool_identity), then
+//                            the inodes, space and sessions the database
+//                            remembers;
+//   engine_admin.cc          what maructl asks: stats, sessions, chunk
+//                            listings, eviction by hand, fsck;
+//   evictor                  (its own class) which chunks go when space runs
+//                            out.
 // engine_op.h holds what they share: Txn and RunOp.
 #pragma once
 
@@ -76,10 +91,12 @@ class MetaEngine {
   static Result<std::unique_ptr<MetaEngine>> Open(const EngineOptions &options);
   ~MetaEngine();
 
+  // --- Sessions (engine_sessions.cc) ---
   void OpenSession(const Caller &c, const rpc::OpenSessionRequest &req, rpc::OpenSessionReply *rep);
   void Heartbeat(const Caller &c, const rpc::HeartbeatRequest &req, rpc::HeartbeatReply *rep);
   void CloseSession(const Caller &c, const rpc::HeartbeatRequest &req, rpc::ErrorReply *rep);
 
+  // --- The namespace (engine_namespace.cc) ---
   void GetAttr(const Caller &c, const rpc::RefRequest &req, rpc::AttrReply *rep);
   void Mkdir(const Caller &c, const rpc::MkdirRequest &req, rpc::AttrReply *rep);
   void Rmdir(const Caller &c, const rpc::RefRequest &req, rpc::ErrorReply *rep);
@@ -89,6 +106,7 @@ class MetaEngine {
   void SetAttr(const Caller &c, const rpc::SetAttrRequest &req, rpc::AttrReply *rep);
   void Statfs(const Caller &c, const rpc::StatfsRequest &req, rpc::StatfsReply *rep);
 
+  // --- Chunks (engine_chunks.cc) ---
   void Create(const Caller &c, const rpc::CreateRequest &req, rpc::ChunkReply *rep);
   void Extend(const Caller &c, const rpc::ExtendRequest &req, rpc::ChunkReply *rep);
   void Seal(const Caller &c, const rpc::SealRequest &req, rpc::ChunkReply *rep);
@@ -97,30 +115,9 @@ class MetaEngine {
   void Release(const Caller &c, const rpc::ReleaseRequest &req, rpc::ErrorReply *rep);
   void LookupPrefix(const Caller &c, const rpc::LookupPrefixRequest &req,
                     rpc::LookupPrefixReply *rep);
-
   void Pin(const Caller &c, const rpc::PinRequest &req, rpc::AttrReply *rep);
-  void ListSessions(const Caller &c, const rpc::StatsRequest &req, rpc::SessionsReply *rep);
-  void Stats(const Caller &c, const rpc::StatsRequest &req, rpc::StatsReply *rep);
-  void ListChunks(const Caller &c, const rpc::ListChunksRequest &req, rpc::ListChunksReply *rep);
-  void Evict(const Caller &c, const rpc::EvictRequest &req, rpc::EvictReply *rep);
-  void Fsck(const Caller &c, const rpc::StatsRequest &req, rpc::FsckReply *rep);
-  void RegisterAgent(const Caller &c, const rpc::RegisterAgentRequest &req,
-                     rpc::RegisterAgentReply *rep);
-  void CheckExtents(const Caller &c, const rpc::CheckExtentsRequest &req, rpc::ErrorReply *rep);
-  void IssueGrant(const Caller &c, const rpc::IssueGrantRequest &req, rpc::GrantReply *rep);
 
-  // What Stats reports, without a session (for /metrics).
-  void Snapshot(rpc::StatsReply *rep);
-
-  // Housekeeping, called periodically: expires dead sessions and pins,
-  // frees retired extents whose readers are gone, evicts above the high
-  // watermark.
-  void Tick();
-
-  OpStats &op_stats() { return op_stats_; }
-  const EngineOptions &options() const { return options_; }
-
-  // --- Batched and lease-free operations (issue #13) ---
+  // --- Batches (engine_batch.cc) ---
   // A batch of more than the keys-per-call limit (Limits, by default
   // kBatchMax) fails whole with E2BIG, before any work; otherwise each
   // request gets its own result. A path named twice in one batch gets
@@ -131,37 +128,69 @@ class MetaEngine {
   // LookupPrefix's walk without leases: counts sealed, readable chunks.
   void CountPrefix(const Caller &c, const rpc::LookupPrefixRequest &req,
                    rpc::CountPrefixReply *rep);
+  void PinBatch(const Caller &c, const rpc::PinBatchRequest &req, rpc::ErrorsReply *rep);
+  void UnlinkBatch(const Caller &c, const rpc::PathsRequest &req, rpc::ErrorsReply *rep);
+
+  // --- Allocations (engine_allocations.cc) ---
   // A reservation under no name: a retired-while-written version of its
   // session (Session::orphan_gens), so that Abort, session expiry and a
   // restart treat it as they treat any reservation whose file went away.
   void Alloc(const Caller &c, const rpc::AllocRequest &req, rpc::ChunkReply *rep);
   void Publish(const Caller &c, const rpc::PublishRequest &req, rpc::ChunkReply *rep);
-  void PinBatch(const Caller &c, const rpc::PinBatchRequest &req, rpc::ErrorsReply *rep);
-  void UnlinkBatch(const Caller &c, const rpc::PathsRequest &req, rpc::ErrorsReply *rep);
-  // --- end of issue #13 block ---
 
-  // The shared-memory index, or null (--no-index, or it could not be made).
-  const ShmIndex *shm_index() const { return index_.get(); }
-
-  // --- Quotas (issue #12, quota_ops.cc; accounting in meta/quota_table.h) ---
-  void SetQuota(const Caller &c, const rpc::SetQuotaRequest &req, rpc::ErrorReply *rep);
-  void ListQuotas(const Caller &c, const rpc::StatsRequest &req, rpc::QuotasReply *rep);
-
-  // --- Layer-wise chunks (issue #14, layerwise_ops.cc; waits in meta/part_table.h) ---
+  // --- Layer-wise chunks (engine_parts.cc; waits in meta/part_table.h) ---
   // A read lease on a chunk that is sealed or being written; WaitPart
   // blocks (at most PartTable::kMaxWaitMs) until a part is published.
   void OpenPartial(const Caller &c, const rpc::RefRequest &req, rpc::ChunkReply *rep);
   void PublishPart(const Caller &c, const rpc::PartRequest &req, rpc::PartReply *rep);
   void WaitPart(const Caller &c, const rpc::PartRequest &req, rpc::PartReply *rep);
 
-  // --- Retention hints (issue 15, hint_ops.cc; the order in meta/eviction_frequency.h) ---
+  // --- Retention hints (engine_hints.cc; the order in meta/eviction_frequency.h) ---
   void Hint(const Caller &c, const rpc::HintRequest &req, rpc::ErrorsReply *rep);
+
+  // --- Quotas (engine_quotas.cc; accounting in meta/quota_table.h) ---
+  void SetQuota(const Caller &c, const rpc::SetQuotaRequest &req, rpc::ErrorReply *rep);
+  void ListQuotas(const Caller &c, const rpc::StatsRequest &req, rpc::QuotasReply *rep);
+
+  // --- Agents and grants (engine_agents.cc) ---
+  void RegisterAgent(const Caller &c, const rpc::RegisterAgentRequest &req,
+                     rpc::RegisterAgentReply *rep);
+  void CheckExtents(const Caller &c, const rpc::CheckExtentsRequest &req, rpc::ErrorReply *rep);
+  void IssueGrant(const Caller &c, const rpc::IssueGrantRequest &req, rpc::GrantReply *rep);
+
+  // --- Administration (engine_admin.cc) ---
+  void ListSessions(const Caller &c, const rpc::StatsRequest &req, rpc::SessionsReply *rep);
+  void Stats(const Caller &c, const rpc::StatsRequest &req, rpc::StatsReply *rep);
+  void ListChunks(const Caller &c, const rpc::ListChunksRequest &req, rpc::ListChunksReply *rep);
+  void Evict(const Caller &c, const rpc::EvictRequest &req, rpc::EvictReply *rep);
+  void Fsck(const Caller &c, const rpc::StatsRequest &req, rpc::FsckReply *rep);
+  // What Stats reports, without a session (for /metrics).
+  void Snapshot(rpc::StatsReply *rep);
+
+  // --- Housekeeping (meta_engine.cc) ---
+  // Called periodically: expires dead sessions and pins, frees retired
+  // extents whose readers are gone, evicts above the high watermark.
+  void Tick();
+
+  OpStats &op_stats() { return op_stats_; }
+  const EngineOptions &options() const { return options_; }
+  // The shared-memory index, or null (--no-index, or it could not be made).
+  const ShmIndex *shm_index() const { return index_.get(); }
 
  private:
   class Txn;
   explicit MetaEngine(const EngineOptions &options);
 
-  // --- Start (recovery.cc) ---
+  // --- Coordination (meta_engine.cc; RunOp in engine_op.h) ---
+  template <typename Req, typename Rep, typename Op>
+  void RunOp(const Caller &c, const Req &req, Rep *rep, Op &&op);
+  // The live session `id` if the caller may use it: ENOTCONN when there is
+  // none, EPERM when it is another uid's (a session id is no password).
+  Result<Session *> LiveSession(const Caller &c, uint64_t id);
+  uint64_t NextIno(Txn &txn);
+  uint64_t NextGen(Txn &txn);
+
+  // --- Start (engine_recovery.cc) ---
   Status Load();
   // Fills `adopted` (in number order). `index`, if valid, is an index
   // being created (CreateIndex): it is filled once every inode is adopted.
@@ -198,40 +227,34 @@ class MetaEngine {
   // order); done before any eviction decision.
   void NoteIndexReads();
 
-  // --- Administration (admin_ops.cc) ---
-  void FillStats(rpc::StatsReply *rep);
-  void FillTopDirs(rpc::StatsReply *rep);
-  Status ListChunksUnder(const Caller &c, const rpc::ListChunksRequest &req,
-                         rpc::ListChunksReply *rep);
-  uint64_t EvictOlderThan(Txn &txn, int64_t older_than_ms);
-  Status EvictPath(Txn &txn, const Caller &c, const std::string &path, uint64_t *bytes);
-  void CheckSpace(rpc::FsckReply *rep);
-
-  // --- Operations and their helpers (meta_engine.cc) ---
-  template <typename Req, typename Rep, typename Op>
-  void RunOp(const Caller &c, const Req &req, Rep *rep, Op &&op);
-  // The live session `id` if the caller may use it: ENOTCONN when there is
-  // none, EPERM when it is another uid's (a session id is no password).
-  Result<Session *> LiveSession(const Caller &c, uint64_t id);
+  // --- Sessions (engine_sessions.cc, engine_lease_renewal.cc) ---
+  void ExpireSession(Txn &txn, uint64_t id);
   void RenewHeldLeases(const Caller &c, const rpc::OpenSessionRequest &req, Session *s,
                        rpc::OpenSessionReply *rep);
   bool MayRenew(const Caller &c, const rpc::HeldLease &held, bool resumed);
-  uint64_t NextIno(Txn &txn);
-  uint64_t NextGen(Txn &txn);
-  void FillAttr(const Inode &inode, rpc::Attr *attr) const;
-  void FillDevice(const SpaceManager::Device &d, rpc::Device *dev) const;
-  Status RemoveEntry(Txn &txn, const Caller &c, const rpc::Ref &ref, bool dir);
-  // A chunk's placement. `slim` leaves out what the data path does not
-  // need (owner, mode, times), which keeps batched lookups small.
-  void FillChunk(const Inode &inode, const Version &v, uint64_t lease, rpc::ChunkReply *rep,
-                 bool slim = false) const;
+
+  // --- The namespace (engine_namespace.cc) ---
   Result<Inode *> MakeDirectory(Txn &txn, Inode *dir, const std::string &name, uint32_t mode,
                                 const Caller &c);
   NamespaceTree::MakeDir DirMaker(Txn &txn, const Caller &c);
   void TouchDir(Txn &txn, Inode *dir);
+  Status RemoveEntry(Txn &txn, const Caller &c, const rpc::Ref &ref, bool dir);
   Status MaySetAttr(const Caller &c, const rpc::SetAttrRequest &req, const Inode &inode);
   Result<uint64_t> NewParentChunk(const Caller &c, const rpc::SetAttrRequest &req,
                                   const Inode &inode);
+  Status MayRename(const Caller &c, const rpc::RenameRequest &req,
+                   const NamespaceTree::ParentAndName &from, const NamespaceTree::ParentAndName &to,
+                   const Inode &src, const Inode *dst) const;
+  // Whether `moved` may go into `into` without a directory deeper than
+  // kMaxDepth (NamespaceTree).
+  bool FitsDepth(const Inode &moved, const Inode &into) const;
+
+  // --- Chunks (engine_chunks.cc) ---
+  // The bodies of Create and Seal, for calls that run several of them (or
+  // one with more) under one lock and one commit.
+  using TxnOp = std::function<Status(Txn &, Session *)>;
+  TxnOp CreateOp(const Caller &c, const rpc::CreateRequest &req, rpc::ChunkReply *rep);
+  TxnOp SealOp(const rpc::SealRequest &req, rpc::ChunkReply *rep);
   // Create's steps.
   Result<NamespaceTree::ParentAndName> CreateTarget(Txn &txn, const Caller &c,
                                                     const rpc::CreateRequest &req);
@@ -242,6 +265,10 @@ class MetaEngine {
   void Reserve(Txn &txn, Session *session, const Caller &c, const rpc::CreateRequest &req,
                Inode *inode, ExtentList extents, int64_t now);
   Status OpenForRead(const Caller &c, Session *s, Inode *inode, rpc::ChunkReply *rep);
+  void ReleaseLeases(Txn &txn, Session *session,
+                     const google::protobuf::RepeatedField<uint64_t> &ids);
+
+  // --- Space (engine_space.cc) ---
   // Space for `bytes`, evicting if the pool is full; `spared` (0: none) is
   // the chunk being rewritten, which must not be evicted to make room.
   Result<ExtentList> AllocateWithEviction(Txn &txn, uint64_t bytes, uint64_t spared);
@@ -249,22 +276,48 @@ class MetaEngine {
   Evictor::Scope EvictionScope(Txn &txn);
   void RemoveFile(Txn &txn, Inode *inode);
   void RemoveTree(Txn &txn, Inode *top);
-  Status MayRename(const Caller &c, const rpc::RenameRequest &req,
-                   const NamespaceTree::ParentAndName &from, const NamespaceTree::ParentAndName &to,
-                   const Inode &src, const Inode *dst) const;
-  // Whether `moved` may go into `into` without a directory deeper than
-  // kMaxDepth (NamespaceTree).
-  bool FitsDepth(const Inode &moved, const Inode &into) const;
   void DropPending(Txn &txn, Inode *inode, bool keep_inode_record);
-  void ExpireSession(Txn &txn, uint64_t id);
   void UnrefGen(Txn &txn, uint64_t gen);
   // Retires a version (a reservation if `writing`) and charges whoever still
   // reads it; LeaseEnded is the other end, when a lease goes.
   void RetireVersion(Txn &txn, const Version &v, uint64_t ino, bool writing);
   void LeaseEnded(Txn &txn, uint64_t id, const Lease &lease);
-  void ReleaseLeases(Txn &txn, Session *session,
-                     const google::protobuf::RepeatedField<uint64_t> &ids);
 
+  // --- Replies (engine_replies.cc) ---
+  void FillAttr(const Inode &inode, rpc::Attr *attr) const;
+  void FillDevice(const SpaceManager::Device &d, rpc::Device *dev) const;
+  // A chunk's placement. `slim` leaves out what the data path does not
+  // need (owner, mode, times), which keeps batched lookups small.
+  void FillChunk(const Inode &inode, const Version &v, uint64_t lease, rpc::ChunkReply *rep,
+                 bool slim = false) const;
+
+  // --- Layer-wise chunks (engine_parts.cc) ---
+  Status OpenPartialPending(const Caller &c, Session *s, Inode *inode, rpc::ChunkReply *rep);
+  // One look at where the version `gen` of `ino` stands for a waiter of
+  // part `part`: 0 (published), EAGAIN (not yet) or an error.
+  int PartState(uint64_t ino, uint64_t gen, uint32_t part, rpc::PartReply *rep);
+
+  // --- Agents and grants (engine_agents.cc) ---
+  // The extents behind a version's parts published so far.
+  static ExtentList PublishedExtents(const Version &v);
+  // Whether `session` holds every one of `extents` of `device`: a lease or
+  // its own reservation, or (`writable`) its own unsealed reservation only.
+  Status HoldsExtents(const Session &session, uint32_t device,
+                      const google::protobuf::RepeatedPtrField<rpc::Extent> &extents,
+                      bool writable);
+
+  // --- Administration (engine_admin.cc) ---
+  void FillStats(rpc::StatsReply *rep);
+  void FillTopDirs(rpc::StatsReply *rep);
+  // Stats' count of sessions by instance name, with few distinct names.
+  void FillSessionsByInstance(rpc::StatsReply *rep) const;
+  Status ListChunksUnder(const Caller &c, const rpc::ListChunksRequest &req,
+                         rpc::ListChunksReply *rep);
+  uint64_t EvictOlderThan(Txn &txn, int64_t older_than_ms);
+  Status EvictPath(Txn &txn, const Caller &c, const std::string &path, uint64_t *bytes);
+  void CheckSpace(rpc::FsckReply *rep);
+
+  // --- State ---
   EngineOptions options_;
   std::unique_ptr<MetaDb> db_;
   std::mutex mu_;
@@ -275,6 +328,7 @@ class MetaEngine {
   std::unique_ptr<Evictor> evictor_;  // reads tree_ and space_
   std::unique_ptr<ShmIndex> index_;   // reads tree_; space_ asks it (OutsideReaders)
   QuotaTable quotas_{tree_};          // who may hold how much; reads tree_
+  PartTable parts_;                   // readers of chunks being written in parts
   OpStats op_stats_;
   std::string pool_uuid_;
   uint64_t next_ino_ = 2, ino_limit_ = 0;
@@ -293,31 +347,9 @@ class MetaEngine {
     uint64_t session = 0;
   };
   std::map<uint32_t, AgentInfo> agents_;  // device index -> the agent serving it
-  // The extents behind a version's parts published so far.
-  static ExtentList PublishedExtents(const Version &v);
-  // Whether `session` holds every one of `extents` of `device`: a lease or
-  // its own reservation, or (`writable`) its own unsealed reservation only.
-  Status HoldsExtents(const Session &session, uint32_t device,
-                      const google::protobuf::RepeatedPtrField<rpc::Extent> &extents,
-                      bool writable);
   // Signs grants; drawn at start, handed to agents at RegisterAgent.
   std::string grant_key_;
   uint64_t grant_serial_ = 0;
-  // --- Batched and lease-free operations (issue #13): private part ---
-  // The bodies of Create and Seal, for calls that run several of them (or
-  // one with more) under one lock and one commit.
-  using TxnOp = std::function<Status(Txn &, Session *)>;
-  TxnOp CreateOp(const Caller &c, const rpc::CreateRequest &req, rpc::ChunkReply *rep);
-  TxnOp SealOp(const rpc::SealRequest &req, rpc::ChunkReply *rep);
-  // Stats' count of sessions by instance name, with few distinct names.
-  void FillSessionsByInstance(rpc::StatsReply *rep) const;
-  // --- end of issue #13 block ---
-  // Layer-wise chunks (issue #14): readers of chunks being written in parts.
-  PartTable parts_;
-  Status OpenPartialPending(const Caller &c, Session *s, Inode *inode, rpc::ChunkReply *rep);
-  // One look at where the version `gen` of `ino` stands for a waiter of
-  // part `part`: 0 (published), EAGAIN (not yet) or an error.
-  int PartState(uint64_t ino, uint64_t gen, uint32_t part, rpc::PartReply *rep);
 };
 
 }  // namespace maru

@@ -1,4 +1,4 @@
-// Layer-wise chunks (issue #14): readers of a chunk still being written in
+// Layer-wise chunks: readers of a chunk still being written in
 // parts, and their waits for the next part.
 //
 // How many parts a reservation has and how many its writer published live
