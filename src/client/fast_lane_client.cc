@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "fast_lane.h"
+#include "proto/fast_lane.h"
 #include "util/frame.h"
 
 namespace maru {

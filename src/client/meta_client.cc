@@ -8,8 +8,8 @@
 #include <unordered_map>
 
 #include "client/tcp_auth.h"
-#include "fast_lane.h"
 #include "proto/conversions.h"
+#include "proto/fast_lane.h"
 #include "util/address.h"
 #include "util/clock.h"
 #include "util/log.h"

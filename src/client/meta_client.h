@@ -23,8 +23,8 @@
 
 #include "client/fast_lane_client.h"
 #include "client/lease_records.h"
-#include "fast_lane.h"
-#include "maru.grpc.pb.h"
+#include "proto/fast_lane.h"
+#include "proto/maru.grpc.pb.h"
 #include "util/clock.h"
 #include "util/status.h"
 
@@ -199,7 +199,7 @@ class MetaClient {
   // CallFast() of each fast-lane operation (src/proto/fast_lane_ops.inc):
   // LookupPrefix(req, &rep), Open(req, &rep), ...
 #define MARU_FAST_OP(Code, Name, Req, Rep) int Name(rpc::Req &req, rpc::Rep *rep);
-#include "fast_lane_ops.inc"
+#include "proto/fast_lane_ops.inc"
 #undef MARU_FAST_OP
 };
 
@@ -240,7 +240,7 @@ int MetaClient::CallFast(uint8_t op, Method<Req, Rep> method, Req &req, Rep *rep
   inline int MetaClient::Name(rpc::Req &req, rpc::Rep *rep) {  \
     return CallFast(fastlane::k##Name, &Stub::Name, req, rep); \
   }
-#include "fast_lane_ops.inc"
+#include "proto/fast_lane_ops.inc"
 #undef MARU_FAST_OP
 
 template <typename Req, typename Rep>

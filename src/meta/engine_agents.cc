@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <deque>
 
-#include "grant_mac.h"
 #include "meta/engine_op.h"
 #include "meta/meta_engine.h"
 #include "meta/pool_identity.h"
+#include "proto/grant_mac.h"
 #include "util/clock.h"
 
 namespace maru {

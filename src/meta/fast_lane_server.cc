@@ -9,7 +9,7 @@
 #include <cstring>
 #include <system_error>
 
-#include "fast_lane.h"
+#include "proto/fast_lane.h"
 #include "util/clock.h"
 #include "util/frame.h"
 #include "util/log.h"
@@ -26,7 +26,7 @@ FastLaneServer::FastLaneServer(std::string path, MetaEngine *engine, IdentityPol
   // Counted with the same operations over gRPC.
 #define MARU_FAST_OP(Code, Name, Req, Rep) \
   slots_[fastlane::k##Name] = engine_->op_stats().Register(#Name);
-#include "fast_lane_ops.inc"
+#include "proto/fast_lane_ops.inc"
 #undef MARU_FAST_OP
 }
 
@@ -120,7 +120,7 @@ bool FastLaneServer::Dispatch(const Peer &peer, uint8_t op, const std::string &i
   case fastlane::k##Name:                                                          \
     parsed = RunOne<rpc::Req, rpc::Rep>(&MetaEngine::Name, peer, in, out, &error); \
     break;
-#include "fast_lane_ops.inc"
+#include "proto/fast_lane_ops.inc"
 #undef MARU_FAST_OP
     default:
       return false;

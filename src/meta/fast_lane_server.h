@@ -10,10 +10,10 @@
 #include <thread>
 #include <vector>
 
-#include "fast_lane.h"
 #include "meta/acceptor.h"
 #include "meta/identity.h"
 #include "meta/meta_engine.h"
+#include "proto/fast_lane.h"
 #include "util/cpu_wake_latency.h"
 
 namespace maru {

@@ -35,7 +35,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "maru.pb.h"
+#include "proto/maru.pb.h"
 #include "util/status.h"
 
 namespace maru {

@@ -6,8 +6,8 @@
 
 #include <algorithm>
 
-#include "grant_mac.h"
 #include "meta/engine_op.h"
+#include "proto/grant_mac.h"
 #include "util/clock.h"
 #include "util/log.h"
 

@@ -45,7 +45,6 @@
 #include <string>
 #include <vector>
 
-#include "maru.pb.h"
 #include "meta/access.h"
 #include "meta/client_limits.h"
 #include "meta/evictor.h"
@@ -60,6 +59,7 @@
 #include "meta/shm_index.h"
 #include "meta/space_manager.h"
 #include "proto/conversions.h"
+#include "proto/maru.pb.h"
 
 namespace maru {
 
