@@ -6,7 +6,7 @@
 #include <set>
 #include <vector>
 
-#include "client/lease_records.h"
+#include "client/held_leases.h"
 #include "meta/lease_table.h"
 
 namespace maru {

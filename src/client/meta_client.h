@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "client/fast_lane_client.h"
-#include "client/lease_records.h"
+#include "client/held_leases.h"
 #include "proto/fast_lane.h"
 #include "proto/maru.grpc.pb.h"
 #include "util/clock.h"
