@@ -56,7 +56,9 @@ class Result {
 // The two directions across the C boundary, where errors are negative errno
 // return codes: a Status as a return code (0 when ok), and a return code
 // (negative errno, or 0) as a Status.
-inline int ReturnCode(const Status &s) { return -s.errnum(); }
+inline int ReturnCode(const Status &s) {
+  return -s.errnum();
+}
 inline Status FromReturnCode(int rc, std::string message = {}) {
   return rc < 0 ? Status::Error(-rc, std::move(message)) : Status::Ok();
 }
