@@ -15,7 +15,7 @@ namespace maru {
 
 void MetaEngine::RegisterAgent(const Caller &c, const rpc::RegisterAgentRequest &req,
                                rpc::RegisterAgentReply *rep) {
-  RunOp(c, req, rep, [&](Txn &, Session *session) -> Status {
+  RunOp(c, req, rep, [&](Txn &, Session *session) REQUIRES(mu_) -> Status {
     if (!c.is_root()) return Status::Error(EPERM, "agents run as root");
     if (req.address().empty()) return Status::Error(EINVAL, "an agent needs an address");
     if (grant_key_.empty()) return Status::Error(EIO, "no grant key (no randomness at start)");
@@ -95,7 +95,7 @@ Status MetaEngine::HoldsExtents(const Session &client, uint32_t device,
 
 void MetaEngine::CheckExtents(const Caller &c, const rpc::CheckExtentsRequest &req,
                               rpc::ErrorReply *rep) {
-  RunOp(c, req, rep, [&](Txn &, Session *) -> Status {
+  RunOp(c, req, rep, [&](Txn &, Session *) REQUIRES(mu_) -> Status {
     // The session and uid come from a grant the agent verified (a MAC the
     // server made): the session must still be that uid's.
     if (!c.is_root()) return Status::Error(EPERM, "only agents check extents");
@@ -108,7 +108,7 @@ void MetaEngine::CheckExtents(const Caller &c, const rpc::CheckExtentsRequest &r
 
 void MetaEngine::IssueGrant(const Caller &c, const rpc::IssueGrantRequest &req,
                             rpc::GrantReply *rep) {
-  RunOp(c, req, rep, [&](Txn &, Session *session) -> Status {
+  RunOp(c, req, rep, [&](Txn &, Session *session) REQUIRES(mu_) -> Status {
     // A grant speaks for its session: only that session's own uid gets one.
     if (session->uid != c.uid && !c.is_root())
       return Status::Error(EPERM, "grants go to the session's own uid");

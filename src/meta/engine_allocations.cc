@@ -10,7 +10,7 @@
 namespace maru {
 
 void MetaEngine::Alloc(const Caller &c, const rpc::AllocRequest &req, rpc::ChunkReply *rep) {
-  RunOp(c, req, rep, [&](Txn &txn, Session *session) -> Status {
+  RunOp(c, req, rep, [&](Txn &txn, Session *session) REQUIRES(mu_) -> Status {
     if (req.size() == 0) return Status::Error(EINVAL, "an allocation needs a size");
     if (int err = CheckAllocation(options_.limits, *session))
       return Status::Error(err, "too many allocations in this session");
@@ -48,7 +48,7 @@ void MetaEngine::Alloc(const Caller &c, const rpc::AllocRequest &req, rpc::Chunk
 }
 
 void MetaEngine::Publish(const Caller &c, const rpc::PublishRequest &req, rpc::ChunkReply *rep) {
-  RunOp(c, req, rep, [&](Txn &txn, Session *session) -> Status {
+  RunOp(c, req, rep, [&](Txn &txn, Session *session) REQUIRES(mu_) -> Status {
     auto held = space_.retired().find(req.gen());
     if (!session->orphan_gens.count(req.gen()) || held == space_.retired().end())
       return Status::Error(ESTALE, "no such allocation of this session");
@@ -62,7 +62,7 @@ void MetaEngine::Publish(const Caller &c, const rpc::PublishRequest &req, rpc::C
     // views of it may still be in use, so its space is never reused under them.
     const uint64_t bytes = TotalLength(held->second);
     quotas_.Unhold(req.gen());
-    auto keep = [&](Status s) {
+    auto keep = [&](Status s) REQUIRES(mu_) {
       quotas_.Hold(req.gen(), c.uid, bytes);
       return s;
     };

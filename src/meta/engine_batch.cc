@@ -20,7 +20,7 @@ void MetaEngine::CreateBatch(const Caller &c, const rpc::CreateBatchRequest &req
                              rpc::ChunkBatchReply *rep) {
   if (int err = CheckKeys(options_.limits, static_cast<size_t>(req.creates_size())))
     return rep->set_error(err);
-  RunOp(c, req, rep, [&](Txn &txn, Session *session) -> Status {
+  RunOp(c, req, rep, [&](Txn &txn, Session *session) REQUIRES(mu_) -> Status {
     std::unordered_set<std::string_view> seen;
     for (const rpc::CreateRequest &one : req.creates()) {
       rpc::ChunkReply *out = rep->add_chunks();
@@ -37,7 +37,7 @@ void MetaEngine::SealBatch(const Caller &c, const rpc::SealBatchRequest &req,
                            rpc::ChunkBatchReply *rep) {
   if (int err = CheckKeys(options_.limits, static_cast<size_t>(req.seals_size())))
     return rep->set_error(err);
-  RunOp(c, req, rep, [&](Txn &txn, Session *session) -> Status {
+  RunOp(c, req, rep, [&](Txn &txn, Session *session) REQUIRES(mu_) -> Status {
     for (const rpc::SealRequest &one : req.seals()) {
       rpc::ChunkReply *out = rep->add_chunks();
       Status s = SealOp(one, out)(txn, session);
@@ -52,7 +52,7 @@ void MetaEngine::CountPrefix(const Caller &c, const rpc::LookupPrefixRequest &re
                              rpc::CountPrefixReply *rep) {
   if (int err = CheckKeys(options_.limits, static_cast<size_t>(req.paths_size())))
     return rep->set_error(err);
-  RunOp(c, req, rep, [&](Txn &, Session *) -> Status {
+  RunOp(c, req, rep, [&](Txn &, Session *) REQUIRES(mu_) -> Status {
     for (const std::string &path : req.paths()) {
       rpc::Ref ref;
       ref.set_path(path);
@@ -104,7 +104,7 @@ void MetaEngine::PinBatch(const Caller &c, const rpc::PinBatchRequest &req, rpc:
 void MetaEngine::UnlinkBatch(const Caller &c, const rpc::PathsRequest &req, rpc::ErrorsReply *rep) {
   if (int err = CheckKeys(options_.limits, static_cast<size_t>(req.paths_size())))
     return rep->set_error(err);
-  RunOp(c, req, rep, [&](Txn &txn, Session *) -> Status {
+  RunOp(c, req, rep, [&](Txn &txn, Session *) REQUIRES(mu_) -> Status {
     const std::vector<bool> repeated = RepeatedPaths(req.paths());
     for (int i = 0; i < req.paths_size(); ++i) {
       rpc::Ref ref;

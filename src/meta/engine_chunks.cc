@@ -115,7 +115,7 @@ void MetaEngine::Create(const Caller &c, const rpc::CreateRequest &req, rpc::Chu
 
 MetaEngine::TxnOp MetaEngine::CreateOp(const Caller &c, const rpc::CreateRequest &req,
                                        rpc::ChunkReply *rep) {
-  return [this, &c, &req, rep](Txn &txn, Session *session) -> Status {
+  return [this, &c, &req, rep](Txn &txn, Session *session) REQUIRES(mu_) -> Status {
     Result<NamespaceTree::ParentAndName> pn = CreateTarget(txn, c, req);
     if (!pn.ok()) return pn.status();
     Inode *inode = tree_.Child(*pn->dir, pn->name);
@@ -168,37 +168,38 @@ MetaEngine::TxnOp MetaEngine::CreateOp(const Caller &c, const rpc::CreateRequest
 }
 
 void MetaEngine::Extend(const Caller &c, const rpc::ExtendRequest &req, rpc::ChunkReply *rep) {
-  RunOp(c, req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
-    Inode *inode = tree_.Find(req.ino());
-    if (!inode || !inode->pending || inode->pending->gen != req.gen())
-      return Status::Error(session->orphan_gens.count(req.gen()) ? ENOENT : ESTALE);
-    Version &v = *inode->pending;
-    if (v.writer_session != session->id) return Status::Error(EPERM);
-    // Larger than the whole pool is never room to wait for (a full pool is
-    // ENOSPC): EFBIG, as a create of that size gets.
-    if (req.size() > space_.capacity()) return Status::Error(EFBIG, "larger than the pool");
-    uint64_t have = TotalLength(v.extents);
-    if (req.size() > have) {
-      MARU_RETURN_IF_ERROR(quotas_.MayGrow(*inode, req.size() - have));
-      Result<ExtentList> more = AllocateWithEviction(txn, req.size() - have, 0);
-      if (!more.ok()) return more.status();
-      if (v.extents.size() + more->size() > options_.max_fragments) {
-        space_.FreeNow(*more);
-        return Status::Error(ENOSPC, "pool too fragmented");
-      }
-      if (Status s = ScrubForWriter(space_, c, *more); !s.ok()) {
-        space_.FreeNow(*more);
-        return s;
-      }
-      reserved_bytes_ += TotalLength(*more);
-      v.extents.insert(v.extents.end(), more->begin(), more->end());
-      quotas_.Update(*inode);
-    }
-    v.size = std::max(v.size, req.size());
-    txn.Dirty(inode);
-    FillChunk(*inode, v, v.gen, rep);
-    return Status::Ok();
-  });
+  RunOp(c, req, rep,
+        [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) REQUIRES(mu_) -> Status {
+          Inode *inode = tree_.Find(req.ino());
+          if (!inode || !inode->pending || inode->pending->gen != req.gen())
+            return Status::Error(session->orphan_gens.count(req.gen()) ? ENOENT : ESTALE);
+          Version &v = *inode->pending;
+          if (v.writer_session != session->id) return Status::Error(EPERM);
+          // Larger than the whole pool is never room to wait for (a full pool is
+          // ENOSPC): EFBIG, as a create of that size gets.
+          if (req.size() > space_.capacity()) return Status::Error(EFBIG, "larger than the pool");
+          uint64_t have = TotalLength(v.extents);
+          if (req.size() > have) {
+            MARU_RETURN_IF_ERROR(quotas_.MayGrow(*inode, req.size() - have));
+            Result<ExtentList> more = AllocateWithEviction(txn, req.size() - have, 0);
+            if (!more.ok()) return more.status();
+            if (v.extents.size() + more->size() > options_.max_fragments) {
+              space_.FreeNow(*more);
+              return Status::Error(ENOSPC, "pool too fragmented");
+            }
+            if (Status s = ScrubForWriter(space_, c, *more); !s.ok()) {
+              space_.FreeNow(*more);
+              return s;
+            }
+            reserved_bytes_ += TotalLength(*more);
+            v.extents.insert(v.extents.end(), more->begin(), more->end());
+            quotas_.Update(*inode);
+          }
+          v.size = std::max(v.size, req.size());
+          txn.Dirty(inode);
+          FillChunk(*inode, v, v.gen, rep);
+          return Status::Ok();
+        });
 }
 
 void MetaEngine::Seal(const Caller &c, const rpc::SealRequest &req, rpc::ChunkReply *rep) {
@@ -206,7 +207,7 @@ void MetaEngine::Seal(const Caller &c, const rpc::SealRequest &req, rpc::ChunkRe
 }
 
 MetaEngine::TxnOp MetaEngine::SealOp(const rpc::SealRequest &req, rpc::ChunkReply *rep) {
-  return [this, &req, rep](Txn &txn, Session *session) -> Status {
+  return [this, &req, rep](Txn &txn, Session *session) REQUIRES(mu_) -> Status {
     Inode *inode = tree_.Find(req.ino());
     if (!inode || !inode->pending || inode->pending->gen != req.gen()) {
       if (session->orphan_gens.count(req.gen())) {
@@ -263,17 +264,19 @@ MetaEngine::TxnOp MetaEngine::SealOp(const rpc::SealRequest &req, rpc::ChunkRepl
 }
 
 void MetaEngine::Abort(const Caller &c, const rpc::HandleRequest &req, rpc::ErrorReply *rep) {
-  RunOp(c, req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
-    if (session->orphan_gens.erase(req.gen())) {
-      UnrefGen(txn, req.gen());
-      return Status::Ok();
-    }
-    Inode *inode = tree_.Find(req.ino());
-    if (!inode || !inode->pending || inode->pending->gen != req.gen()) return Status::Error(ESTALE);
-    if (inode->pending->writer_session != session->id) return Status::Error(EPERM);
-    DropPending(txn, inode, false);
-    return Status::Ok();
-  });
+  RunOp(c, req, rep,
+        [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) REQUIRES(mu_) -> Status {
+          if (session->orphan_gens.erase(req.gen())) {
+            UnrefGen(txn, req.gen());
+            return Status::Ok();
+          }
+          Inode *inode = tree_.Find(req.ino());
+          if (!inode || !inode->pending || inode->pending->gen != req.gen())
+            return Status::Error(ESTALE);
+          if (inode->pending->writer_session != session->id) return Status::Error(EPERM);
+          DropPending(txn, inode, false);
+          return Status::Ok();
+        });
 }
 
 Status MetaEngine::OpenForRead(const Caller &c, Session *s, Inode *inode, rpc::ChunkReply *rep) {
@@ -295,14 +298,15 @@ Status MetaEngine::OpenForRead(const Caller &c, Session *s, Inode *inode, rpc::C
 }
 
 void MetaEngine::Open(const Caller &c, const rpc::RefRequest &req, rpc::ChunkReply *rep) {
-  RunOp(c, req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
-    ++lookups_;
-    Result<Inode *> inode = tree_.Resolve(req.ref(), c);
-    if (!inode.ok()) return inode.status();
-    MARU_RETURN_IF_ERROR(OpenForRead(c, session, *inode, rep));
-    ++lookup_hits_;
-    return Status::Ok();
-  });
+  RunOp(c, req, rep,
+        [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) REQUIRES(mu_) -> Status {
+          ++lookups_;
+          Result<Inode *> inode = tree_.Resolve(req.ref(), c);
+          if (!inode.ok()) return inode.status();
+          MARU_RETURN_IF_ERROR(OpenForRead(c, session, *inode, rep));
+          ++lookup_hits_;
+          return Status::Ok();
+        });
 }
 
 void MetaEngine::ReleaseLeases(Txn &txn, Session *session,
@@ -316,7 +320,7 @@ void MetaEngine::ReleaseLeases(Txn &txn, Session *session,
 }
 
 void MetaEngine::Release(const Caller &c, const rpc::ReleaseRequest &req, rpc::ErrorReply *rep) {
-  RunOp(c, req, rep, [&](Txn &txn, Session *session) -> Status {
+  RunOp(c, req, rep, [&](Txn &txn, Session *session) REQUIRES(mu_) -> Status {
     ReleaseLeases(txn, session, req.leases());
     return Status::Ok();
   });
@@ -326,56 +330,60 @@ void MetaEngine::LookupPrefix(const Caller &c, const rpc::LookupPrefixRequest &r
                               rpc::LookupPrefixReply *rep) {
   if (int err = CheckKeys(options_.limits, static_cast<size_t>(req.paths_size())))
     return rep->set_error(err);  // before any work: each path would take a lease
-  RunOp(c, req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
-    lookups_ += req.paths_size();
-    for (const std::string &path : req.paths()) {
-      rpc::Ref ref;
-      ref.set_path(path);
-      Result<Inode *> inode = tree_.Resolve(ref, c);
-      Status s = inode.ok() ? OpenForRead(c, session, *inode, rep->add_hits()) : inode.status();
-      if (!s.ok()) {
-        if (inode.ok()) rep->mutable_hits()->RemoveLast();
-        rep->set_miss_error(s.errnum());
-        break;
-      }
-      ++lookup_hits_;
-    }
-    return Status::Ok();
-  });
+  RunOp(c, req, rep,
+        [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) REQUIRES(mu_) -> Status {
+          lookups_ += req.paths_size();
+          for (const std::string &path : req.paths()) {
+            rpc::Ref ref;
+            ref.set_path(path);
+            Result<Inode *> inode = tree_.Resolve(ref, c);
+            Status s =
+                inode.ok() ? OpenForRead(c, session, *inode, rep->add_hits()) : inode.status();
+            if (!s.ok()) {
+              if (inode.ok()) rep->mutable_hits()->RemoveLast();
+              rep->set_miss_error(s.errnum());
+              break;
+            }
+            ++lookup_hits_;
+          }
+          return Status::Ok();
+        });
 }
 
 void MetaEngine::Pin(const Caller &c, const rpc::PinRequest &req, rpc::AttrReply *rep) {
-  RunOp(c, req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
-    Result<Inode *> found = tree_.Resolve(req.ref(), c);
-    if (!found.ok()) return found.status();
-    Inode *inode = *found;
-    if (!inode->is_file()) return Status::Error(EISDIR);
-    if (!IsOwnerOrRoot(*inode, c) && !MayAccess(*inode, c, kMayWrite)) return Status::Error(EACCES);
-    if (req.pin()) MARU_RETURN_IF_ERROR(quotas_.MayPin(*inode));
-    if (!inode->pinned && req.pin())
-      if (int err = CheckPin(options_.limits, *session))
-        return Status::Error(err, "too many pins from this session");
-    if (inode->pinned != req.pin()) {
-      pins_ += req.pin() ? 1 : -1;
-      if (req.pin())
-        ++session->pins;
-      else if (session->pins > 0)
-        --session->pins;
-    }
-    inode->pinned = req.pin();
-    quotas_.Update(*inode);
-    inode->pin_expiry_ns =
-        req.pin() && req.ttl_ms()
-            ? RealtimeNs() +
-                  MsToNs(static_cast<int64_t>(std::min<uint64_t>(req.ttl_ms(), INT64_MAX)))
-            : 0;
-    if (inode->pin_expiry_ns)
-      next_pin_expiry_ns_ = std::min(next_pin_expiry_ns_, inode->pin_expiry_ns);
-    inode->ctime_ns = RealtimeNs();
-    txn.Dirty(inode);
-    FillAttr(*inode, rep->mutable_attr());
-    return Status::Ok();
-  });
+  RunOp(c, req, rep,
+        [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) REQUIRES(mu_) -> Status {
+          Result<Inode *> found = tree_.Resolve(req.ref(), c);
+          if (!found.ok()) return found.status();
+          Inode *inode = *found;
+          if (!inode->is_file()) return Status::Error(EISDIR);
+          if (!IsOwnerOrRoot(*inode, c) && !MayAccess(*inode, c, kMayWrite))
+            return Status::Error(EACCES);
+          if (req.pin()) MARU_RETURN_IF_ERROR(quotas_.MayPin(*inode));
+          if (!inode->pinned && req.pin())
+            if (int err = CheckPin(options_.limits, *session))
+              return Status::Error(err, "too many pins from this session");
+          if (inode->pinned != req.pin()) {
+            pins_ += req.pin() ? 1 : -1;
+            if (req.pin())
+              ++session->pins;
+            else if (session->pins > 0)
+              --session->pins;
+          }
+          inode->pinned = req.pin();
+          quotas_.Update(*inode);
+          inode->pin_expiry_ns =
+              req.pin() && req.ttl_ms()
+                  ? RealtimeNs() +
+                        MsToNs(static_cast<int64_t>(std::min<uint64_t>(req.ttl_ms(), INT64_MAX)))
+                  : 0;
+          if (inode->pin_expiry_ns)
+            next_pin_expiry_ns_ = std::min(next_pin_expiry_ns_, inode->pin_expiry_ns);
+          inode->ctime_ns = RealtimeNs();
+          txn.Dirty(inode);
+          FillAttr(*inode, rep->mutable_attr());
+          return Status::Ok();
+        });
 }
 
 }  // namespace maru

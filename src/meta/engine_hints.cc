@@ -30,7 +30,7 @@ void MetaEngine::Hint(const Caller &c, const rpc::HintRequest &req, rpc::ErrorsR
     return rep->set_error(err);
   if (req.hint() > kRetentionHintMax) return rep->set_error(EINVAL);
   const auto hint = static_cast<RetentionHint>(req.hint());
-  RunOp(c, req, rep, [&](Txn &, Session *) -> Status {
+  RunOp(c, req, rep, [&](Txn &, Session *) REQUIRES(mu_) -> Status {
     // Reads made through the shared-memory index came before the hint:
     // noted after it, they would undo a drop the client meant to follow them.
     NoteIndexReads();

@@ -36,9 +36,8 @@ Result<Inode *> MetaEngine::MakeDirectory(Txn &txn, Inode *dir, const std::strin
 }
 
 NamespaceTree::MakeDir MetaEngine::DirMaker(Txn &txn, const Caller &c) {
-  return [this, &txn, &c](Inode *dir, const std::string &name) {
-    return MakeDirectory(txn, dir, name, 0755, c);
-  };
+  return [this, &txn, &c](Inode *dir, const std::string &name)
+             REQUIRES(mu_) { return MakeDirectory(txn, dir, name, 0755, c); };
 }
 
 void MetaEngine::TouchDir(Txn &txn, Inode *dir) {
@@ -47,48 +46,50 @@ void MetaEngine::TouchDir(Txn &txn, Inode *dir) {
 }
 
 void MetaEngine::GetAttr(const Caller &c, const rpc::RefRequest &req, rpc::AttrReply *rep) {
-  RunOp(c, req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
-    Result<Inode *> found = tree_.Resolve(req.ref(), c);
-    if (!found.ok()) return found.status();
-    const Inode &inode = **found;
-    if (req.access() && !MayAccess(inode, c, static_cast<int>(req.access() & 7)))
-      return Status::Error(EACCES);
-    FillAttr(inode, rep->mutable_attr());
-    // A session id is shown only to its owner and root: it names the session.
-    if (inode.pending && c.MayActFor(inode.pending->writer_uid))
-      rep->mutable_attr()->set_writer_session(inode.pending->writer_session);
-    if (req.with_extents()) {
-      if (inode.current) ToWireExtents(inode.current->extents, rep->mutable_extents());
-      if (const Inode *parent = inode.parent_chunk ? tree_.Find(inode.parent_chunk) : nullptr)
-        rep->set_parent_path(tree_.PathOf(*parent));
-    }
-    return Status::Ok();
-  });
+  RunOp(c, req, rep,
+        [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) REQUIRES(mu_) -> Status {
+          Result<Inode *> found = tree_.Resolve(req.ref(), c);
+          if (!found.ok()) return found.status();
+          const Inode &inode = **found;
+          if (req.access() && !MayAccess(inode, c, static_cast<int>(req.access() & 7)))
+            return Status::Error(EACCES);
+          FillAttr(inode, rep->mutable_attr());
+          // A session id is shown only to its owner and root: it names the session.
+          if (inode.pending && c.MayActFor(inode.pending->writer_uid))
+            rep->mutable_attr()->set_writer_session(inode.pending->writer_session);
+          if (req.with_extents()) {
+            if (inode.current) ToWireExtents(inode.current->extents, rep->mutable_extents());
+            if (const Inode *parent = inode.parent_chunk ? tree_.Find(inode.parent_chunk) : nullptr)
+              rep->set_parent_path(tree_.PathOf(*parent));
+          }
+          return Status::Ok();
+        });
 }
 
 void MetaEngine::Mkdir(const Caller &c, const rpc::MkdirRequest &req, rpc::AttrReply *rep) {
-  RunOp(c, req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
-    Result<NamespaceTree::ParentAndName> pn =
-        tree_.ResolveParent(req.ref(), c, req.parents() ? DirMaker(txn, c) : nullptr);
-    if (!pn.ok()) {
-      if (pn.status().errnum() == EEXIST && req.parents()) {
-        FillAttr(*tree_.root(), rep->mutable_attr());
-        return Status::Ok();
-      }
-      return pn.status();
-    }
-    if (Inode *existing = tree_.Child(*pn->dir, pn->name)) {
-      if (req.parents() && existing->is_dir()) {
-        FillAttr(*existing, rep->mutable_attr());
-        return Status::Ok();
-      }
-      return Status::Error(EEXIST);
-    }
-    Result<Inode *> dir = MakeDirectory(txn, pn->dir, pn->name, req.mode(), c);
-    if (!dir.ok()) return dir.status();
-    FillAttr(**dir, rep->mutable_attr());
-    return Status::Ok();
-  });
+  RunOp(c, req, rep,
+        [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) REQUIRES(mu_) -> Status {
+          Result<NamespaceTree::ParentAndName> pn =
+              tree_.ResolveParent(req.ref(), c, req.parents() ? DirMaker(txn, c) : nullptr);
+          if (!pn.ok()) {
+            if (pn.status().errnum() == EEXIST && req.parents()) {
+              FillAttr(*tree_.root(), rep->mutable_attr());
+              return Status::Ok();
+            }
+            return pn.status();
+          }
+          if (Inode *existing = tree_.Child(*pn->dir, pn->name)) {
+            if (req.parents() && existing->is_dir()) {
+              FillAttr(*existing, rep->mutable_attr());
+              return Status::Ok();
+            }
+            return Status::Error(EEXIST);
+          }
+          Result<Inode *> dir = MakeDirectory(txn, pn->dir, pn->name, req.mode(), c);
+          if (!dir.ok()) return dir.status();
+          FillAttr(**dir, rep->mutable_attr());
+          return Status::Ok();
+        });
 }
 
 Status MetaEngine::RemoveEntry(Txn &txn, const Caller &c, const rpc::Ref &ref, bool dir) {
@@ -108,11 +109,13 @@ Status MetaEngine::RemoveEntry(Txn &txn, const Caller &c, const rpc::Ref &ref, b
 }
 
 void MetaEngine::Rmdir(const Caller &c, const rpc::RefRequest &req, rpc::ErrorReply *rep) {
-  RunOp(c, req, rep, [&](Txn &txn, Session *) { return RemoveEntry(txn, c, req.ref(), true); });
+  RunOp(c, req, rep,
+        [&](Txn &txn, Session *) REQUIRES(mu_) { return RemoveEntry(txn, c, req.ref(), true); });
 }
 
 void MetaEngine::Unlink(const Caller &c, const rpc::RefRequest &req, rpc::ErrorReply *rep) {
-  RunOp(c, req, rep, [&](Txn &txn, Session *) { return RemoveEntry(txn, c, req.ref(), false); });
+  RunOp(c, req, rep,
+        [&](Txn &txn, Session *) REQUIRES(mu_) { return RemoveEntry(txn, c, req.ref(), false); });
 }
 
 // Whether `c` may rename `src` as `req` asks (`dst`: what the target
@@ -145,7 +148,7 @@ Status MetaEngine::MayRename(const Caller &c, const rpc::RenameRequest &req,
 }
 
 void MetaEngine::Rename(const Caller &c, const rpc::RenameRequest &req, rpc::ErrorReply *rep) {
-  RunOp(c, req, rep, [&](Txn &txn, Session *) -> Status {
+  RunOp(c, req, rep, [&](Txn &txn, Session *) REQUIRES(mu_) -> Status {
     Result<NamespaceTree::ParentAndName> from = tree_.ResolveParent(req.from(), c);
     if (!from.ok()) return from.status().errnum() == EEXIST ? Status::Error(EBUSY) : from.status();
     Result<NamespaceTree::ParentAndName> to = tree_.ResolveParent(req.to(), c);
@@ -183,25 +186,26 @@ bool MetaEngine::FitsDepth(const Inode &moved, const Inode &into) const {
 }
 
 void MetaEngine::Readdir(const Caller &c, const rpc::ReaddirRequest &req, rpc::ReaddirReply *rep) {
-  RunOp(c, req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
-    Result<Inode *> dir = tree_.Resolve(req.ref(), c);
-    if (!dir.ok()) return dir.status();
-    if (!(*dir)->is_dir()) return Status::Error(ENOTDIR);
-    if (!MayAccess(**dir, c, kMayRead)) return Status::Error(EACCES);
-    FillAttr(**dir, rep->mutable_dir());
-    uint32_t max = req.max() ? std::min(req.max(), kReaddirMax) : kReaddirDefault;
-    auto it =
-        req.after().empty() ? (*dir)->children.begin() : (*dir)->children.upper_bound(req.after());
-    for (; it != (*dir)->children.end() && max > 0; ++it, --max) {
-      const Inode *child = tree_.Find(it->second);
-      if (!child) continue;
-      rpc::DirEntry *e = rep->add_entries();
-      e->set_name(std::string(it->first));
-      FillAttr(*child, e->mutable_attr());
-    }
-    rep->set_eof(it == (*dir)->children.end());
-    return Status::Ok();
-  });
+  RunOp(c, req, rep,
+        [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) REQUIRES(mu_) -> Status {
+          Result<Inode *> dir = tree_.Resolve(req.ref(), c);
+          if (!dir.ok()) return dir.status();
+          if (!(*dir)->is_dir()) return Status::Error(ENOTDIR);
+          if (!MayAccess(**dir, c, kMayRead)) return Status::Error(EACCES);
+          FillAttr(**dir, rep->mutable_dir());
+          uint32_t max = req.max() ? std::min(req.max(), kReaddirMax) : kReaddirDefault;
+          auto it = req.after().empty() ? (*dir)->children.begin()
+                                        : (*dir)->children.upper_bound(req.after());
+          for (; it != (*dir)->children.end() && max > 0; ++it, --max) {
+            const Inode *child = tree_.Find(it->second);
+            if (!child) continue;
+            rpc::DirEntry *e = rep->add_entries();
+            e->set_name(std::string(it->first));
+            FillAttr(*child, e->mutable_attr());
+          }
+          rep->set_eof(it == (*dir)->children.end());
+          return Status::Ok();
+        });
 }
 
 // Whether `c` may change what `req` asks of `inode` (its parent chunk aside).
@@ -235,7 +239,7 @@ Result<uint64_t> MetaEngine::NewParentChunk(const Caller &c, const rpc::SetAttrR
 }
 
 void MetaEngine::SetAttr(const Caller &c, const rpc::SetAttrRequest &req, rpc::AttrReply *rep) {
-  RunOp(c, req, rep, [&](Txn &txn, Session *) -> Status {
+  RunOp(c, req, rep, [&](Txn &txn, Session *) REQUIRES(mu_) -> Status {
     Result<Inode *> found = tree_.Resolve(req.ref(), c);
     if (!found.ok()) return found.status();
     Inode *inode = *found;
@@ -262,16 +266,17 @@ void MetaEngine::SetAttr(const Caller &c, const rpc::SetAttrRequest &req, rpc::A
 }
 
 void MetaEngine::Statfs(const Caller &c, const rpc::StatfsRequest &req, rpc::StatfsReply *rep) {
-  RunOp(c, req, rep, [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) -> Status {
-    rep->set_total(space_.capacity());
-    rep->set_free(space_.free_bytes());
-    rep->set_files(tree_.size());
-    rep->set_unit(space_.unit());
-    rep->set_reserved(reserved_bytes_);
-    rep->set_deferred(space_.retired_bytes());
-    for (const SpaceManager::Device &d : space_.devices()) FillDevice(d, rep->add_devices());
-    return Status::Ok();
-  });
+  RunOp(c, req, rep,
+        [&]([[maybe_unused]] Txn &txn, [[maybe_unused]] Session *session) REQUIRES(mu_) -> Status {
+          rep->set_total(space_.capacity());
+          rep->set_free(space_.free_bytes());
+          rep->set_files(tree_.size());
+          rep->set_unit(space_.unit());
+          rep->set_reserved(reserved_bytes_);
+          rep->set_deferred(space_.retired_bytes());
+          for (const SpaceManager::Device &d : space_.devices()) FillDevice(d, rep->add_devices());
+          return Status::Ok();
+        });
 }
 
 }  // namespace maru

@@ -22,7 +22,9 @@ class MetaEngine::Txn {
  public:
   explicit Txn(MetaEngine *engine) : engine_(engine) {}
   // A changed inode may change whether it may be evicted (pin, reservation).
+  // A Txn lives within one operation, under the engine's lock.
   void Dirty(const Inode *inode) {
+    engine_->mu_.AssertHeld();
     dirty_.insert(inode->ino);
     engine_->evictor_->Changed(*inode);
   }
@@ -31,6 +33,7 @@ class MetaEngine::Txn {
     batch.DeleteInode(ino);
   }
   Status Commit() {
+    engine_->mu_.AssertHeld();
     for (uint64_t ino : dirty_)
       if (const Inode *inode = engine_->tree_.Find(ino)) {
         batch.PutInode(ToRecord(*inode));
@@ -61,7 +64,7 @@ class MetaEngine::Txn {
 // first error.
 template <typename Req, typename Rep, typename Op>
 void MetaEngine::RunOp(const Caller &c, const Req &req, Rep *rep, Op &&op) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Result<Session *> found = LiveSession(c, req.header().session());
   if (!found.ok()) return rep->set_error(found.status().errnum());
   Session *session = *found;

@@ -36,7 +36,7 @@ uint64_t RandomSessionId() {
 void MetaEngine::OpenSession(const Caller &c, const rpc::OpenSessionRequest &req,
                              rpc::OpenSessionReply *rep) {
   if (int err = CheckSessionStrings(options_.limits, req)) return rep->set_error(err);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   uint64_t id = req.resume();
   if (int err = CheckInstanceName(req.instance())) return rep->set_error(err);
   Session *s = id ? sessions_.Find(id) : nullptr;
@@ -80,7 +80,7 @@ void MetaEngine::OpenSession(const Caller &c, const rpc::OpenSessionRequest &req
 
 void MetaEngine::Heartbeat(const Caller &c, const rpc::HeartbeatRequest &req,
                            rpc::HeartbeatReply *rep) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Result<Session *> found = LiveSession(c, req.header().session());
   if (!found.ok()) return rep->set_error(found.status().errnum());
   Session *s = *found;
@@ -94,7 +94,7 @@ void MetaEngine::Heartbeat(const Caller &c, const rpc::HeartbeatRequest &req,
 
 void MetaEngine::CloseSession(const Caller &c, const rpc::HeartbeatRequest &req,
                               rpc::ErrorReply *rep) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Result<Session *> found = LiveSession(c, req.header().session());
   if (!found.ok()) return rep->set_error(found.status().errnum());
   Txn txn(this);

@@ -108,7 +108,8 @@ void MetaEngine::DropPending(Txn &txn, Inode *inode, bool keep_inode_record) {
 
 Evictor::Scope MetaEngine::EvictionScope(Txn &txn) {
   NoteIndexReads();  // the order the evictor reads includes reads without messages
-  return Evictor::Scope{[this, &txn](Inode *inode) { RemoveFile(txn, inode); }, &txn.batch};
+  return Evictor::Scope{[this, &txn](Inode *inode) REQUIRES(mu_) { RemoveFile(txn, inode); },
+                        &txn.batch};
 }
 
 Result<ExtentList> MetaEngine::AllocateWithEviction(Txn &txn, uint64_t bytes, uint64_t spared) {

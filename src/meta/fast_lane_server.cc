@@ -48,14 +48,15 @@ void FastLaneServer::Start() {
 
 void FastLaneServer::Stop() {
   if (acceptor_) acceptor_->Stop();
+  std::vector<std::unique_ptr<Connection>> all;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (auto &c : connections_)
       if (c->fd >= 0) shutdown(c->fd, SHUT_RDWR);
+    all.swap(connections_);
   }
-  for (auto &c : connections_)
+  for (auto &c : all)
     if (c->thread.joinable()) c->thread.join();
-  connections_.clear();
 }
 
 void FastLaneServer::Accept(int fd) {
@@ -64,7 +65,7 @@ void FastLaneServer::Accept(int fd) {
     close(fd);
     return;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   // Reap the threads of connections that ended.
   for (auto it = connections_.begin(); it != connections_.end();) {
     if ((*it)->fd < 0) {
@@ -142,7 +143,7 @@ void FastLaneServer::Serve(Connection *conn) {
     }
     if (!WriteFrame(conn->fd, fastlane::kReplyOk, out).ok()) break;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   close(conn->fd);
   conn->fd = -1;
 }

@@ -20,7 +20,7 @@ constexpr uint64_t kCounterStep = 1 << 16;
 
 MetaEngine::MetaEngine(const EngineOptions &options)
     : options_(options), grant_key_(NewGrantKey()) {
-  space_.set_on_free([this](uint64_t gen) { quotas_.DropReads(gen); });
+  space_.set_on_free([this](uint64_t gen) REQUIRES(mu_) { quotas_.DropReads(gen); });
 }
 
 MetaEngine::~MetaEngine() = default;
@@ -36,6 +36,7 @@ Result<std::unique_ptr<MetaEngine>> MetaEngine::Open(const EngineOptions &option
                     &engine->tree_, &engine->space_);
   if (!evictor.ok()) return evictor.status();
   engine->evictor_ = std::move(*evictor);
+  MutexLock lock(&engine->mu_);  // nothing else runs yet; Load() is an operation like any
   MARU_RETURN_IF_ERROR(engine->Load());
   return engine;
 }
@@ -72,7 +73,7 @@ Result<Session *> MetaEngine::LiveSession(const Caller &c, uint64_t id) {
 }
 
 void MetaEngine::Tick() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Txn txn(this);
   const int64_t mono = MonotonicNs();
   for (uint64_t id : sessions_.Expired(mono, options_.session_timeout_ms * 1000000)) {
@@ -88,6 +89,7 @@ void MetaEngine::Tick() {
   if (now >= next_pin_expiry_ns_) {  // else no pin can have expired: no walk
     int64_t next = INT64_MAX;
     tree_.ForEach([&](const Inode &cinode) {
+      mu_.AssertHeld();  // called back within this operation
       if (!cinode.pinned || !cinode.pin_expiry_ns) return;
       if (cinode.pin_expiry_ns > now) {
         next = std::min(next, cinode.pin_expiry_ns);
