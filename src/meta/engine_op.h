@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "meta/meta_engine.h"
+#include "util/dcheck.h"
 #include "util/log.h"
 
 namespace maru {
@@ -25,15 +26,19 @@ class MetaEngine::Txn {
   // A Txn lives within one operation, under the engine's lock.
   void Dirty(const Inode *inode) {
     engine_->mu_.AssertHeld();
+    MARU_DCHECK(!committed_);  // a change after the commit would be lost
     dirty_.insert(inode->ino);
     engine_->evictor_->Changed(*inode);
   }
   void Deleted(uint64_t ino) {
+    MARU_DCHECK(!committed_);
     dirty_.erase(ino);
     batch.DeleteInode(ino);
   }
   Status Commit() {
     engine_->mu_.AssertHeld();
+    MARU_DCHECK(!committed_);  // one operation, one commit
+    committed_ = true;
     for (uint64_t ino : dirty_)
       if (const Inode *inode = engine_->tree_.Find(ino)) {
         batch.PutInode(ToRecord(*inode));
@@ -57,6 +62,7 @@ class MetaEngine::Txn {
  private:
   MetaEngine *engine_;
   std::set<uint64_t> dirty_;
+  bool committed_ = false;
 };
 
 // Runs `op` under the lock for a live session of the caller (EPERM for
