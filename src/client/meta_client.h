@@ -120,7 +120,7 @@ class MetaClient {
   void set_on_resume(std::function<void()> f) { on_resume_ = std::move(f); }
 
  private:
-  using Tracked = LeaseRecords::Record;
+  using Tracked = HeldLeases::Record;
 
   MetaClient(std::string address, ClientOptions options);
   int OpenSession(bool resume);
@@ -175,10 +175,10 @@ class MetaClient {
   // shard), so that threads opening and releasing through the index at once
   // do not queue on one lock. Lock order: shards (in index order), then
   // lease_mu_.
-  static constexpr uint64_t kLeaseShards = uint64_t{1} << LeaseRecords::kTagBits;
+  static constexpr uint64_t kLeaseShards = uint64_t{1} << HeldLeases::kTagBits;
   struct alignas(64) LeaseShard {
     std::mutex mu;
-    LeaseRecords tracked;  // handles tagged with this shard's index
+    HeldLeases tracked;  // handles tagged with this shard's index
   };
   LeaseShard &ShardOf(uint64_t handle) { return lease_shards_[handle % kLeaseShards]; }
   // A new handle in `shard` (this thread's, its lock held), tracked; 0 when
