@@ -5,7 +5,6 @@
 // a create of no bytes and seals it at once.
 #include "meta/engine_op.h"
 #include "meta/meta_engine.h"
-#include "meta/pool_scrub.h"
 
 namespace maru {
 
@@ -15,16 +14,8 @@ void MetaEngine::Alloc(const Caller &c, const rpc::AllocRequest &req, rpc::Chunk
     if (int err = CheckAllocation(options_.limits, *session))
       return Status::Error(err, "too many allocations in this session");
     MARU_RETURN_IF_ERROR(quotas_.MayReserve(*tree_.root(), c.uid, req.size()));
-    Result<ExtentList> got = AllocateWithEviction(txn, req.size(), 0);
+    Result<ExtentList> got = AllocateForWriter(txn, c, req.size(), 0, req.contiguous());
     if (!got.ok()) return got.status();
-    if (req.contiguous() && got->size() > 1) {
-      space_.FreeNow(*got);
-      return Status::Error(ENOSPC, "no free run holds it in one extent");
-    }
-    if (Status s = ScrubForWriter(space_, c, *got); !s.ok()) {
-      space_.FreeNow(*got);
-      return s;
-    }
     Version v;
     v.gen = NextGen(txn);
     v.size = req.size();

@@ -140,16 +140,9 @@ MetaEngine::TxnOp MetaEngine::CreateOp(const Caller &c, const rpc::CreateRequest
     ExtentList extents;
     if (req.size() > 0) {
       // The file being rewritten must not be evicted to make room for itself.
-      Result<ExtentList> got = AllocateWithEviction(txn, req.size(), inode ? inode->ino : 0);
+      Result<ExtentList> got =
+          AllocateForWriter(txn, c, req.size(), inode ? inode->ino : 0, req.contiguous());
       if (!got.ok()) return got.status();
-      if (req.contiguous() && got->size() > 1) {
-        space_.FreeNow(*got);
-        return Status::Error(ENOSPC, "no free run holds it in one extent");
-      }
-      if (Status s = ScrubForWriter(space_, c, *got); !s.ok()) {
-        space_.FreeNow(*got);
-        return s;
-      }
       extents = std::move(*got);
     }
     // Eviction may have taken the parent directory's other entries, never

@@ -5,6 +5,7 @@
 // is what retires the space behind it.
 #include "meta/engine_op.h"
 #include "meta/meta_engine.h"
+#include "meta/pool_scrub.h"
 #include "util/clock.h"
 
 namespace maru {
@@ -110,6 +111,21 @@ Evictor::Scope MetaEngine::EvictionScope(Txn &txn) {
   NoteIndexReads();  // the order the evictor reads includes reads without messages
   return Evictor::Scope{[this, &txn](Inode *inode) REQUIRES(mu_) { RemoveFile(txn, inode); },
                         &txn.batch};
+}
+
+Result<ExtentList> MetaEngine::AllocateForWriter(Txn &txn, const Caller &c, uint64_t bytes,
+                                                 uint64_t spared, bool contiguous) {
+  Result<ExtentList> got = AllocateWithEviction(txn, bytes, spared);
+  if (!got.ok()) return got.status();
+  if (contiguous && got->size() > 1) {
+    space_.FreeNow(*got);
+    return Status::Error(ENOSPC, "no free run holds it in one extent");
+  }
+  if (Status s = ScrubForWriter(space_, c, *got); !s.ok()) {
+    space_.FreeNow(*got);
+    return s;
+  }
+  return got;
 }
 
 Result<ExtentList> MetaEngine::AllocateWithEviction(Txn &txn, uint64_t bytes, uint64_t spared) {

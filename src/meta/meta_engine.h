@@ -277,6 +277,11 @@ class MetaEngine {
   // Space for `bytes`, evicting if the pool is full; `spared` (0: none) is
   // the chunk being rewritten, which must not be evicted to make room.
   Result<ExtentList> AllocateWithEviction(Txn &txn, uint64_t bytes, uint64_t spared) REQUIRES(mu_);
+  // AllocateWithEviction for a writer's reservation: in one extent if
+  // `contiguous` (ENOSPC otherwise), its stale bytes scrubbed for `c`
+  // (pool_scrub.h). Holds nothing on failure.
+  Result<ExtentList> AllocateForWriter(Txn &txn, const Caller &c, uint64_t bytes, uint64_t spared,
+                                       bool contiguous) REQUIRES(mu_);
   // What eviction may do within `txn`: remove chunks, record freed space.
   Evictor::Scope EvictionScope(Txn &txn) REQUIRES(mu_);
   void RemoveFile(Txn &txn, Inode *inode) REQUIRES(mu_);
