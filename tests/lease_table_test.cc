@@ -1,12 +1,12 @@
 // LeaseTable: granting, taking back only by the holder, ids that never repeat
-// or wrap, and taking a whole session's leases. LeaseRecords (a client's
+// or wrap, and taking a whole session's leases. HeldLeases (a client's
 // tracked leases): handles never 0, stale ones find nothing, records stay put.
 #include <gtest/gtest.h>
 
 #include <set>
 #include <vector>
 
-#include "client/lease_records.h"
+#include "client/held_leases.h"
 #include "meta/lease_table.h"
 
 namespace maru {
@@ -111,10 +111,10 @@ TEST(LeaseTable, ExpiringASessionTakesItsRecordedIdsAndNoOthers) {
   for (uint64_t id : recorded) EXPECT_EQ(t.Find(id), nullptr);
 }
 
-TEST(LeaseRecords, StaleHandlesFindNothingAndRecordsStayPut) {
-  LeaseRecords t;
+TEST(HeldLeases, StaleHandlesFindNothingAndRecordsStayPut) {
+  HeldLeases t;
   uint64_t first = 0;
-  LeaseRecords::Record *r = t.Add(5, &first);
+  HeldLeases::Record *r = t.Add(5, &first);
   ASSERT_NE(r, nullptr);
   EXPECT_NE(first, 0u);
   EXPECT_EQ(first & 7, 5u);  // the tag in the low bits
@@ -125,16 +125,16 @@ TEST(LeaseRecords, StaleHandlesFindNothingAndRecordsStayPut) {
   EXPECT_EQ(t.Find(0), nullptr);  // a free record holds 0: no handle finds it
   // The record is reused under a new handle; the old one still finds nothing.
   uint64_t second = 0;
-  LeaseRecords::Record *again = t.Add(5, &second);
+  HeldLeases::Record *again = t.Add(5, &second);
   EXPECT_EQ(again, r);
   EXPECT_NE(second, first);
   EXPECT_EQ(t.Find(first), nullptr);
   EXPECT_EQ(t.Find(second), again);
   // Many more: the table grows by blocks, and no record moves.
-  std::vector<std::pair<uint64_t, LeaseRecords::Record *>> held{{second, again}};
+  std::vector<std::pair<uint64_t, HeldLeases::Record *>> held{{second, again}};
   for (int i = 0; i < 2000; ++i) {
     uint64_t h = 0;
-    LeaseRecords::Record *x = t.Add(static_cast<uint64_t>(i % 8), &h);
+    HeldLeases::Record *x = t.Add(static_cast<uint64_t>(i % 8), &h);
     ASSERT_NE(x, nullptr);
     x->ino = static_cast<uint64_t>(i);
     held.push_back({h, x});
@@ -148,7 +148,7 @@ TEST(LeaseRecords, StaleHandlesFindNothingAndRecordsStayPut) {
   // Every other one erased: ForEach visits exactly the rest.
   for (size_t i = 0; i < held.size(); i += 2) t.Erase(held[i].second);
   size_t seen = 0;
-  t.ForEach([&](const LeaseRecords::Record &x) {
+  t.ForEach([&](const HeldLeases::Record &x) {
     ++seen;
     EXPECT_NE(t.Find(x.handle), nullptr);
   });

@@ -9,7 +9,7 @@ namespace maru {
 Result<DaxGeometry> ProbeDaxDevice(const std::string &path) {
   std::string name = path.substr(path.rfind('/') + 1);
   daxctl_ctx *ctx = nullptr;
-  if (int rc = daxctl_new(&ctx); rc < 0) return Status::Error(-rc, "libdaxctl init failed");
+  if (int rc = daxctl_new(&ctx); rc < 0) return FromReturnCode(rc, "libdaxctl init failed");
   Result<DaxGeometry> result =
       Status::Error(ENODEV, path + " is not a devdax device known to libdaxctl");
   daxctl_region *region;

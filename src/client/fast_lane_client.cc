@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "fast_lane.h"
+#include "proto/fast_lane.h"
 #include "util/frame.h"
 
 namespace maru {
@@ -22,7 +22,7 @@ FastLaneClient::~FastLaneClient() {
 
 int FastLaneClient::Checkout() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!idle_.empty()) {
       int fd = idle_.back();
       idle_.pop_back();
@@ -47,7 +47,7 @@ int FastLaneClient::Checkout() {
 }
 
 void FastLaneClient::Checkin(int fd) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   idle_.push_back(fd);
 }
 

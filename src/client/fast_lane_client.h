@@ -4,9 +4,10 @@
 
 #include <google/protobuf/message_lite.h>
 
-#include <mutex>
 #include <string>
 #include <vector>
+
+#include "util/mutex.h"
 
 namespace maru {
 
@@ -24,13 +25,13 @@ class FastLaneClient {
            google::protobuf::MessageLite *rep);
 
  private:
-  int Checkout();
-  void Checkin(int fd);
+  int Checkout() EXCLUDES(mu_);
+  void Checkin(int fd) EXCLUDES(mu_);
 
   const std::string path_;
   const int64_t timeout_ms_;
-  std::mutex mu_;
-  std::vector<int> idle_;
+  Mutex mu_;
+  std::vector<int> idle_ GUARDED_BY(mu_);  // connected, not in a call
 };
 
 }  // namespace maru

@@ -17,8 +17,8 @@
 #include <string_view>
 #include <vector>
 
-#include "index_layout.h"
-#include "maru.pb.h"
+#include "proto/index_layout.h"
+#include "proto/maru.pb.h"
 
 namespace maru {
 

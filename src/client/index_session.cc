@@ -14,7 +14,7 @@ IndexReader *IndexSession::Current() {
   // reply names the new one only after a resume; look once per resume.
   const uint64_t epoch = client_->resume_epoch();
   if (seen_epoch_.load() == epoch) return nullptr;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (seen_epoch_.load() == epoch) return current_.load();
   const rpc::OpenSessionReply info = client_->session_info();
   seen_epoch_.store(epoch);

@@ -9,13 +9,13 @@
 
 #include <atomic>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "client/index_reader.h"
 #include "client/meta_client.h"
+#include "util/mutex.h"
 
 namespace maru {
 
@@ -31,8 +31,8 @@ class IndexSession {
   const bool enabled_;
   std::atomic<IndexReader *> current_{nullptr};
   std::atomic<uint64_t> seen_epoch_{UINT64_MAX};
-  std::mutex mu_;
-  std::vector<std::unique_ptr<IndexReader>> readers_;
+  Mutex mu_;  // one attach at a time
+  std::vector<std::unique_ptr<IndexReader>> readers_ GUARDED_BY(mu_);
 };
 
 // The canonical form ("/a/b", as the server names it) of a path that

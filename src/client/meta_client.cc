@@ -8,8 +8,8 @@
 #include <unordered_map>
 
 #include "client/tcp_auth.h"
-#include "fast_lane.h"
 #include "proto/conversions.h"
+#include "proto/fast_lane.h"
 #include "util/address.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -109,7 +109,7 @@ Result<std::unique_ptr<MetaClient>> MetaClient::Connect(const std::string &addre
     LOG_ERROR("%s", why.c_str());
     return Status::Error(EACCES, why);
   }
-  if (rc < 0) return Status::Error(-rc, "cannot open a session with " + addr->ToString());
+  if (rc < 0) return FromReturnCode(rc, "cannot open a session with " + addr->ToString());
   if (options.heartbeat) client->background_ = std::thread([c = client.get()] { c->Background(); });
   return client;
 }

@@ -22,9 +22,9 @@
 #include <vector>
 
 #include "client/fast_lane_client.h"
-#include "client/lease_records.h"
-#include "fast_lane.h"
-#include "maru.grpc.pb.h"
+#include "client/held_leases.h"
+#include "proto/fast_lane.h"
+#include "proto/maru.grpc.pb.h"
 #include "util/clock.h"
 #include "util/status.h"
 
@@ -120,7 +120,7 @@ class MetaClient {
   void set_on_resume(std::function<void()> f) { on_resume_ = std::move(f); }
 
  private:
-  using Tracked = LeaseRecords::Record;
+  using Tracked = HeldLeases::Record;
 
   MetaClient(std::string address, ClientOptions options);
   int OpenSession(bool resume);
@@ -175,10 +175,10 @@ class MetaClient {
   // shard), so that threads opening and releasing through the index at once
   // do not queue on one lock. Lock order: shards (in index order), then
   // lease_mu_.
-  static constexpr uint64_t kLeaseShards = uint64_t{1} << LeaseRecords::kTagBits;
+  static constexpr uint64_t kLeaseShards = uint64_t{1} << HeldLeases::kTagBits;
   struct alignas(64) LeaseShard {
     std::mutex mu;
-    LeaseRecords tracked;  // handles tagged with this shard's index
+    HeldLeases tracked;  // handles tagged with this shard's index
   };
   LeaseShard &ShardOf(uint64_t handle) { return lease_shards_[handle % kLeaseShards]; }
   // A new handle in `shard` (this thread's, its lock held), tracked; 0 when
@@ -199,7 +199,7 @@ class MetaClient {
   // CallFast() of each fast-lane operation (src/proto/fast_lane_ops.inc):
   // LookupPrefix(req, &rep), Open(req, &rep), ...
 #define MARU_FAST_OP(Code, Name, Req, Rep) int Name(rpc::Req &req, rpc::Rep *rep);
-#include "fast_lane_ops.inc"
+#include "proto/fast_lane_ops.inc"
 #undef MARU_FAST_OP
 };
 
@@ -240,7 +240,7 @@ int MetaClient::CallFast(uint8_t op, Method<Req, Rep> method, Req &req, Rep *rep
   inline int MetaClient::Name(rpc::Req &req, rpc::Rep *rep) {  \
     return CallFast(fastlane::k##Name, &Stub::Name, req, rep); \
   }
-#include "fast_lane_ops.inc"
+#include "proto/fast_lane_ops.inc"
 #undef MARU_FAST_OP
 
 template <typename Req, typename Rep>

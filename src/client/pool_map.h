@@ -10,8 +10,8 @@
 
 #include "alloc/extent.h"
 #include "alloc/pool_device.h"
-#include "maru.pb.h"
 #include "proto/conversions.h"  // FromWire(extents): what Address() takes
+#include "proto/maru.pb.h"
 #include "util/status.h"
 
 namespace maru {

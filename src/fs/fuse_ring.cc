@@ -412,7 +412,7 @@ Result<std::unique_ptr<FuseRing>> FuseRing::Start(fuse_session *se, unsigned per
                                                   FuseWorkers *workers, CpuWakeLatency *wake) {
   const fuse_custom_io io = {RingWritev, RingRead, nullptr, nullptr};
   if (int rc = fuse_session_custom_io(se, &io, fuse_session_fd(se)); rc < 0)
-    return Status::Error(-rc, "cannot take over the session's I/O");
+    return FromReturnCode(rc, "cannot take over the session's I/O");
   std::unique_ptr<FuseRing> r(new FuseRing());
   // The kernel has a queue per possible CPU and uses the ring once each has
   // an entry.
@@ -424,7 +424,7 @@ Result<std::unique_ptr<FuseRing>> FuseRing::Start(fuse_session *se, unsigned per
       queue->workers = workers;
       queue->wake = wake;
       queue->qid = q;
-      if (int rc = queue->Init(); rc < 0) return Status::Error(-rc, "cannot set up an io_uring");
+      if (int rc = queue->Init(); rc < 0) return FromReturnCode(rc, "cannot set up an io_uring");
       r->queues_.push_back(std::move(queue));
     }
   }

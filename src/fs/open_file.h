@@ -41,7 +41,7 @@
 #include "alloc/extent_map.h"
 #include "client/meta_client.h"
 #include "client/pool_map.h"
-#include "maru.pb.h"
+#include "proto/maru.pb.h"
 #include "util/checksum.h"
 
 namespace maru {

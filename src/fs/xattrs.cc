@@ -4,7 +4,7 @@
 #include <cinttypes>
 #include <cstdio>
 
-#include "conversions.h"
+#include "proto/conversions.h"
 #include "util/checksum.h"
 
 namespace maru {

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "client/meta_client.h"
-#include "maru.pb.h"
+#include "proto/maru.pb.h"
 
 namespace maru {
 

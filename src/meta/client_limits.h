@@ -11,7 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "maru.pb.h"
+#include "proto/maru.pb.h"
 
 namespace maru {
 

@@ -18,7 +18,7 @@ ConnectionGate::ConnectionGate(uint64_t descriptors, Limits limits) : limits_(li
 }
 
 bool ConnectionGate::AdmitTcp(int listener, const std::string &peer) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   uint32_t &on_listener = per_listener_[listener];
   uint32_t &from_peer = per_peer_[peer];
   const bool room = tcp_ < tcp_max_ &&
@@ -35,7 +35,7 @@ bool ConnectionGate::AdmitTcp(int listener, const std::string &peer) {
 }
 
 void ConnectionGate::LeaveTcp(int listener, const std::string &peer) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   --tcp_;
   --per_listener_[listener];
   if (auto it = per_peer_.find(peer); it != per_peer_.end() && --it->second == 0)
@@ -45,7 +45,7 @@ void ConnectionGate::LeaveTcp(int listener, const std::string &peer) {
 bool ConnectionGate::AdmitUnix(int fd) {
   struct stat st;
   if (fstat(fd, &st) != 0) return false;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   unix_.erase(fd);  // the number was another socket's, which gRPC closed
   if (unix_.size() >= unix_max_) Reap();
   if (unix_.size() >= unix_max_) return false;

@@ -20,9 +20,10 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <string>
 #include <unordered_map>
+
+#include "util/mutex.h"
 
 namespace maru {
 
@@ -58,21 +59,21 @@ class ConnectionGate {
   // Forgets the handed Unix sockets gRPC has closed (their descriptor now
   // names another file, or none): at most every 50 ms, as it costs a
   // system call each.
-  void Reap();
+  void Reap() REQUIRES(mu_);
 
   const Limits limits_;
   uint64_t reserve_ = 0;
   uint32_t tcp_max_ = 0, unix_max_ = 0, fast_lane_ = 0;
-  std::mutex mu_;
-  uint32_t tcp_ = 0;
-  std::unordered_map<int, uint32_t> per_listener_;
-  std::unordered_map<std::string, uint32_t> per_peer_;
+  Mutex mu_;
+  uint32_t tcp_ GUARDED_BY(mu_) = 0;
+  std::unordered_map<int, uint32_t> per_listener_ GUARDED_BY(mu_);
+  std::unordered_map<std::string, uint32_t> per_peer_ GUARDED_BY(mu_);
   struct Socket {
     dev_t dev;
     ino_t ino;
   };
-  std::unordered_map<int, Socket> unix_;  // handed descriptor -> what it was
-  int64_t last_reap_ns_ = 0;
+  std::unordered_map<int, Socket> unix_ GUARDED_BY(mu_);  // handed descriptor -> what it was
+  int64_t last_reap_ns_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace maru

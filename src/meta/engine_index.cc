@@ -71,6 +71,7 @@ int MetaEngine::CheckLeaseCount(const Session &s) const {
 void MetaEngine::NoteIndexReads() {
   if (!index_) return;
   index_->DrainReads([this](uint64_t ino, uint64_t gen) {
+    mu_.AssertHeld();  // called back within this operation
     Inode *inode = tree_.Find(ino);
     if (!inode || !inode->current || inode->current->gen != gen) return;
     // What OpenForRead does for an open by message.

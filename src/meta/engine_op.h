@@ -1,5 +1,5 @@
 // One engine operation, for the files that define MetaEngine's operations
-// (meta_engine.cc, recovery.cc, admin_ops.cc); not for the engine's users.
+// (meta_engine.cc and the engine_*.cc files); not for the engine's users.
 //
 // An operation runs under the engine's lock and collects its changes in a
 // Txn, written to the database in one batch at the end. RunOp wraps the
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "meta/meta_engine.h"
+#include "util/dcheck.h"
 #include "util/log.h"
 
 namespace maru {
@@ -22,15 +23,22 @@ class MetaEngine::Txn {
  public:
   explicit Txn(MetaEngine *engine) : engine_(engine) {}
   // A changed inode may change whether it may be evicted (pin, reservation).
+  // A Txn lives within one operation, under the engine's lock.
   void Dirty(const Inode *inode) {
+    engine_->mu_.AssertHeld();
+    MARU_DCHECK(!committed_);  // a change after the commit would be lost
     dirty_.insert(inode->ino);
     engine_->evictor_->Changed(*inode);
   }
   void Deleted(uint64_t ino) {
+    MARU_DCHECK(!committed_);
     dirty_.erase(ino);
     batch.DeleteInode(ino);
   }
   Status Commit() {
+    engine_->mu_.AssertHeld();
+    MARU_DCHECK(!committed_);  // one operation, one commit
+    committed_ = true;
     for (uint64_t ino : dirty_)
       if (const Inode *inode = engine_->tree_.Find(ino)) {
         batch.PutInode(ToRecord(*inode));
@@ -54,6 +62,7 @@ class MetaEngine::Txn {
  private:
   MetaEngine *engine_;
   std::set<uint64_t> dirty_;
+  bool committed_ = false;
 };
 
 // Runs `op` under the lock for a live session of the caller (EPERM for
@@ -61,7 +70,7 @@ class MetaEngine::Txn {
 // first error.
 template <typename Req, typename Rep, typename Op>
 void MetaEngine::RunOp(const Caller &c, const Req &req, Rep *rep, Op &&op) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Result<Session *> found = LiveSession(c, req.header().session());
   if (!found.ok()) return rep->set_error(found.status().errnum());
   Session *session = *found;

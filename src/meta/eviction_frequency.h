@@ -35,7 +35,7 @@
 // front to back, a tick apart), so a prefix is not evicted from under the
 // chains extending it.
 //
-// `hint` is the client's retention hint (maru_hint(), hint_ops.cc), a
+// `hint` is the client's retention hint (maru_hint(), engine_hints.cc), a
 // bounded move that never takes a chunk out of the order:
 //   keep: + kKeepWeight x held (the engine expects a reader: its
 //         conversation is still open), kept across reads until the next hint;
@@ -43,7 +43,7 @@
 //         the next read (someone still reads it), and refused by a chunk
 //         that a live chain extends: one being written, or read and not
 //         dropped, or more than kDropFanout chains. A conversation's chain,
-//         hinted tail first (hint_ops.cc), is dropped up to where it
+//         hinted tail first (engine_hints.cc), is dropped up to where it
 //         branches off a shared prefix (a system prompt), which keeps its
 //         place: one conversation's end says nothing of the others'.
 //         Branches never read (a turn's tail the next turn re-rendered) do

@@ -29,12 +29,12 @@
 #include <unordered_set>
 #include <vector>
 
-#include "maru.pb.h"
 #include "meta/chunk_chains.h"
 #include "meta/eviction_policy.h"
 #include "meta/meta_db.h"
 #include "meta/namespace_tree.h"
 #include "meta/space_manager.h"
+#include "proto/maru.pb.h"
 
 namespace maru {
 

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <system_error>
 
-#include "fast_lane.h"
+#include "proto/fast_lane.h"
 #include "util/clock.h"
 #include "util/frame.h"
 #include "util/log.h"
@@ -26,7 +26,7 @@ FastLaneServer::FastLaneServer(std::string path, MetaEngine *engine, IdentityPol
   // Counted with the same operations over gRPC.
 #define MARU_FAST_OP(Code, Name, Req, Rep) \
   slots_[fastlane::k##Name] = engine_->op_stats().Register(#Name);
-#include "fast_lane_ops.inc"
+#include "proto/fast_lane_ops.inc"
 #undef MARU_FAST_OP
 }
 
@@ -48,14 +48,15 @@ void FastLaneServer::Start() {
 
 void FastLaneServer::Stop() {
   if (acceptor_) acceptor_->Stop();
+  std::vector<std::unique_ptr<Connection>> all;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (auto &c : connections_)
       if (c->fd >= 0) shutdown(c->fd, SHUT_RDWR);
+    all.swap(connections_);
   }
-  for (auto &c : connections_)
+  for (auto &c : all)
     if (c->thread.joinable()) c->thread.join();
-  connections_.clear();
 }
 
 void FastLaneServer::Accept(int fd) {
@@ -64,7 +65,7 @@ void FastLaneServer::Accept(int fd) {
     close(fd);
     return;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   // Reap the threads of connections that ended.
   for (auto it = connections_.begin(); it != connections_.end();) {
     if ((*it)->fd < 0) {
@@ -120,7 +121,7 @@ bool FastLaneServer::Dispatch(const Peer &peer, uint8_t op, const std::string &i
   case fastlane::k##Name:                                                          \
     parsed = RunOne<rpc::Req, rpc::Rep>(&MetaEngine::Name, peer, in, out, &error); \
     break;
-#include "fast_lane_ops.inc"
+#include "proto/fast_lane_ops.inc"
 #undef MARU_FAST_OP
     default:
       return false;
@@ -142,7 +143,7 @@ void FastLaneServer::Serve(Connection *conn) {
     }
     if (!WriteFrame(conn->fd, fastlane::kReplyOk, out).ok()) break;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   close(conn->fd);
   conn->fd = -1;
 }

@@ -5,16 +5,16 @@
 #pragma once
 
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "fast_lane.h"
 #include "meta/acceptor.h"
 #include "meta/identity.h"
 #include "meta/meta_engine.h"
+#include "proto/fast_lane.h"
 #include "util/cpu_wake_latency.h"
+#include "util/mutex.h"
 
 namespace maru {
 
@@ -64,8 +64,8 @@ class FastLaneServer {
   CpuWakeLatency *wake_;
   int slots_[fastlane::kOpLimit] = {};  // op -> OpStats slot
   std::unique_ptr<Acceptor> acceptor_;
-  std::mutex mu_;
-  std::vector<std::unique_ptr<Connection>> connections_;
+  Mutex mu_;
+  std::vector<std::unique_ptr<Connection>> connections_ GUARDED_BY(mu_);
 };
 
 }  // namespace maru

@@ -111,14 +111,14 @@ Caller ResolveCaller(const Peer &peer, const rpc::Header &header, const Identity
 }
 
 void PeerRegistry::Set(int fd, const PeerCredentials &creds) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   by_fd_[fd] = creds;
 }
 
 Peer PeerRegistry::Identify(const std::string &grpc_peer) const {
   if (grpc_peer.rfind("fd:", 0) != 0) return Peer::Tcp();
   int fd = atoi(grpc_peer.c_str() + 3);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = by_fd_.find(fd);
   if (it == by_fd_.end()) return Peer::UnknownUnix();
   return Peer::Unix(it->second);

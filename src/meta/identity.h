@@ -29,13 +29,13 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
-#include "maru.pb.h"
+#include "proto/maru.pb.h"
+#include "util/mutex.h"
 #include "util/status.h"
 
 namespace maru {
@@ -152,8 +152,8 @@ class PeerRegistry {
                         const IdentityPolicy &policy) const;
 
  private:
-  mutable std::mutex mu_;
-  std::unordered_map<int, PeerCredentials> by_fd_;
+  mutable Mutex mu_;
+  std::unordered_map<int, PeerCredentials> by_fd_ GUARDED_BY(mu_);
 };
 
 }  // namespace maru

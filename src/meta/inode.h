@@ -12,8 +12,8 @@
 
 #include "absl/container/btree_map.h"
 #include "alloc/extent.h"
-#include "maru.pb.h"
 #include "meta/inode_slab.h"
+#include "proto/maru.pb.h"
 
 namespace maru {
 

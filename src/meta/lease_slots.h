@@ -13,7 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "index_layout.h"
+#include "proto/index_layout.h"
 
 namespace maru {
 

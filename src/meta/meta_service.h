@@ -6,9 +6,9 @@
 #include <google/protobuf/arena.h>
 #include <grpcpp/support/message_allocator.h>
 
-#include "maru.grpc.pb.h"
 #include "meta/identity.h"
 #include "meta/meta_engine.h"
+#include "proto/maru.grpc.pb.h"
 
 namespace maru {
 

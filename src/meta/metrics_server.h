@@ -6,8 +6,8 @@
 #include <string>
 #include <thread>
 
-#include "maru.pb.h"
 #include "meta/acceptor.h"
+#include "proto/maru.pb.h"
 #include "util/status.h"
 
 namespace maru {

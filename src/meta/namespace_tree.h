@@ -9,10 +9,10 @@
 #include <string>
 #include <unordered_map>
 
-#include "maru.pb.h"
 #include "meta/access.h"
 #include "meta/inode.h"
 #include "meta/inode_table.h"
+#include "proto/maru.pb.h"
 #include "util/status.h"
 
 namespace maru {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "maru.pb.h"
+#include "proto/maru.pb.h"
 
 namespace maru {
 

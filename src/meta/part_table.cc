@@ -33,14 +33,14 @@ std::shared_ptr<PartTable::Entry> PartTable::Find(uint64_t gen) const {
 }
 
 void PartTable::Published(uint64_t gen) {
-  if (auto it = entries_.find(gen); it != entries_.end()) it->second->changed.notify_all();
+  if (auto it = entries_.find(gen); it != entries_.end()) it->second->changed.SignalAll();
 }
 
 void PartTable::Ended(uint64_t gen, State state) {
   auto it = entries_.find(gen);
   if (it == entries_.end() || it->second->state != State::kWriting) return;
   it->second->state = state;
-  it->second->changed.notify_all();
+  it->second->changed.SignalAll();
 }
 
 int PartTable::AddWaiter(uint64_t session, uint32_t uid) {

@@ -1,4 +1,4 @@
-// Layer-wise chunks (issue #14): readers of a chunk still being written in
+// Layer-wise chunks: readers of a chunk still being written in
 // parts, and their waits for the next part.
 //
 // How many parts a reservation has and how many its writer published live
@@ -12,10 +12,11 @@
 // Everything here runs under the engine's lock; waits sleep on it.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <unordered_map>
+
+#include "util/mutex.h"
 
 namespace maru {
 
@@ -25,7 +26,7 @@ class PartTable {
   struct Entry {
     State state = State::kWriting;
     uint32_t leases = 0;  // partial-read leases on the generation
-    std::condition_variable changed;
+    CondVar changed;      // waits with the engine's Mutex
   };
 
   static constexpr uint32_t kMaxParts = 4096;

@@ -31,8 +31,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "maru.pb.h"
 #include "meta/namespace_tree.h"
+#include "proto/maru.pb.h"
 #include "schema.pb.h"
 #include "util/status.h"
 

@@ -14,7 +14,6 @@
 #include <memory>
 #include <thread>
 
-#include "fast_lane.h"
 #include "meta/acceptor.h"
 #include "meta/connection_gate.h"
 #include "meta/fast_lane_server.h"
@@ -24,6 +23,7 @@
 #include "meta/metrics_server.h"
 #include "meta/tcp_credentials.h"
 #include "meta/tcp_relay.h"
+#include "proto/fast_lane.h"
 #include "util/address.h"
 #include "util/flags.h"
 #include "util/log.h"

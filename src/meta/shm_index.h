@@ -22,10 +22,10 @@
 #include <unordered_set>
 #include <vector>
 
-#include "index_layout.h"
 #include "meta/identity.h"
 #include "meta/lease_slots.h"
 #include "meta/namespace_tree.h"
+#include "proto/index_layout.h"
 #include "util/flat_map.h"
 #include "util/status.h"
 

@@ -2,6 +2,7 @@
 
 #include "meta/records.h"
 #include "util/clock.h"
+#include "util/dcheck.h"
 #include "util/log.h"
 
 namespace maru {
@@ -71,6 +72,7 @@ uint32_t SpaceManager::refs(uint64_t gen) const {
 uint64_t SpaceManager::Unref(uint64_t gen, MetaDb::Batch *batch) {
   auto it = refs_.find(gen);
   if (it == refs_.end()) return 0;
+  MARU_DCHECK(it->second > 0);  // a count that reaches 0 is erased
   if (--it->second > 0) return 0;
   refs_.erase(it);
   auto retired = retired_.find(gen);
@@ -87,6 +89,8 @@ uint64_t SpaceManager::Retire(uint64_t gen, const ExtentList &extents, MetaDb::B
     FreeNow(extents);
     return TotalLength(extents);
   }
+  // A version's extents have one owner: retired once, by the one version.
+  MARU_DCHECK(retired_.count(gen) == 0);
   retired_[gen] = extents;
   retired_bytes_ += TotalLength(extents);
   if (ino) retired_ino_[gen] = ino;
@@ -98,6 +102,7 @@ ExtentList SpaceManager::TakeRetired(uint64_t gen, MetaDb::Batch *batch) {
   auto it = retired_.find(gen);
   if (it == retired_.end()) return {};
   ExtentList extents = std::move(it->second);
+  MARU_DCHECK(retired_bytes_ >= TotalLength(extents));
   retired_bytes_ -= TotalLength(extents);
   retired_.erase(it);
   retired_ino_.erase(gen);
@@ -121,6 +126,7 @@ uint64_t SpaceManager::FreeRetired(std::map<uint64_t, ExtentList>::iterator it,
   uint64_t bytes = TotalLength(it->second);
   if (on_free_) on_free_(it->first);
   FreeNow(it->second);
+  MARU_DCHECK(retired_bytes_ >= bytes);
   retired_bytes_ -= bytes;
   batch->DeleteRetired(it->first);
   retired_ino_.erase(it->first);

@@ -121,7 +121,7 @@ void TcpRelay::Stop() {
   acceptor_->Stop();
   std::vector<std::unique_ptr<Connection>> all;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (auto &c : connections_)
       if (!c->done) {
         shutdown(c->fd, SHUT_RDWR);
@@ -147,7 +147,7 @@ void TcpRelay::Accept(int fd) {
     close(fd);
     // Said at most once a second: a flood must not flood the log too.
     const int64_t now = MonotonicNs();
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (now - last_refusal_log_ns_ > 1'000'000'000) {
       last_refusal_log_ns_ = now;
       LOG_WARN(
@@ -160,7 +160,7 @@ void TcpRelay::Accept(int fd) {
   const int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Reap();
   auto c = std::make_unique<Connection>();
   c->fd = fd;
@@ -180,7 +180,7 @@ void TcpRelay::Accept(int fd) {
 void TcpRelay::Serve(Connection *c) {
   const int up = ConnectUnix(target_);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     c->up = up;
   }
   if (up >= 0) {
@@ -189,7 +189,7 @@ void TcpRelay::Serve(Connection *c) {
     Pump(c->fd, up, kIdleSeconds);
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);  // Stop() shuts down what is not done
+    MutexLock lock(&mu_);  // Stop() shuts down what is not done
     close(c->fd);
     if (up >= 0) close(up);
     c->done = true;

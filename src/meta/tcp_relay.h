@@ -16,13 +16,13 @@
 
 #include <atomic>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "meta/acceptor.h"
 #include "meta/connection_gate.h"
+#include "util/mutex.h"
 #include "util/status.h"
 
 namespace maru {
@@ -54,16 +54,16 @@ class TcpRelay {
   };
   void Accept(int fd);
   void Serve(Connection *c);
-  // Joins the threads of connections that ended (under mu_).
-  void Reap();
+  // Joins the threads of connections that ended.
+  void Reap() REQUIRES(mu_);
 
   std::unique_ptr<Acceptor> acceptor_;
   const std::string target_;
   ConnectionGate *gate_;
   const int id_;  // the listener, for the gate
-  std::mutex mu_;
-  std::vector<std::unique_ptr<Connection>> connections_;
-  int64_t last_refusal_log_ns_ = 0;
+  Mutex mu_;
+  std::vector<std::unique_ptr<Connection>> connections_ GUARDED_BY(mu_);
+  int64_t last_refusal_log_ns_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace maru

@@ -31,7 +31,7 @@ StagingCache::~StagingCache() {
 }
 
 void StagingCache::Close() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (const Free &f : free_) Destroy(f);
   free_.clear();
   cached_bytes_ = 0;
@@ -44,7 +44,7 @@ void StagingCache::Destroy(const Free &f) {
 }
 
 bool StagingCache::TakeCached(uint64_t capacity, Buffer *b) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   // The smallest cached buffer that fits, if it is at most twice the size
   // (a small chunk must not pin a huge buffer).
   auto best = free_.end();
@@ -78,7 +78,7 @@ Result<std::unique_ptr<StagingCache::Buffer>> StagingCache::Acquire(uint64_t siz
   b->capacity_ = capacity;
   // Registered once for its whole life: RDMA transports need it, and UCX
   // would otherwise register the buffer on every transfer.
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!context_) return b;
   ucp_mem_map_params_t mp{};
   mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
@@ -89,7 +89,7 @@ Result<std::unique_ptr<StagingCache::Buffer>> StagingCache::Acquire(uint64_t siz
 }
 
 void StagingCache::Return(uint8_t *data, uint64_t capacity, ucp_mem_h memh) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const Free f{data, capacity, memh};
   if (!context_ || capacity > max_cached_bytes_) return Destroy(f);
   free_.push_back(f);
@@ -103,12 +103,12 @@ void StagingCache::Return(uint8_t *data, uint64_t capacity, ucp_mem_h memh) {
 }
 
 uint64_t StagingCache::reused() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return reused_;
 }
 
 uint64_t StagingCache::cached_bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return cached_bytes_;
 }
 

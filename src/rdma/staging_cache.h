@@ -12,9 +12,9 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <vector>
 
+#include "util/mutex.h"
 #include "util/status.h"
 
 namespace maru {
@@ -64,16 +64,16 @@ class StagingCache : public std::enable_shared_from_this<StagingCache> {
   StagingCache(ucp_context_h context, uint64_t max_cached_bytes)
       : context_(context), max_cached_bytes_(max_cached_bytes) {}
   // Moves a cached buffer of at least `capacity` into `b`; false if none.
-  bool TakeCached(uint64_t capacity, Buffer *b);
-  void Return(uint8_t *data, uint64_t capacity, ucp_mem_h memh);
-  void Destroy(const Free &f);  // with mu_ held
+  bool TakeCached(uint64_t capacity, Buffer *b) EXCLUDES(mu_);
+  void Return(uint8_t *data, uint64_t capacity, ucp_mem_h memh) EXCLUDES(mu_);
+  void Destroy(const Free &f) REQUIRES(mu_);
 
-  ucp_context_h context_;  // null once closed
+  mutable Mutex mu_;
+  ucp_context_h context_ GUARDED_BY(mu_);  // null once closed
   const uint64_t max_cached_bytes_;
-  mutable std::mutex mu_;
-  std::vector<Free> free_;  // most recently returned last
-  uint64_t cached_bytes_ = 0;
-  uint64_t reused_ = 0;
+  std::vector<Free> free_ GUARDED_BY(mu_);  // most recently returned last
+  uint64_t cached_bytes_ GUARDED_BY(mu_) = 0;
+  uint64_t reused_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace maru

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "grant_mac.h"
+#include "proto/grant_mac.h"
 #include "rdma/ucx_wire.h"
 #include "util/clock.h"
 #include "util/log.h"

@@ -16,7 +16,7 @@
 
 namespace maru {
 
-class LeaseRecords {
+class HeldLeases {
  public:
   // The low bits of a handle are the caller's tag (MetaClient's shard).
   static constexpr unsigned kTagBits = 3;

@@ -1,4 +1,4 @@
-// MetaEngine's retention hints (issue 15): a client says what it expects of
+// MetaEngine's retention hints: a client says what it expects of
 // a chunk's reads (an open conversation will read it again, or none will),
 // and the eviction policy may reorder by it. A hint is checked as a pin is
 // (the owner, root or a writer of the chunk) but holds nothing: it moves a
@@ -30,7 +30,7 @@ void MetaEngine::Hint(const Caller &c, const rpc::HintRequest &req, rpc::ErrorsR
     return rep->set_error(err);
   if (req.hint() > kRetentionHintMax) return rep->set_error(EINVAL);
   const auto hint = static_cast<RetentionHint>(req.hint());
-  RunOp(c, req, rep, [&](Txn &, Session *) -> Status {
+  RunOp(c, req, rep, [&](Txn &, Session *) REQUIRES(mu_) -> Status {
     // Reads made through the shared-memory index came before the hint:
     // noted after it, they would undo a drop the client meant to follow them.
     NoteIndexReads();

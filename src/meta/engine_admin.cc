@@ -39,7 +39,7 @@ void FillSession(const Session &s, const Caller &c, int64_t mono, int64_t real,
 
 void MetaEngine::ListSessions(const Caller &c, const rpc::StatsRequest &req,
                               rpc::SessionsReply *rep) {
-  RunOp(c, req, rep, [&](Txn &, Session *) -> Status {
+  RunOp(c, req, rep, [&](Txn &, Session *) REQUIRES(mu_) -> Status {
     const int64_t mono = MonotonicNs(), real = RealtimeNs();
     sessions_.ForEach(
         [&](const Session &s) { FillSession(s, c, mono, real, rep->add_sessions()); });
@@ -48,14 +48,14 @@ void MetaEngine::ListSessions(const Caller &c, const rpc::StatsRequest &req,
 }
 
 void MetaEngine::Stats(const Caller &c, const rpc::StatsRequest &req, rpc::StatsReply *rep) {
-  RunOp(c, req, rep, [&](Txn &, Session *) -> Status {
+  RunOp(c, req, rep, [&](Txn &, Session *) REQUIRES(mu_) -> Status {
     FillStats(rep);
     return Status::Ok();
   });
 }
 
 void MetaEngine::Snapshot(rpc::StatsReply *rep) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   FillStats(rep);
 }
 
@@ -81,6 +81,7 @@ void MetaEngine::FillTopDirs(rpc::StatsReply *rep) {
   uint64_t chunks = 0;
   std::map<std::string, std::pair<uint64_t, uint64_t>> top;  // name -> bytes, chunks
   tree_.ForEach([&](const Inode &inode) {
+    mu_.AssertHeld();  // called back within this operation
     if (!inode.current) return;
     ++chunks;
     const Inode *at = &inode;
@@ -103,7 +104,7 @@ void MetaEngine::FillTopDirs(rpc::StatsReply *rep) {
 
 void MetaEngine::ListChunks(const Caller &c, const rpc::ListChunksRequest &req,
                             rpc::ListChunksReply *rep) {
-  RunOp(c, req, rep, [&](Txn &, Session *) { return ListChunksUnder(c, req, rep); });
+  RunOp(c, req, rep, [&](Txn &, Session *) REQUIRES(mu_) { return ListChunksUnder(c, req, rep); });
 }
 
 // Depth-first in name order, so `after` (a full path) resumes a listing.
@@ -146,7 +147,7 @@ Status MetaEngine::ListChunksUnder(const Caller &c, const rpc::ListChunksRequest
 // --- Eviction by hand ---------------------------------------------------------
 
 void MetaEngine::Evict(const Caller &c, const rpc::EvictRequest &req, rpc::EvictReply *rep) {
-  RunOp(c, req, rep, [&](Txn &txn, Session *) -> Status {
+  RunOp(c, req, rep, [&](Txn &txn, Session *) REQUIRES(mu_) -> Status {
     if (!c.is_root()) return Status::Error(EPERM, "eviction is for root");
     const uint64_t before = evictor_->evictions();
     uint64_t bytes = 0;
@@ -178,6 +179,7 @@ uint64_t MetaEngine::EvictOlderThan(Txn &txn, int64_t older_than_ms) {
   const int64_t cutoff = now - MsToNs(older_than_ms);
   std::vector<uint64_t> victims;
   tree_.ForEach([&](const Inode &inode) {
+    mu_.AssertHeld();  // called back within this operation
     if (evictor_->Evictable(inode, now, 0) && std::max(inode.atime_ns, inode.mtime_ns) < cutoff)
       victims.push_back(inode.ino);
   });
@@ -191,7 +193,7 @@ uint64_t MetaEngine::EvictOlderThan(Txn &txn, int64_t older_than_ms) {
 // --- Fsck ---------------------------------------------------------------------
 
 void MetaEngine::Fsck(const Caller &c, const rpc::StatsRequest &req, rpc::FsckReply *rep) {
-  RunOp(c, req, rep, [&](Txn &, Session *) -> Status {
+  RunOp(c, req, rep, [&](Txn &, Session *) REQUIRES(mu_) -> Status {
     if (!c.is_root()) return Status::Error(EPERM, "fsck is for root");
     CheckSpace(rep);
     return Status::Ok();
@@ -205,6 +207,7 @@ void MetaEngine::CheckSpace(rpc::FsckReply *rep) {
     check.AddDevice(d.index, d.path, d.superblock);
   uint64_t chunks = 0, extents = 0;
   tree_.ForEach([&](const Inode &inode) {
+    mu_.AssertHeld();  // called back within this operation
     for (const Version *v :
          {inode.current ? &*inode.current : nullptr, inode.pending ? &*inode.pending : nullptr}) {
       if (!v) continue;
@@ -227,6 +230,27 @@ void MetaEngine::CheckSpace(rpc::FsckReply *rep) {
     rep->add_problems("free space map differs from the extent maps (leak or double use)");
   rep->set_chunks(chunks);
   rep->set_extents(extents);
+}
+
+namespace {
+
+// Distinct instance names Stats reports; the rest are "(other)". Metrics
+// label by them, and a label must not take unbounded values.
+constexpr size_t kMaxInstanceLabels = 32;
+
+}  // namespace
+
+void MetaEngine::FillSessionsByInstance(rpc::StatsReply *rep) const {
+  std::map<std::string, uint64_t> counts;
+  sessions_.ForEach([&](const Session &s) { ++counts[s.instance]; });
+  std::vector<std::pair<uint64_t, std::string>> ranked;
+  for (auto &[name, n] : counts) ranked.emplace_back(n, name);
+  std::sort(ranked.begin(), ranked.end(), [](const auto &a, const auto &b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  });
+  auto &out = *rep->mutable_sessions_by_instance();
+  for (size_t i = 0; i < ranked.size(); ++i)
+    out[i < kMaxInstanceLabels ? ranked[i].second : "(other)"] += ranked[i].first;
 }
 
 }  // namespace maru

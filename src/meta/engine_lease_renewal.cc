@@ -35,4 +35,19 @@ bool MetaEngine::MayRenew(const Caller &c, const rpc::HeldLease &held, bool resu
   return inode || c.MayAddressInodes();
 }
 
+// Leases held across a restart: renews those whose version still exists.
+void MetaEngine::RenewHeldLeases(const Caller &c, const rpc::OpenSessionRequest &req, Session *s,
+                                 rpc::OpenSessionReply *rep) {
+  for (const rpc::HeldLease &held : req.held()) {
+    if (!MayRenew(c, held, rep->resumed())) continue;
+    if (CheckLeaseCount(*s)) break;
+    uint64_t lease = leases_.Grant(s->id, held.ino(), held.gen(), c.uid);
+    s->leases.insert(lease);
+    space_.Ref(held.gen());
+    if (auto kept = space_.retired().find(held.gen()); kept != space_.retired().end())
+      quotas_.HoldRead(held.gen(), c.uid, TotalLength(kept->second));
+    ToWire(RenewedLease{held.lease(), lease, held.gen()}, rep->add_renewed());
+  }
+}
+
 }  // namespace maru

@@ -1,4 +1,4 @@
-// MetaEngine's quota operations (issue #12): setting and listing quotas.
+// MetaEngine's quota operations: setting and listing quotas.
 // The accounting itself is QuotaTable's; the engine's operations call it
 // where a chunk's space or pin changes.
 #include "meta/engine_op.h"
@@ -6,7 +6,7 @@
 namespace maru {
 
 void MetaEngine::SetQuota(const Caller &c, const rpc::SetQuotaRequest &req, rpc::ErrorReply *rep) {
-  RunOp(c, req, rep, [&](Txn &txn, Session *) -> Status {
+  RunOp(c, req, rep, [&](Txn &txn, Session *) REQUIRES(mu_) -> Status {
     if (!c.is_root()) return Status::Error(EPERM, "quotas are for root to set");
     const QuotaTable::Limit limit{req.bytes(), req.pins()};
     const bool remove = limit.bytes == 0 && limit.pins == 0;
@@ -33,7 +33,7 @@ void MetaEngine::SetQuota(const Caller &c, const rpc::SetQuotaRequest &req, rpc:
 }
 
 void MetaEngine::ListQuotas(const Caller &c, const rpc::StatsRequest &req, rpc::QuotasReply *rep) {
-  RunOp(c, req, rep, [&](Txn &, Session *) -> Status {
+  RunOp(c, req, rep, [&](Txn &, Session *) REQUIRES(mu_) -> Status {
     quotas_.Fill(rep->mutable_quotas());
     return Status::Ok();
   });

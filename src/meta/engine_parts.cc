@@ -1,4 +1,4 @@
-// Layer-wise chunks (issue #14): a writer publishes a chunk part by part
+// Layer-wise chunks: a writer publishes a chunk part by part
 // (PublishPart) while it computes the next; readers open it before it is
 // sealed (OpenPartial) and wait for each part (WaitPart).
 //
@@ -19,7 +19,7 @@
 namespace maru {
 
 void MetaEngine::OpenPartial(const Caller &c, const rpc::RefRequest &req, rpc::ChunkReply *rep) {
-  RunOp(c, req, rep, [&](Txn &, Session *session) -> Status {
+  RunOp(c, req, rep, [&](Txn &, Session *session) REQUIRES(mu_) -> Status {
     ++lookups_;
     Result<Inode *> found = tree_.Resolve(req.ref(), c);
     if (!found.ok()) return found.status();
@@ -56,7 +56,7 @@ Status MetaEngine::OpenPartialPending(const Caller &c, Session *s, Inode *inode,
 }
 
 void MetaEngine::PublishPart(const Caller &c, const rpc::PartRequest &req, rpc::PartReply *rep) {
-  RunOp(c, req, rep, [&](Txn &, Session *session) -> Status {
+  RunOp(c, req, rep, [&](Txn &, Session *session) REQUIRES(mu_) -> Status {
     Inode *inode = tree_.Find(req.ino());
     if (!inode || !inode->pending || inode->pending->gen != req.gen())
       return Status::Error(session->orphan_gens.count(req.gen()) ? ENOENT : ESTALE);
@@ -99,7 +99,7 @@ int MetaEngine::PartState(uint64_t ino, uint64_t gen, uint32_t part, rpc::PartRe
 }
 
 void MetaEngine::WaitPart(const Caller &c, const rpc::PartRequest &req, rpc::PartReply *rep) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Result<Session *> found = LiveSession(c, req.header().session());
   if (!found.ok()) return rep->set_error(found.status().errnum());
   const uint64_t session = (*found)->id;  // the Session may go while this sleeps
@@ -127,7 +127,7 @@ void MetaEngine::WaitPart(const Caller &c, const rpc::PartRequest &req, rpc::Par
       std::chrono::steady_clock::now() +
       std::chrono::milliseconds(std::min<uint32_t>(req.timeout_ms(), PartTable::kMaxWaitMs));
   for (;;) {
-    const bool timed_out = entry->changed.wait_until(lock, deadline) == std::cv_status::timeout;
+    const bool timed_out = !entry->changed.WaitUntil(&mu_, deadline);
     // Released by another thread of the client, or its session expired.
     const Lease *still = leases_.Find(req.lease());
     if (!still || still->session != session) {

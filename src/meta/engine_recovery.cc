@@ -178,11 +178,12 @@ Status MetaEngine::RestoreInodes(MetaDb::Contents &contents, MetaDb::Batch *batc
   };
   if (index->valid()) fill_index(std::move(*index));
   MarkedSpace marked;
-  std::thread restorer([&] {
+  // Start's threads share the engine by dividing its work, not by its lock.
+  std::thread restorer([&]() NO_THREAD_SAFETY_ANALYSIS {
     marked = MarkSpaceUsed(&space_, *adopted);
     if (!marked.status.ok()) return;
     evictor_->Reserve(adopted->size());
-    ForEachInode(*adopted, [&](Inode *inode) { RestoreChunk(*inode); });
+    ForEachInode(*adopted, [&](Inode *inode) NO_THREAD_SAFETY_ANALYSIS { RestoreChunk(*inode); });
   });
   std::vector<Inode *> orphans = tree_.LinkAll(*adopted);
   restorer.join();
