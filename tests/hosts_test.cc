@@ -4,7 +4,8 @@
 // hosts behind a CXL switch map one device. maru-server runs on host 0 and
 // listens on TCP (with a token) at host 0's address; the other hosts reach
 // it over the network only, with their own client processes and their own
-// fuse.maru mounts.
+// fuse.maru mounts, or through an agent on host 0 as a host without the
+// pool would.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -102,12 +103,17 @@ class HostsTest : public ::testing::Test {
     }
   }
 
-  void TearDown() override { unsetenv("MARU_TOKEN_FILE"); }
+  void TearDown() override {
+    unsetenv("MARU_TOKEN_FILE");
+    unsetenv("UCX_TLS");
+  }
 
   // Runs a libmaru_direct script (tests/helpers/direct_client) on host `h`.
-  int Client(int h, const std::string &script, std::string *out = nullptr) {
-    return maru_test::Run(hosts_[h].Exec() + "MARU_TOKEN_FILE=" + dir_.path() + "/client-token " +
-                              maru_test::ClientCommand(address_, script),
+  // `env`: more VAR=VALUE settings for it.
+  int Client(int h, const std::string &script, std::string *out = nullptr,
+             const std::string &env = "") {
+    return maru_test::Run(hosts_[h].Exec() + env + "MARU_TOKEN_FILE=" + dir_.path() +
+                              "/client-token " + maru_test::ClientCommand(address_, script),
                           out);
   }
 
@@ -185,6 +191,25 @@ TEST_F(HostsTest, EachMountIsSeenOnItsHostOnly) {
     EXPECT_FALSE(IsFuseMount(hosts_[other].Path(mnt))) << "host " << other << " sees " << h;
     EXPECT_NE(maru_test::Run(hosts_[other].Exec() + "mountpoint -q " + mnt), 0);
   }
+}
+
+TEST_F(HostsTest, AHostThatDoesNotMapThePoolGoesThroughAnAgent) {
+  // The agent runs on host 0, beside the server, and serves the pool at
+  // host 0's address; UCX carries the bytes over the network (TCP).
+  setenv("UCX_TLS", "tcp", 1);
+  maru_test::Agent agent(pool_.path(), server_->address(), "tcp://" + hosts_[0].ip() + ":0");
+  agent.RunOn(&hosts_[0]);
+  ASSERT_TRUE(agent.Start());
+  EXPECT_NE(agent.address().find(hosts_[0].ip()), std::string::npos) << agent.address();
+  const std::string remote = "UCX_TLS=tcp MARU_DATA=remote ";
+  const std::string size = std::to_string(kSize);
+  std::string out;
+  // Host 1 writes through the agent, host 2 reads in place; and back.
+  ASSERT_EQ(Client(1, "store /agent/put " + size, &out, remote), 0) << out << agent.log();
+  EXPECT_EQ(Client(2, "load /agent/put " + size + " " + pool_.path(), &out), 0) << out;
+  ASSERT_EQ(Client(2, "store /agent/get " + size, &out), 0) << out;
+  EXPECT_EQ(Client(1, "fetch /agent/get " + size, &out, remote), 0) << out << agent.log();
+  EXPECT_EQ(Client(1, "read-into /agent/get " + size, &out, remote), 0) << out << agent.log();
 }
 
 // What a test leaves on the machine while it runs, to check that it is
