@@ -472,8 +472,29 @@ int Lan::ClaimSubnet() {
   return 0;
 }
 
+// Removes the namespaces of test runs that were killed before their
+// destructors ran (meson's timeout): their interfaces go with them, and so
+// do the routes that would keep their subnets claimed. A namespace whose
+// pid lives, or belongs to someone else, is left alone.
+static void RemoveStaleNamespaces() {
+  std::string list;
+  if (Run("ip netns list", &list) != 0) return;
+  std::istringstream lines(list);
+  std::string line;
+  while (std::getline(lines, line)) {
+    const std::string name = line.substr(0, line.find(' '));  // before "(id: N)"
+    int pid = 0;
+    if (sscanf(name.c_str(), "maru-ns-%d-", &pid) != 1 &&
+        sscanf(name.c_str(), "maru-lan-%d-", &pid) != 1)
+      continue;
+    if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) Run("ip netns del " + name);
+  }
+}
+
 Lan::Lan() {
   static std::atomic<int> counter{0};
+  static std::once_flag swept;
+  std::call_once(swept, RemoveStaleNamespaces);
   const int id = ClaimSubnet();
   if (id == 0) {
     fprintf(stderr, "cannot set up a network: no free 10.213.N.0/24 subnet\n");
