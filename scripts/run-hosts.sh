@@ -78,26 +78,26 @@ done
 
 echo
 echo "== a 1 GiB pool in /dev/shm; maru-server on host 0 at tcp://${ips[0]}:7070"
-$bin/tools/maructl mkpool "$pool" --size 1G --label hosts >/dev/null
+"$bin"/tools/maructl mkpool "$pool" --size 1G --label hosts >/dev/null
 addr=tcp://${ips[0]}:7070
 echo "hosts-demo-$RANDOM$RANDOM$RANDOM 0:0" >"$work/tokens"
 chmod 600 "$work/tokens"
 cut -d' ' -f1 "$work/tokens" >"$work/token"
 export MARU_TOKEN_FILE=$work/token
-on 0 $bin/src/meta/maru-server --pool "$pool" --db "$work/db" \
+on 0 "$bin"/src/meta/maru-server --pool "$pool" --db "$work/db" \
   --listen "unix://$work/maru.sock" --listen "$addr" --token-file "$work/tokens" \
   --log-level warn >"$work/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 400); do
-  on 1 $bin/tools/maructl df --server "$addr" >/dev/null 2>&1 && break
+  on 1 "$bin"/tools/maructl df --server "$addr" >/dev/null 2>&1 && break
   sleep 0.05
 done
-on 1 $bin/tools/maructl df --server "$addr" >/dev/null || { cat "$work/server.log"; exit 1; }
+on 1 "$bin"/tools/maructl df --server "$addr" >/dev/null || { cat "$work/server.log"; exit 1; }
 
 echo
 echo "== each host mounts fuse.maru at $work/mnt (the machine itself sees no mount there)"
 mkdir "$work/mnt"
-for i in 0 1 2; do on "$i" $bin/src/fs/maru-fuse "$addr" "$work/mnt"; done
+for i in 0 1 2; do on "$i" "$bin"/src/fs/maru-fuse "$addr" "$work/mnt"; done
 mountpoint -q "$work/mnt" && { echo "the machine sees a host's mount" >&2; exit 1; }
 
 echo
@@ -105,7 +105,7 @@ echo "== the trace from all three hosts at once, $clients clients each, into /mo
 echo "   ${limit/#0/all} requests of $trace per host"
 pids=()
 for i in 0 1 2; do
-  on "$i" $bin/tools/maru-bench replay --trace "$trace" --server "$addr" --clients "$clients" \
+  on "$i" "$bin"/tools/maru-bench replay --trace "$trace" --server "$addr" --clients "$clients" \
     --dir /mooncake --limit "$limit" >"$work/replay-$i.log" 2>&1 &
   pids+=($!)
 done
@@ -121,4 +121,4 @@ echo
 echo "== what host 2 sees through its own mount"
 on 2 ls -l "$work/mnt/mooncake" | sed -n 2,4p
 echo
-on 1 $bin/tools/maructl df --server "$addr"
+on 1 "$bin"/tools/maructl df --server "$addr"
