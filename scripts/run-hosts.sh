@@ -84,7 +84,9 @@ echo "hosts-demo-$RANDOM$RANDOM$RANDOM 0:0" >"$work/tokens"
 chmod 600 "$work/tokens"
 cut -d' ' -f1 "$work/tokens" >"$work/token"
 export MARU_TOKEN_FILE=$work/token
-on 0 "$bin"/src/meta/maru-server --pool "$pool" --db "$work/db" \
+# Not through on(): a function in the background is a subshell, and $!
+# would be its pid, not the server's (nsenter becomes the server).
+nsenter -t "${holders[0]}" -n -m "$bin"/src/meta/maru-server --pool "$pool" --db "$work/db" \
   --listen "unix://$work/maru.sock" --listen "$addr" --token-file "$work/tokens" \
   --log-level warn >"$work/server.log" 2>&1 &
 server_pid=$!
