@@ -207,8 +207,16 @@ static void Exec(const std::vector<std::string> &args) {
   std::vector<char *> argv;
   for (const auto &a : args) argv.push_back(const_cast<char *>(a.c_str()));
   argv.push_back(nullptr);
-  execv(argv[0], argv.data());
+  execvp(argv[0], argv.data());
   _exit(127);
+}
+
+// `args` run on `host`, or on the machine itself when there is none.
+static std::vector<std::string> On(const NetNs *host, std::vector<std::string> args) {
+  if (!host) return args;
+  std::vector<std::string> on = host->ExecArgs();
+  on.insert(on.end(), args.begin(), args.end());
+  return on;
 }
 
 // Starts `args` with its output in `log`; waits until `ready` holds.
@@ -246,7 +254,8 @@ static pid_t StartLogged(const std::vector<std::string> &args, const std::string
 
 bool Server::Start() {
   pid_ = StartLogged(
-      ServerArgs(pool_, db_, socket_, extra_), log_, [&] { return Answers(socket_); }, nofile_);
+      On(host_, ServerArgs(pool_, db_, socket_, extra_)), log_, [&] { return Answers(socket_); },
+      nofile_);
   if (pid_ < 0) fprintf(stderr, "maru-server did not start:\n%s\n", log().c_str());
   return pid_ > 0;
 }
@@ -274,7 +283,7 @@ std::string Server::log() const {
 
 int Server::RunToExit(std::string *output) {
   std::string cmd;
-  for (const auto &a : ServerArgs(pool_, db_, socket_, extra_)) cmd += "'" + a + "' ";
+  for (const auto &a : On(host_, ServerArgs(pool_, db_, socket_, extra_))) cmd += "'" + a + "' ";
   return Run("timeout 20 " + cmd, output);
 }
 
@@ -354,8 +363,9 @@ static bool IsFuseMount(const std::string &path) {
 bool FuseMount::Start() {
   std::string opts = "timeout_ms=3000" + (options_.empty() ? "" : "," + options_);
   std::string log = dir_.path() + "/fuse.log";
-  pid_ = StartLogged({FuseBinary(), address_, mountpoint_, "-f", "-o", opts}, log,
-                     [&] { return IsFuseMount(mountpoint_); });
+  const std::string seen = host_ ? host_->Path(mountpoint_) : mountpoint_;
+  pid_ = StartLogged(On(host_, {FuseBinary(), address_, mountpoint_, "-f", "-o", opts}), log,
+                     [&] { return IsFuseMount(seen); });
   if (pid_ < 0) {
     std::ifstream in(log);
     std::stringstream ss;
@@ -369,7 +379,8 @@ void FuseMount::Unmount() {
   if (pid_ <= 0) return;
   // A clean unmount when nothing is busy, else a lazy one: never leave a
   // mount behind.
-  if (Run("fusermount3 -u " + mountpoint_) != 0) Run("fusermount3 -uz " + mountpoint_);
+  const std::string on = host_ ? host_->Exec() : "";
+  if (Run(on + "fusermount3 -u " + mountpoint_) != 0) Run(on + "fusermount3 -uz " + mountpoint_);
   if (!WaitFor([&] { return waitpid(pid_, nullptr, WNOHANG) == pid_; }, 5000)) {
     kill(pid_, SIGTERM);
     if (!WaitFor([&] { return waitpid(pid_, nullptr, WNOHANG) == pid_; }, 5000)) {
@@ -418,8 +429,9 @@ std::string Agent::log() const {
 bool Agent::Start() {
   const std::string log = log_path();
   truncate(log.c_str(), 0);
-  pid_ = StartLogged({AgentBinary(), "--pool", pool_, "--server", server_, "--listen", listen_},
-                     log, [&] { return ReadFile(log).find("serving") != std::string::npos; });
+  pid_ = StartLogged(
+      On(host_, {AgentBinary(), "--pool", pool_, "--server", server_, "--listen", listen_}), log,
+      [&] { return ReadFile(log).find("serving") != std::string::npos; });
   if (pid_ < 0) {
     fprintf(stderr, "maru-agent did not start:\n%s\n", ReadFile(log).c_str());
     return false;
@@ -437,10 +449,10 @@ void Agent::Kill9() {
   pid_ = -1;
 }
 
-int NetNs::ClaimSubnet() {
-  // Two namespaces on one subnet (concurrent test runs, or a veth a killed
-  // run left behind) send the host's replies down the wrong veth, where the
-  // other side answers with a reset.
+int Lan::ClaimSubnet() {
+  // Two networks on one subnet (concurrent test runs, or a veth a killed
+  // run left behind) send the machine's replies down the wrong veth, where
+  // the other side answers with a reset.
   static std::atomic<int> counter{0};
   const int start = getpid() * 7 + counter++;
   for (int k = 0; k < 250; ++k) {
@@ -460,37 +472,156 @@ int NetNs::ClaimSubnet() {
   return 0;
 }
 
-NetNs::NetNs() {
+// Removes the namespaces of test runs that were killed before their
+// destructors ran (meson's timeout): their interfaces go with them, and so
+// do the routes that would keep their subnets claimed. A namespace whose
+// pid lives, or belongs to someone else, is left alone.
+static void RemoveStaleNamespaces() {
+  std::string list;
+  if (Run("ip netns list", &list) != 0) return;
+  std::istringstream lines(list);
+  std::string line;
+  while (std::getline(lines, line)) {
+    const std::string name = line.substr(0, line.find(' '));  // before "(id: N)"
+    int pid = 0;
+    if (sscanf(name.c_str(), "maru-ns-%d-", &pid) != 1 &&
+        sscanf(name.c_str(), "maru-lan-%d-", &pid) != 1)
+      continue;
+    if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) Run("ip netns del " + name);
+  }
+}
+
+Lan::Lan() {
   static std::atomic<int> counter{0};
-  const int n = counter++;
+  static std::once_flag swept;
+  std::call_once(swept, RemoveStaleNamespaces);
   const int id = ClaimSubnet();
   if (id == 0) {
-    fprintf(stderr, "cannot set up a network namespace: no free 10.213.N.0/24 subnet\n");
+    fprintf(stderr, "cannot set up a network: no free 10.213.N.0/24 subnet\n");
     return;
   }
-  name_ = UniqueName("maru-ns");
-  host_if_ = "mh" + std::to_string(getpid() % 100000) + "x" + std::to_string(n);
-  peer_if_ = "mp" + std::to_string(getpid() % 100000) + "x" + std::to_string(n);
-  const std::string &peer_if = peer_if_;
-  host_ip_ = "10.213." + std::to_string(id) + ".1";
-  const std::string peer_ip = "10.213." + std::to_string(id) + ".2";
+  prefix_ = "10.213." + std::to_string(id) + ".";
+  root_ip_ = prefix_ + "1";
+  switch_ns_ = UniqueName("maru-lan");
+  // Interface names are at most 15 characters.
+  root_if_ = "mh" + std::to_string(getpid() % 100000) + "x" + std::to_string(counter++);
+  const std::string sw = "ip -n " + switch_ns_ + " ";
   std::string out;
-  ok_ = Run("ip netns add " + name_, &out) == 0 &&
-        Run("ip link add " + host_if_ + " type veth peer name " + peer_if, &out) == 0 &&
-        Run("ip link set " + peer_if + " netns " + name_, &out) == 0 &&
-        Run("ip addr add " + host_ip_ + "/24 dev " + host_if_, &out) == 0 &&
-        Run("ip link set " + host_if_ + " up", &out) == 0 &&
-        Run(Exec() + "ip addr add " + peer_ip + "/24 dev " + peer_if, &out) == 0 &&
-        Run(Exec() + "ip link set " + peer_if + " up", &out) == 0 &&
-        Run(Exec() + "ip link set lo up", &out) == 0;
-  if (!ok_) fprintf(stderr, "cannot set up a network namespace: %s\n", out.c_str());
+  ok_ =
+      Run("ip netns add " + switch_ns_, &out) == 0 &&
+      Run(sw + "link add br0 type bridge", &out) == 0 && Run(sw + "link set br0 up", &out) == 0 &&
+      Run("ip link add " + root_if_ + " type veth peer name root netns " + switch_ns_, &out) == 0 &&
+      Run(sw + "link set root master br0 up", &out) == 0 &&
+      Run("ip addr add " + root_ip_ + "/24 dev " + root_if_, &out) == 0 &&
+      Run("ip link set " + root_if_ + " up", &out) == 0;
+  if (!ok_) fprintf(stderr, "cannot set up a network: %s\n", out.c_str());
+}
+
+Lan::~Lan() {
+  if (lock_fd_ < 0) return;
+  Run("ip link del " + root_if_);
+  Run("ip netns del " + switch_ns_);
+  close(lock_fd_);
+}
+
+NetNs::NetNs() : own_lan_(std::make_unique<Lan>()) {
+  Create(own_lan_.get());
+}
+
+NetNs::NetNs(Lan *lan) {
+  Create(lan);
+}
+
+static ino_t Inode(const std::string &path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 ? st.st_ino : 0;
+}
+
+void NetNs::Create(Lan *lan) {
+  lan_ = lan;
+  if (!lan->ok()) return;
+  static std::atomic<int> counter{0};
+  name_ = UniqueName("maru-ns");
+  // Made in their namespaces directly: the machine never has an interface
+  // of that name, so every host's may be eth0.
+  switch_if_ = "h" + std::to_string(counter++);
+  if_ = "eth0";
+  ip_ = lan->prefix_ + std::to_string(lan->next_address_++);
+  const std::string in = "ip -n " + name_ + " ";
+  std::string out;
+  bool up =
+      Run("ip netns add " + name_, &out) == 0 &&
+      Run("ip link add " + switch_if_ + " netns " + lan->switch_ns_ + " type veth peer name " +
+              if_ + " netns " + name_,
+          &out) == 0 &&
+      Run("ip -n " + lan->switch_ns_ + " link set " + switch_if_ + " master br0 up", &out) == 0 &&
+      Run(in + "addr add " + ip_ + "/24 dev " + if_, &out) == 0 &&
+      Run(in + "link set " + if_ + " up", &out) == 0 && Run(in + "link set lo up", &out) == 0;
+  if (!up) {
+    fprintf(stderr, "cannot set up a network namespace: %s\n", out.c_str());
+    return;
+  }
+  // `ip netns exec` gives what it runs a mount namespace of its own (mounts
+  // of the machine still reach it, its own do not leave it) with the
+  // host's /sys; the holder keeps that namespace for every later command,
+  // which enters it by the holder's pid.
+  holder_ = fork();
+  if (holder_ == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    execlp("ip", "ip", "netns", "exec", name_.c_str(), "sleep", "infinity",
+           static_cast<char *>(nullptr));
+    _exit(127);
+  }
+  const std::string proc = "/proc/" + std::to_string(holder_);
+  const ino_t net = Inode("/run/netns/" + name_);
+  bool exited = false;
+  ok_ = WaitFor(
+      [&] {
+        if (waitpid(holder_, nullptr, WNOHANG) == holder_) return exited = true;
+        std::error_code ec;
+        return std::filesystem::read_symlink(proc + "/exe", ec).filename() == "sleep" &&
+               Inode(proc + "/ns/net") == net &&
+               Inode(proc + "/ns/mnt") != Inode("/proc/self/ns/mnt");
+      },
+      20000);
+  if (exited) holder_ = -1;
+  ok_ = ok_ && !exited;
+  if (!ok_) fprintf(stderr, "the namespaces of host %s did not come up\n", name_.c_str());
 }
 
 NetNs::~NetNs() {
-  if (lock_fd_ < 0) return;
-  Run("ip link del " + host_if_);
+  if (holder_ > 0) {
+    kill(holder_, SIGKILL);
+    waitpid(holder_, nullptr, 0);
+  }
+  if (name_.empty()) return;
+  // Deleting one end of the veth deletes both, now, whatever still holds
+  // the namespace.
+  Run("ip -n " + lan_->switch_ns_ + " link del " + switch_if_);
   Run("ip netns del " + name_);
-  close(lock_fd_);
+}
+
+std::vector<std::string> NetNs::ExecArgs() const {
+  return {"nsenter", "-t", std::to_string(holder_), "-n", "-m", "env", "UCX_NET_DEVICES=" + if_};
+}
+
+std::string NetNs::Exec() const {
+  std::string line;
+  for (const std::string &a : ExecArgs()) line += a + " ";
+  return line;
+}
+
+std::string NetNs::Path(const std::string &path) const {
+  return "/proc/" + std::to_string(holder_) + "/root" + path;
+}
+
+Hosts::Hosts(int n) {
+  for (int i = 0; i < n; ++i) hosts_.push_back(std::make_unique<NetNs>(&lan_));
+}
+
+bool Hosts::ok() const {
+  return lan_.ok() &&
+         std::all_of(hosts_.begin(), hosts_.end(), [](const auto &h) { return h->ok(); });
 }
 
 }  // namespace maru_test

@@ -8,10 +8,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace maru_test {
+
+class NetNs;
 
 // A directory under /tmp, removed with its contents.
 class TempDir {
@@ -50,6 +53,8 @@ class Server {
   // Starts it with at most `n` open descriptors (soft and hard limit), as
   // a host configured so would: a flood reaches the limit sooner.
   void LimitDescriptors(uint64_t n) { nofile_ = n; }
+  // Runs it on `host` (before Start), not on the machine itself.
+  void RunOn(const NetNs *host) { host_ = host; }
   std::string address() const { return "unix://" + socket_; }
   const std::string &socket_path() const { return socket_; }
   const std::string &db() const { return db_; }
@@ -63,6 +68,7 @@ class Server {
   std::string pool_, socket_, db_, log_;
   std::vector<std::string> extra_;
   uint64_t nofile_ = 0;
+  const NetNs *host_ = nullptr;
   pid_t pid_ = -1;
 };
 
@@ -72,6 +78,8 @@ class FuseMount {
  public:
   FuseMount(const std::string &address, const std::string &options = "");
   ~FuseMount();
+  // Mounts on `host` (before Start): the mount is seen there only, at path().
+  void RunOn(const NetNs *host) { host_ = host; }
   bool Start();  // mounts and waits until the mount answers
   void Unmount();
   const std::string &path() const { return mountpoint_; }
@@ -81,6 +89,7 @@ class FuseMount {
  private:
   TempDir dir_;
   std::string address_, options_, mountpoint_;
+  const NetNs *host_ = nullptr;
   pid_t pid_ = -1;
 };
 
@@ -89,6 +98,7 @@ class Agent {
  public:
   Agent(const std::string &pool, const std::string &server, const std::string &listen);
   ~Agent();
+  void RunOn(const NetNs *host) { host_ = host; }  // before Start
   bool Start();
   void Kill9();
   const std::string &address() const { return address_; }  // what clients are told
@@ -100,35 +110,90 @@ class Agent {
 
   TempDir dir_;
   std::string pool_, server_, listen_, address_;
+  const NetNs *host_ = nullptr;
   pid_t pid_ = -1;
 };
 
-// A network namespace with a veth pair to the host: a "remote host" whose
-// traffic really crosses a network interface. Removed on destruction.
-class NetNs {
+// A private network on this machine: a bridge in a namespace of its own (a
+// switch, so that the root namespace's firewall never sees the traffic
+// between hosts), on a 10.213.N.0/24 subnet no other test run uses, with a
+// veth from the root namespace at .1. Hosts (NetNs) plug into it. Removed on
+// destruction.
+class Lan {
  public:
-  NetNs();
-  ~NetNs();
+  Lan();
+  ~Lan();
+  Lan(const Lan &) = delete;
+  Lan &operator=(const Lan &) = delete;
   bool ok() const { return ok_; }
-  const std::string &host_ip() const { return host_ip_; }  // the host's end
-  // Prefix that runs a command inside the namespace. UCX there uses the
-  // namespace's veth only.
-  std::string Exec() const {
-    return "ip netns exec " + name_ + " env UCX_NET_DEVICES=" + peer_if_ + " ";
-  }
-  // The host's end of the veth: what a UCX process on the host should use
-  // (UCX_NET_DEVICES), not the veths of other test runs that come and go.
-  const std::string &host_if() const { return host_if_; }
+  const std::string &name() const { return switch_ns_; }   // the switch's, in `ip netns list`
+  const std::string &root_ip() const { return root_ip_; }  // the machine's own address on it
+  const std::string &root_if() const { return root_if_; }  // and its interface
 
  private:
-  // Claims a 10.213.N.0/24 subnet no other namespace on this host uses (an
-  // exclusive lock per N across processes, and no route to it already);
-  // returns N, or 0 if none is free.
+  friend class NetNs;
+  // Claims a subnet no other network on this machine uses (an exclusive
+  // lock per N across processes, and no route to it already); returns N,
+  // or 0 if none is free.
   int ClaimSubnet();
 
-  std::string name_, host_if_, peer_if_, host_ip_;
-  int lock_fd_ = -1;  // holds the subnet's lock while the namespace lives
+  std::string switch_ns_, root_if_, root_ip_, prefix_;  // prefix_: "10.213.N."
+  int lock_fd_ = -1;  // holds the subnet's lock while the network lives
+  int next_address_ = 2;
   bool ok_ = false;
+};
+
+// A "host" on this machine: a network namespace with its own address on a
+// Lan and a mount namespace of its own (mounts made there are seen by its
+// commands only), held by a process that lives as long as the host. The
+// filesystem is otherwise the machine's: /tmp, and the pool in /dev/shm.
+// Removed on destruction, with its interfaces.
+class NetNs {
+ public:
+  NetNs();                   // alone on a network of its own with the machine
+  explicit NetNs(Lan *lan);  // one of several hosts on `lan`
+  ~NetNs();
+  NetNs(const NetNs &) = delete;
+  NetNs &operator=(const NetNs &) = delete;
+  bool ok() const { return ok_; }
+  const std::string &name() const { return name_; }  // in `ip netns list`
+  const std::string &ip() const { return ip_; }      // this host's address
+  // The machine's (root namespace's) end of the network: where a server run
+  // outside every host listens, and the interface UCX there should use
+  // (UCX_NET_DEVICES), not the veths of other test runs that come and go.
+  const std::string &host_ip() const { return lan_->root_ip(); }
+  const std::string &host_if() const { return lan_->root_if(); }
+  // A command line prefix that runs a command on this host; UCX there uses
+  // the host's interface only.
+  std::string Exec() const;
+  // The same as an argument vector, for exec.
+  std::vector<std::string> ExecArgs() const;
+  // `path` as this host sees it, from outside: through its mounts.
+  std::string Path(const std::string &path) const;
+  pid_t holder() const { return holder_; }  // the process that holds the namespaces
+
+ private:
+  void Create(Lan *lan);
+
+  std::unique_ptr<Lan> own_lan_;  // when alone
+  Lan *lan_ = nullptr;
+  std::string name_, switch_if_, if_, ip_;
+  pid_t holder_ = -1;
+  bool ok_ = false;
+};
+
+// N hosts on one Lan: what a test of many hosts sharing one pool starts with.
+class Hosts {
+ public:
+  explicit Hosts(int n);
+  bool ok() const;
+  NetNs &operator[](int i) { return *hosts_[i]; }
+  int size() const { return static_cast<int>(hosts_.size()); }
+  const Lan &lan() const { return lan_; }
+
+ private:
+  Lan lan_;  // outlives the hosts on it
+  std::vector<std::unique_ptr<NetNs>> hosts_;
 };
 
 // Forks; the child runs `body` and exits with its return value. Returns the
