@@ -132,7 +132,7 @@ TEST_F(OpenFileTest, AReadersViewOfASealedVersionTakesNoLockAndEndsAtItsSize) {
   OpenFile::ReadView v;
   ASSERT_EQ(r->Read(4, 100, &v), 0);
   EXPECT_TRUE(v.sealed);
-  EXPECT_FALSE(v.lock.owns_lock());
+  EXPECT_EQ(v.locked, nullptr);
   EXPECT_EQ(v.len, 6u);
   OpenFile::ReadView past;
   ASSERT_EQ(r->Read(20, 5, &past), 0);
@@ -213,14 +213,14 @@ TEST_F(OpenFileTest, AReaderFollowingItsWriterReadsUnpublishedBytesUnderTheWrite
   OpenFile::ReadView v;
   ASSERT_EQ(r->Read(0, 100, &v), 0);
   EXPECT_FALSE(v.sealed);
-  EXPECT_TRUE(v.lock.owns_lock());
+  EXPECT_NE(v.locked, nullptr);
   EXPECT_EQ(v.len, 5u);
   // While a reply holds the view, the writer's lock is taken: a write that
   // may not wait says so rather than wait.
   ssize_t written = 0;
   std::thread([&] { written = WriteAt(*w, 5, "!", false); }).join();
   EXPECT_EQ(written, -EWOULDBLOCK);
-  v.lock.unlock();
+  v.Unlock();
   w.reset();  // the follower holds it: its version stays until the reader goes
   EXPECT_EQ(ReadAll(*r), "draft");
 }

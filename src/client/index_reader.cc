@@ -132,7 +132,7 @@ int IndexReader::FreeSlot() {
   const uint32_t mine = ThreadShard(kShards);
   Shard &shard = shards_[mine];
   {
-    std::lock_guard<std::mutex> lock(shard.mu);
+    MutexLock lock(&shard.mu);
     if (!shard.free.empty()) {
       const uint32_t slot = shard.free.back();
       shard.free.pop_back();
@@ -140,7 +140,7 @@ int IndexReader::FreeSlot() {
     }
   }
   {
-    std::lock_guard<std::mutex> lock(grow_mu_);
+    MutexLock lock(&grow_mu_);
     if (next_slot_ < slots_) {
       // A line of slots for this shard alone.
       const uint32_t from = next_slot_,
@@ -150,7 +150,7 @@ int IndexReader::FreeSlot() {
       // Seq_cst, like Take's exchange and re-read: Take has no fence of its
       // own, so this store must be in the same order as the server's fence.
       region_->used.store(next_slot_, std::memory_order_seq_cst);
-      std::lock_guard<std::mutex> lock2(shard.mu);
+      MutexLock lock2(&shard.mu);
       for (uint32_t s = to - 1; s > from; --s) shard.free.push_back(s);
       return static_cast<int>(from);
     }
@@ -158,7 +158,7 @@ int IndexReader::FreeSlot() {
   // Every slot was handed out: take one another shard holds free.
   for (uint32_t i = 1; i < kShards; ++i) {
     Shard &other = shards_[(mine + i) % kShards];
-    std::lock_guard<std::mutex> lock(other.mu);
+    MutexLock lock(&other.mu);
     if (!other.free.empty()) {
       const uint32_t slot = other.free.back();
       other.free.pop_back();
@@ -172,7 +172,7 @@ size_t IndexReader::FreeSlots(size_t n, int *out) {
   size_t got = 0;
   {
     Shard &shard = shards_[ThreadShard(kShards)];
-    std::lock_guard<std::mutex> lock(shard.mu);
+    MutexLock lock(&shard.mu);
     for (; got < n && !shard.free.empty(); ++got) {
       out[got] = static_cast<int>(shard.free.back());
       shard.free.pop_back();
@@ -189,7 +189,7 @@ size_t IndexReader::FreeSlots(size_t n, int *out) {
 void IndexReader::GiveBack(const int *slots, size_t n) {
   if (n == 0) return;
   Shard &shard = shards_[ThreadShard(kShards)];
-  std::lock_guard<std::mutex> lock(shard.mu);
+  MutexLock lock(&shard.mu);
   for (size_t i = 0; i < n; ++i) shard.free.push_back(static_cast<uint32_t>(slots[i]));
 }
 

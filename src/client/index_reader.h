@@ -13,12 +13,12 @@
 
 #include <atomic>
 #include <memory>
-#include <mutex>
 #include <string_view>
 #include <vector>
 
 #include "proto/index_layout.h"
 #include "proto/maru.pb.h"
+#include "util/mutex.h"
 
 namespace maru {
 
@@ -65,7 +65,7 @@ class IndexReader {
   // Up to `n` free slots for this thread (fewer when every slot is in
   // use), taken under one hold of its shard's lock; those a caller does
   // not Take go back with GiveBack.
-  size_t FreeSlots(size_t n, int *out);
+  size_t FreeSlots(size_t n, int *out) EXCLUDES(grow_mu_);
   void GiveBack(const int *slots, size_t n);
   // Tells the server's eviction order that hits[0..n) were read now (a
   // ring in the region, drained by the server before it picks victims).
@@ -85,13 +85,13 @@ class IndexReader {
   IndexReader() = default;
   bool MayRead(const index::EntryData &e) const;
   // A free slot for this thread, or -1 (every slot is in use).
-  int FreeSlot();
+  int FreeSlot() EXCLUDES(grow_mu_);
 
   static constexpr uint32_t kShards = 8;
   static constexpr uint32_t kSlotsPerLine = 64 / sizeof(uint64_t);
   struct alignas(64) Shard {
-    std::mutex mu;
-    std::vector<uint32_t> free;
+    Mutex mu;
+    std::vector<uint32_t> free GUARDED_BY(mu);
   };
 
   void *base_ = nullptr;
@@ -105,8 +105,8 @@ class IndexReader {
   uint32_t uid_ = 0, gid_ = 0;
   std::vector<uint32_t> groups_;
   Shard shards_[kShards];
-  std::mutex grow_mu_;
-  uint32_t next_slot_ = 0;  // slots below it were handed to a shard (grow_mu_)
+  Mutex grow_mu_;
+  uint32_t next_slot_ GUARDED_BY(grow_mu_) = 0;  // slots below it were handed to a shard
 };
 
 }  // namespace maru

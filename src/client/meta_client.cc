@@ -120,10 +120,10 @@ void MetaClient::Authorize(grpc::ClientContext *ctx) const {
 
 MetaClient::~MetaClient() {
   {
-    std::lock_guard<std::mutex> lock(bg_mu_);
+    MutexLock lock(&bg_mu_);
     stopping_ = true;
   }
-  bg_cv_.notify_all();
+  bg_cv_.SignalAll();
   if (background_.joinable()) background_.join();
   FlushReleases();
   rpc::HeartbeatRequest req;
@@ -136,7 +136,7 @@ MetaClient::~MetaClient() {
 }
 
 rpc::OpenSessionReply MetaClient::session_info() const {
-  std::lock_guard<std::mutex> lock(session_mu_);
+  MutexLock lock(&session_mu_);
   return info_;
 }
 
@@ -148,20 +148,7 @@ int MetaClient::OpenSession(bool resume) {
   req.set_pid(static_cast<uint32_t>(getpid()));
   if (resume) {
     req.set_resume(session_.load());
-    std::vector<std::unique_lock<std::mutex>> shards;
-    for (LeaseShard &shard : lease_shards_) shards.emplace_back(shard.mu);
-    std::lock_guard<std::mutex> lock(lease_mu_);
-    // What is not held is dropped by the resume; queued releases would name
-    // leases that no longer exist.
-    to_release_.clear();
-    for (LeaseShard &shard : lease_shards_)
-      shard.tracked.ForEach([&](const Tracked &t) {
-        if (t.lease == 0) return;  // lost at an earlier resume: stays lost
-        rpc::HeldLease *h = req.add_held();
-        h->set_lease(t.lease);
-        h->set_ino(t.ino);
-        h->set_gen(t.gen);
-      });
+    ListHeld(&req);
   }
   rpc::OpenSessionReply rep;
   // From the moment the server may drop a lease until the lease is marked
@@ -181,7 +168,7 @@ int MetaClient::OpenSession(bool resume) {
       renewed[lease.old_lease] = lease.new_lease;
     }
     for (LeaseShard &shard : lease_shards_) {
-      std::lock_guard<std::mutex> lock(shard.mu);
+      MutexLock lock(&shard.mu);
       shard.tracked.ForEach([&](Tracked &t) {
         if (t.lease == 0) return;
         auto it = renewed.find(t.lease);
@@ -195,12 +182,31 @@ int MetaClient::OpenSession(bool resume) {
     if (!env || strcmp(env, "0") != 0)
       fast_ = std::make_unique<FastLaneClient>(rep.fast_lane(), options_.call_timeout_ms);
   }
-  std::lock_guard<std::mutex> lock(session_mu_);
+  MutexLock lock(&session_mu_);
   info_ = rep;
   session_.store(rep.session());
   // Half the session timeout of silence is the most a lease may be trusted.
   lease_trust_ms_.store(std::max<int64_t>(rep.timeout_ms() / 2, 1));
   return 0;
+}
+
+void MetaClient::ListHeld(rpc::OpenSessionRequest *req) {
+  for (LeaseShard &shard : lease_shards_) shard.mu.Lock();
+  {
+    MutexLock lock(&lease_mu_);
+    // What is not held is dropped by the resume; queued releases would name
+    // leases that no longer exist.
+    to_release_.clear();
+    for (LeaseShard &shard : lease_shards_)
+      shard.tracked.ForEach([&](const Tracked &t) {
+        if (t.lease == 0) return;  // lost at an earlier resume: stays lost
+        rpc::HeldLease *h = req->add_held();
+        h->set_lease(t.lease);
+        h->set_ino(t.ino);
+        h->set_gen(t.gen);
+      });
+  }
+  for (LeaseShard &shard : lease_shards_) shard.mu.Unlock();
 }
 
 void MetaClient::AwaitServer(int64_t ms, bool *early) {
@@ -219,7 +225,7 @@ void MetaClient::AwaitServer(int64_t ms, bool *early) {
 
 int MetaClient::Resume(uint64_t seen_epoch) {
   {
-    std::lock_guard<std::mutex> lock(resume_mu_);
+    MutexLock lock(&resume_mu_);
     // The session keeps its id across a resume; the epoch tells whether
     // another thread resumed it since this caller's call went out. A second
     // resume would drop the leases granted in between.
@@ -247,7 +253,7 @@ uint64_t MetaClient::NewHandle(LeaseShard &shard, Tracked **tracked) {
 
 uint64_t MetaClient::TrackLease(uint64_t lease, uint64_t ino, uint64_t gen) {
   LeaseShard &shard = ThreadShard();
-  std::lock_guard<std::mutex> lock(shard.mu);
+  MutexLock lock(&shard.mu);
   Tracked *t;
   const uint64_t handle = NewHandle(shard, &t);
   if (!handle) return 0;
@@ -260,7 +266,7 @@ uint64_t MetaClient::TrackLease(uint64_t lease, uint64_t ino, uint64_t gen) {
 size_t MetaClient::TrackSlotLeases(const SlotLease *leases, size_t n) {
   const uint64_t lapses = lapses_.load();
   LeaseShard &shard = ThreadShard();
-  std::lock_guard<std::mutex> lock(shard.mu);
+  MutexLock lock(&shard.mu);
   for (size_t i = 0; i < n; ++i) {
     Tracked *t;
     const uint64_t handle = NewHandle(shard, &t);
@@ -285,7 +291,7 @@ MetaClient::LeaseWatch MetaClient::WatchLease(uint64_t handle) {
   // A resume since the answer may not have renewed a lease not tracked yet.
   if (answered && resuming_.load() != answered_resuming_) return watch;
   LeaseShard &shard = ShardOf(handle);
-  std::lock_guard<std::mutex> lock(shard.mu);
+  MutexLock lock(&shard.mu);
   // Records stay put until erased (by ReleaseLease).
   if (Tracked *t = shard.tracked.Find(handle)) watch.lease = &t->lease;
   return watch;
@@ -322,7 +328,7 @@ void MetaClient::ReleaseLeases(const uint64_t *handles, size_t n) {
   // each tracked or queued), under one hold of the queue's lock for many.
   auto queue = [&] {
     if (held == 0) return;
-    std::lock_guard<std::mutex> lock(lease_mu_);
+    MutexLock lock(&lease_mu_);
     to_release_.insert(to_release_.end(), granted, granted + held);
     held = 0;
     queued = true;
@@ -332,7 +338,7 @@ void MetaClient::ReleaseLeases(const uint64_t *handles, size_t n) {
     // A run of one shard's handles under one hold of its lock (a batch's
     // handles usually share one: the thread that took them).
     LeaseShard &shard = ShardOf(handles[i]);
-    std::lock_guard<std::mutex> lock(shard.mu);
+    MutexLock lock(&shard.mu);
     for (; i < n && &ShardOf(handles[i]) == &shard; ++i) {
       Tracked *t = shard.tracked.Find(handles[i]);
       if (!t) continue;
@@ -347,25 +353,25 @@ void MetaClient::ReleaseLeases(const uint64_t *handles, size_t n) {
   if (flush_now) {
     FlushReleases();
   } else if (queued && !release_pending_.exchange(true)) {
-    bg_cv_.notify_all();
+    bg_cv_.SignalAll();
   }
 }
 
 void MetaClient::AttachReleases(rpc::Header *header) {
-  std::lock_guard<std::mutex> lock(lease_mu_);
+  MutexLock lock(&lease_mu_);
   for (uint64_t lease : to_release_) header->add_release(lease);
   to_release_.clear();
 }
 
 void MetaClient::RequeueReleases(const google::protobuf::RepeatedField<uint64_t> &leases) {
-  std::lock_guard<std::mutex> lock(lease_mu_);
+  MutexLock lock(&lease_mu_);
   to_release_.insert(to_release_.end(), leases.begin(), leases.end());
 }
 
 bool MetaClient::LeaseValid(uint64_t handle) {
   {
     LeaseShard &shard = ShardOf(handle);
-    std::lock_guard<std::mutex> lock(shard.mu);
+    MutexLock lock(&shard.mu);
     const Tracked *t = shard.tracked.Find(handle);
     if (!t || t->lease == 0) return false;
   }
@@ -375,7 +381,7 @@ bool MetaClient::LeaseValid(uint64_t handle) {
 void MetaClient::FlushReleases() {
   rpc::ReleaseRequest req;
   {
-    std::lock_guard<std::mutex> lock(lease_mu_);
+    MutexLock lock(&lease_mu_);
     if (to_release_.empty()) return;
     for (uint64_t l : to_release_) req.add_leases(l);
     to_release_.clear();
@@ -391,13 +397,14 @@ void MetaClient::FlushReleases() {
 void MetaClient::Background() {
   int64_t next_beat = 0;
   bool early = true;  // see AwaitServer
-  std::unique_lock<std::mutex> lock(bg_mu_);
+  bg_mu_.Lock();
   while (!stopping_) {
     const int64_t wait_ms = std::max<int64_t>(0, next_beat - MonotonicMs());
-    bg_cv_.wait_for(lock, std::chrono::milliseconds(wait_ms),
-                    [&] { return stopping_ || release_pending_.load(); });
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
+    while (!stopping_ && !release_pending_.load() && bg_cv_.WaitUntil(&bg_mu_, deadline)) {
+    }
     if (stopping_) break;
-    lock.unlock();
+    bg_mu_.Unlock();
     if (release_pending_.load()) {
       // Gather releases for a moment: one RPC carries many.
       std::this_thread::sleep_for(std::chrono::milliseconds(kReleaseDelayMs));
@@ -421,8 +428,9 @@ void MetaClient::Background() {
         early = true;  // the server answered
       }
     }
-    lock.lock();
+    bg_mu_.Lock();
   }
+  bg_mu_.Unlock();
 }
 
 }  // namespace maru

@@ -13,10 +13,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
-#include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,6 +24,7 @@
 #include "proto/fast_lane.h"
 #include "proto/maru.grpc.pb.h"
 #include "util/clock.h"
+#include "util/mutex.h"
 #include "util/status.h"
 
 namespace maru {
@@ -72,9 +71,9 @@ class MetaClient {
   uint64_t TrackLease(uint64_t lease, uint64_t ino, uint64_t gen);
   // Stops tracking and releases the lease in the background (batched).
   void ReleaseLease(uint64_t handle) { ReleaseLeases(&handle, 1); }
-  void ReleaseLeases(const uint64_t *handles, size_t n);
+  void ReleaseLeases(const uint64_t *handles, size_t n) EXCLUDES(lease_mu_);
   // Sends pending releases now.
-  void FlushReleases();
+  void FlushReleases() EXCLUDES(lease_mu_);
   // True if the lease behind `handle` surely still holds: it was renewed
   // across any server restart, and the server heard from this session
   // recently enough that it cannot have expired it. A one-sided read that
@@ -114,7 +113,7 @@ class MetaClient {
 
   uint64_t session() const { return session_.load(); }
   // The session's description from the server (devices, timeouts).
-  rpc::OpenSessionReply session_info() const;
+  rpc::OpenSessionReply session_info() const EXCLUDES(session_mu_);
   const std::string &address() const { return address_; }
   // Called after the session was resumed under a restarted server.
   void set_on_resume(std::function<void()> f) { on_resume_ = std::move(f); }
@@ -123,18 +122,23 @@ class MetaClient {
   using Tracked = HeldLeases::Record;
 
   MetaClient(std::string address, ClientOptions options);
-  int OpenSession(bool resume);
+  int OpenSession(bool resume) EXCLUDES(session_mu_, lease_mu_);
+  // For a resume: lists the leases held in `req`, and drops the queued
+  // releases (they would name leases the resume drops), with every shard's
+  // lock and lease_mu_ held. Unchecked: the shards' locks are taken in a
+  // loop, which the analysis cannot follow.
+  void ListHeld(rpc::OpenSessionRequest *req) NO_THREAD_SAFETY_ANALYSIS;
   // Resumes the session unless it was resumed since `seen_epoch`.
   int Resume(uint64_t seen_epoch);
-  void Background();
+  void Background() EXCLUDES(bg_mu_);
   template <typename Req, typename Rep>
   int CallOnce(Method<Req, Rep> method, const Req &req, Rep *rep);
   // Adds the bearer token (MARU_TOKEN_FILE, TCP only) to a call.
   void Authorize(grpc::ClientContext *ctx) const;
   // Moves queued lease releases into a request's header (they ride along)
   // and, if the request then never reached the server, back to the queue.
-  void AttachReleases(rpc::Header *header);
-  void RequeueReleases(const google::protobuf::RepeatedField<uint64_t> &leases);
+  void AttachReleases(rpc::Header *header) EXCLUDES(lease_mu_);
+  void RequeueReleases(const google::protobuf::RepeatedField<uint64_t> &leases) EXCLUDES(lease_mu_);
   // Waits `ms` for the server to be reachable again, on the channel: gRPC's
   // synchronous channels make progress on a reconnect only while some
   // thread waits on them (a sleep left the handshake to gRPC's backup
@@ -165,10 +169,11 @@ class MetaClient {
   inline static thread_local uint64_t answered_lapses_ = 0;
   inline static thread_local uint64_t answered_resuming_ = 0;
   std::unique_ptr<FastLaneClient> fast_;
-  mutable std::mutex session_mu_;          // guards info_
-  std::mutex resume_mu_;                   // one resume at a time
+  mutable Mutex session_mu_;
+  // Guards no data: one resume at a time.
+  Mutex resume_mu_;
   std::atomic<uint64_t> resume_epoch_{0};  // resumes so far
-  rpc::OpenSessionReply info_;
+  rpc::OpenSessionReply info_ GUARDED_BY(session_mu_);
   std::function<void()> on_resume_;
 
   // Tracked leases, sharded by the thread that took them (a handle names its
@@ -177,22 +182,22 @@ class MetaClient {
   // lease_mu_.
   static constexpr uint64_t kLeaseShards = uint64_t{1} << HeldLeases::kTagBits;
   struct alignas(64) LeaseShard {
-    std::mutex mu;
-    HeldLeases tracked;  // handles tagged with this shard's index
+    Mutex mu;
+    HeldLeases tracked GUARDED_BY(mu);  // handles tagged with this shard's index
   };
   LeaseShard &ShardOf(uint64_t handle) { return lease_shards_[handle % kLeaseShards]; }
   // A new handle in `shard` (this thread's, its lock held), tracked; 0 when
   // out of memory.
-  uint64_t NewHandle(LeaseShard &shard, Tracked **tracked);
+  uint64_t NewHandle(LeaseShard &shard, Tracked **tracked) REQUIRES(shard.mu);
   LeaseShard &ThreadShard();
   LeaseShard lease_shards_[kLeaseShards];
-  std::mutex lease_mu_;  // guards to_release_
-  std::vector<uint64_t> to_release_;
+  Mutex lease_mu_;
+  std::vector<uint64_t> to_release_ GUARDED_BY(lease_mu_);
   std::atomic<bool> release_pending_{false};
 
-  std::mutex bg_mu_;
-  std::condition_variable bg_cv_;
-  bool stopping_ = false;
+  Mutex bg_mu_;
+  CondVar bg_cv_;
+  bool stopping_ GUARDED_BY(bg_mu_) = false;
   std::thread background_;
 
  public:

@@ -65,10 +65,10 @@ FuseWorkers::FuseWorkers(fuse_session *se, unsigned n) : se_(se) {
 
 FuseWorkers::~FuseWorkers() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   for (std::thread &t : threads_) t.join();
 }
 
@@ -86,18 +86,18 @@ void FuseWorkers::Push(const fuse_buf &buf) {
 
 void FuseWorkers::Push(std::function<void()> job) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     queue_.push_back(std::move(job));
   }
-  cv_.notify_one();
+  cv_.Signal();
 }
 
 void FuseWorkers::Run() {
   for (;;) {
     std::function<void()> job;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      MutexLock lock(&mu_);
+      while (!stop_ && queue_.empty()) cv_.Wait(&mu_);
       if (stop_) return;  // what is queued fails with the unmount
       job = std::move(queue_.front());
       queue_.pop_front();

@@ -20,12 +20,12 @@
 #include <fuse3/fuse_lowlevel.h>
 #include <signal.h>
 
-#include <condition_variable>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
+
+#include "util/mutex.h"
 
 namespace maru {
 
@@ -59,18 +59,18 @@ class FuseWorkers {
   FuseWorkers &operator=(const FuseWorkers &) = delete;
 
   // Serves a copy of the /dev/fuse request in `buf`.
-  void Push(const fuse_buf &buf);
+  void Push(const fuse_buf &buf) EXCLUDES(mu_);
   // Runs `job` on a worker.
-  void Push(std::function<void()> job);
+  void Push(std::function<void()> job) EXCLUDES(mu_);
 
  private:
-  void Run();
+  void Run() EXCLUDES(mu_);
 
   fuse_session *se_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> queue_;
-  bool stop_ = false;
+  Mutex mu_;
+  CondVar cv_;
+  std::deque<std::function<void()>> queue_ GUARDED_BY(mu_);
+  bool stop_ GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;
 };
 

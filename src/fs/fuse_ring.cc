@@ -7,6 +7,7 @@
 #include "fs/fuse_loop.h"
 #include "util/cpu_wake_latency.h"
 #include "util/log.h"
+#include "util/mutex.h"
 
 #ifdef MARU_HAVE_LIBURING
 
@@ -24,7 +25,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <thread>
 
 namespace maru {
@@ -111,8 +111,8 @@ struct FuseRing::Queue {
   uint64_t done_count = 0;                      // and done_fd
   std::vector<std::unique_ptr<Entry>> entries;  // changed by the thread alone
   size_t waiting = 0;                           // entries the kernel holds, waiting for a request
-  std::mutex mu;
-  std::vector<Entry *> done;  // served by workers, their replies to commit
+  Mutex mu;
+  std::vector<Entry *> done GUARDED_BY(mu);  // served by workers, their replies to commit
   std::thread thread;
 
   ~Queue();
@@ -336,7 +336,7 @@ void FuseRing::Queue::HandOff(Entry *e) {
   workers->Push([this, e] {
     e->Process(se, true);
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(&mu);
       done.push_back(e);
     }
     const uint64_t one = 1;
@@ -347,7 +347,7 @@ void FuseRing::Queue::HandOff(Entry *e) {
 void FuseRing::Queue::CommitDone() {
   std::vector<Entry *> served;
   {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(&mu);
     served.swap(done);
   }
   for (Entry *e : served) Send(e, kCmdCommitAndFetch);

@@ -56,34 +56,6 @@ int FsErrno(int rc) {
   return -rc;
 }
 
-}  // namespace
-
-// An open directory: its entries, fetched a page at a time as the listing
-// reaches them (a million-entry directory starts listing at once, and the
-// server's lock is held for one page at a time), listed at offsets that
-// stay stable while it is read even if entries come and go.
-struct DirHandle {
-  std::mutex mu;                       // readers of one handle take turns
-  std::vector<rpc::DirEntry> entries;  // fetched so far, in name order
-  rpc::Attr self;
-  bool eof = false;  // every entry fetched
-  size_t count() const { return entries.size() + 2; }
-  // Position i of the listing: 0 is ".", 1 is "..", 2 + k is entry k.
-  void At(size_t i, fuse_ino_t ino, std::string *name, rpc::Attr *attr) const {
-    if (i >= 2) {
-      *name = entries[i - 2].name();
-      *attr = entries[i - 2].attr();
-      return;
-    }
-    *name = i == 0 ? "." : "..";
-    *attr = self;
-    // Not 0: readdir(3) hides entries whose inode is 0.
-    if (i == 1) attr->set_ino(ino == FUSE_ROOT_ID || !self.parent() ? ino : self.parent());
-  }
-};
-
-namespace {
-
 rpc::Ref RefTo(fuse_ino_t ino, const char *name = nullptr) {
   rpc::Ref r;
   r.set_ino(ino);
@@ -128,7 +100,7 @@ MaruFs::MaruFs(std::unique_ptr<MetaClient> client, std::unique_ptr<PoolMap> pool
 MaruFs::~MaruFs() {
   std::unordered_set<std::shared_ptr<OpenFile> *> left;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     left.swap(handles_);
   }
   if (!left.empty()) LOG_INFO("%zu files were still open", left.size());
@@ -138,7 +110,7 @@ MaruFs::~MaruFs() {
 void MaruFs::SetHandle(fuse_file_info *fi, const std::shared_ptr<OpenFile> &f) {
   auto *holder = new std::shared_ptr<OpenFile>(f);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     handles_.insert(holder);
   }
   fi->fh = reinterpret_cast<uint64_t>(holder);
@@ -147,7 +119,7 @@ void MaruFs::SetHandle(fuse_file_info *fi, const std::shared_ptr<OpenFile> &f) {
 std::shared_ptr<OpenFile> MaruFs::TakeHandle(fuse_file_info *fi) {
   auto *holder = reinterpret_cast<std::shared_ptr<OpenFile> *>(fi->fh);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     handles_.erase(holder);
   }
   std::shared_ptr<OpenFile> f = std::move(*holder);
@@ -164,18 +136,18 @@ int MaruFs::Call(fuse_req_t req, MetaClient::Method<Req, Rep> method, Req &r, Re
 // --- Attributes -----------------------------------------------------------------
 
 std::shared_ptr<OpenFile> MaruFs::Writer(uint64_t ino) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = writers_.find(ino);
   return it == writers_.end() ? nullptr : it->second;
 }
 
 void MaruFs::AddWriter(const std::shared_ptr<OpenFile> &f) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   writers_[f->ino()] = f;
 }
 
 void MaruFs::RemoveWriter(const std::shared_ptr<OpenFile> &f) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = writers_.find(f->ino());
   if (it != writers_.end() && it->second == f) writers_.erase(it);
 }
@@ -411,12 +383,12 @@ std::shared_ptr<OpenFile> MaruFs::NewFile(uint64_t ino, OpenFile::Role role) {
 }
 
 void MaruFs::AddOpen(const std::shared_ptr<OpenFile> &f) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   open_[f->ino()].push_back(f);
 }
 
 void MaruFs::ForgetClosed(uint64_t ino) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = open_.find(ino);
   if (it == open_.end()) return;
   auto &files = it->second;
@@ -427,7 +399,7 @@ void MaruFs::ForgetClosed(uint64_t ino) {
 
 std::vector<std::shared_ptr<OpenFile>> MaruFs::OpenFilesOf(uint64_t ino) {
   std::vector<std::shared_ptr<OpenFile>> files;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = open_.find(ino);
   if (it == open_.end()) return files;
   for (const std::weak_ptr<OpenFile> &w : it->second)
@@ -442,7 +414,7 @@ std::shared_ptr<OpenFile> MaruFs::AnyOpen(uint64_t ino) {
 
 void MaruFs::Published(uint64_t ino, uint64_t gen) {
   // Written through the page cache, the kernel's pages are this version.
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   cached_gen_[ino] = DirectWrites() ? 0 : gen;
 }
 
@@ -494,7 +466,7 @@ int MaruFs::OpenReader(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi,
   }
   if (int rc = (*f)->OpenSealed(CallerOf(req)); rc < 0) return rc;
   // The page cache is valid as long as it holds this very version.
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   uint64_t &cached = cached_gen_[ino];
   fi->keep_cache = cached == (*f)->gen();
   // Sealed bytes are read from the pool, which is the cache: one copy into
@@ -614,8 +586,13 @@ int MaruFs::FetchDirPage(fuse_req_t req, fuse_ino_t ino, DirHandle *dir) {
 void MaruFs::OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi) {
   auto dir = std::make_unique<DirHandle>();
   // The first page now: it checks access, and small directories need no more.
-  if (int rc = FetchDirPage(req, ino, dir.get()); rc < 0)
-    return (void)fuse_reply_err(req, FsErrno(rc));
+  // (Nobody else has the handle yet: its lock is taken for the analysis.)
+  int rc;
+  {
+    MutexLock lock(&dir->mu);
+    rc = FetchDirPage(req, ino, dir.get());
+  }
+  if (rc < 0) return (void)fuse_reply_err(req, FsErrno(rc));
   fi->fh = reinterpret_cast<uint64_t>(dir.release());
   fi->cache_readdir = 0;
   fuse_reply_open(req, fi);
@@ -629,7 +606,7 @@ void MaruFs::ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fus
   int failed = 0;
   {
     // Unlocked before the reply: once it is sent, the handle may be released.
-    std::lock_guard<std::mutex> lock(dir->mu);
+    MutexLock lock(&dir->mu);
     used = ListDir(req, ino, dir, &buf, static_cast<size_t>(off), plus, &failed);
   }
   if (failed < 0 && used == 0) return (void)fuse_reply_err(req, FsErrno(failed));

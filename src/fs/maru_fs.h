@@ -14,7 +14,6 @@
 #include <fuse3/fuse_lowlevel.h>
 
 #include <memory>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -25,6 +24,7 @@
 #include "fs/open_file.h"
 #include "fs/xattrs.h"
 #include "util/checksum.h"
+#include "util/mutex.h"
 
 namespace maru {
 
@@ -49,7 +49,29 @@ struct FsOptions {
   bool splice = false;
 };
 
-struct DirHandle;  // an open directory (maru_fs.cc)
+// An open directory: its entries, fetched a page at a time as the listing
+// reaches them (a million-entry directory starts listing at once, and the
+// server's lock is held for one page at a time), listed at offsets that
+// stay stable while it is read even if entries come and go.
+struct DirHandle {
+  Mutex mu;                                           // readers of one handle take turns
+  std::vector<rpc::DirEntry> entries GUARDED_BY(mu);  // fetched so far, in name order
+  rpc::Attr self GUARDED_BY(mu);
+  bool eof GUARDED_BY(mu) = false;  // every entry fetched
+  size_t count() const REQUIRES(mu) { return entries.size() + 2; }
+  // Position i of the listing: 0 is ".", 1 is "..", 2 + k is entry k.
+  void At(size_t i, fuse_ino_t ino, std::string *name, rpc::Attr *attr) const REQUIRES(mu) {
+    if (i >= 2) {
+      *name = entries[i - 2].name();
+      *attr = entries[i - 2].attr();
+      return;
+    }
+    *name = i == 0 ? "." : "..";
+    *attr = self;
+    // Not 0: readdir(3) hides entries whose inode is 0.
+    if (i == 1) attr->set_ino(ino == FUSE_ROOT_ID || !self.parent() ? ino : self.parent());
+  }
+};
 
 class MaruFs {
  public:
@@ -89,11 +111,11 @@ class MaruFs {
   void Fsync(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info *fi);
   void OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi);
   // The next page of an open directory's entries; negative errno.
-  int FetchDirPage(fuse_req_t req, fuse_ino_t ino, DirHandle *dir);
+  int FetchDirPage(fuse_req_t req, fuse_ino_t ino, DirHandle *dir) REQUIRES(dir->mu);
   // Fills `out` with entries from position `off`, fetching pages as needed;
   // returns the bytes used. A failed fetch sets `failed` (negative errno).
   size_t ListDir(fuse_req_t req, fuse_ino_t ino, DirHandle *dir, std::vector<char> *out, size_t off,
-                 bool plus, int *failed);
+                 bool plus, int *failed) REQUIRES(dir->mu);
   void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info *fi,
                bool plus);
   void ReleaseDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi);
@@ -123,24 +145,24 @@ class MaruFs {
   double AttrTimeout(const rpc::Attr &a) const;
   bool DirectWrites() const { return options_.direct_io || options_.direct_writes; }
   // The writers open on this mount, by inode.
-  std::shared_ptr<OpenFile> Writer(uint64_t ino);
-  void AddWriter(const std::shared_ptr<OpenFile> &f);
-  void RemoveWriter(const std::shared_ptr<OpenFile> &f);
+  std::shared_ptr<OpenFile> Writer(uint64_t ino) EXCLUDES(mu_);
+  void AddWriter(const std::shared_ptr<OpenFile> &f) EXCLUDES(mu_);
+  void RemoveWriter(const std::shared_ptr<OpenFile> &f) EXCLUDES(mu_);
   std::shared_ptr<OpenFile> NewFile(uint64_t ino, OpenFile::Role role);
   // An open file's handle (fi->fh) is a reference to its OpenFile, made
   // here and taken back at RELEASE; those never released go with MaruFs.
-  void SetHandle(fuse_file_info *fi, const std::shared_ptr<OpenFile> &f);
-  std::shared_ptr<OpenFile> TakeHandle(fuse_file_info *fi);
+  void SetHandle(fuse_file_info *fi, const std::shared_ptr<OpenFile> &f) EXCLUDES(mu_);
+  std::shared_ptr<OpenFile> TakeHandle(fuse_file_info *fi) EXCLUDES(mu_);
   // The files open on this mount, by inode: fstat comes without a handle,
   // and a file unlinked while open is known only to them.
-  void AddOpen(const std::shared_ptr<OpenFile> &f);
-  void ForgetClosed(uint64_t ino);
+  void AddOpen(const std::shared_ptr<OpenFile> &f) EXCLUDES(mu_);
+  void ForgetClosed(uint64_t ino) EXCLUDES(mu_);
   std::shared_ptr<OpenFile> AnyOpen(uint64_t ino);
   // Copies, taken under mu_: an open file's lock is never taken under it.
-  std::vector<std::shared_ptr<OpenFile>> OpenFilesOf(uint64_t ino);
+  std::vector<std::shared_ptr<OpenFile>> OpenFilesOf(uint64_t ino) EXCLUDES(mu_);
   // A seal published version `gen`: the page cache holds it if the writes
   // went through the page cache.
-  void Published(uint64_t ino, uint64_t gen);
+  void Published(uint64_t ino, uint64_t gen) EXCLUDES(mu_);
   int OpenReader(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi, std::shared_ptr<OpenFile> *f);
   int OpenWriter(fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi, std::shared_ptr<OpenFile> *f);
   // A size change is a write: through the open writer, or a new version.
@@ -154,11 +176,12 @@ class MaruFs {
   bool mmap_allowed_ = false;
   FileEnv env_;  // before writers_: open files use it until they go
   Xattrs xattrs_;
-  std::mutex mu_;
-  std::unordered_map<uint64_t, std::shared_ptr<OpenFile>> writers_;  // by inode
-  std::unordered_map<uint64_t, uint64_t> cached_gen_;  // inode -> version in the page cache
-  std::unordered_map<uint64_t, std::vector<std::weak_ptr<OpenFile>>> open_;  // by inode
-  std::unordered_set<std::shared_ptr<OpenFile> *> handles_;                  // not yet released
+  Mutex mu_;
+  std::unordered_map<uint64_t, std::shared_ptr<OpenFile>> writers_ GUARDED_BY(mu_);  // by inode
+  // inode -> version in the page cache
+  std::unordered_map<uint64_t, uint64_t> cached_gen_ GUARDED_BY(mu_);
+  std::unordered_map<uint64_t, std::vector<std::weak_ptr<OpenFile>>> open_ GUARDED_BY(mu_);
+  std::unordered_set<std::shared_ptr<OpenFile> *> handles_ GUARDED_BY(mu_);  // not yet released
 };
 
 }  // namespace maru

@@ -83,11 +83,11 @@ int OpenFile::Read(uint64_t start, uint64_t size, ReadView *view, bool may_wait)
   if (follows_) return follows_->Read(start, size, view, may_wait);
   // A writer's bytes may change: they are replied while its lock is held.
   if (writer()) {
-    view->lock = std::unique_lock<std::mutex>(mu_, std::defer_lock);
     if (may_wait)
-      view->lock.lock();
-    else if (!view->lock.try_lock())
+      mu_.Lock();
+    else if (!mu_.TryLock())
       return -EWOULDBLOCK;
+    view->locked = &mu_;
   }
   const uint64_t len = start < size_ ? std::min(size, size_ - start) : 0;
   // The watch answers from atomics; once it cannot vouch (the server was
@@ -102,7 +102,7 @@ int OpenFile::Read(uint64_t start, uint64_t size, ReadView *view, bool may_wait)
 
 bool OpenFile::LastAttr(rpc::Attr *attr) {
   if (follows_) return follows_->LastAttr(attr);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (attr_.ino() == 0) return false;
   *attr = noted_.mode() ? noted_ : attr_;
   if (!attr->mode()) attr->set_mode(S_IFREG);
@@ -116,7 +116,7 @@ bool OpenFile::LastAttr(rpc::Attr *attr) {
 
 void OpenFile::NoteAttr(const rpc::Attr &attr) {
   if (follows_) return follows_->NoteAttr(attr);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   noted_ = attr;
 }
 
@@ -130,7 +130,7 @@ int OpenFile::AdoptCreated(const rpc::ChunkReply &created, const rpc::Caller &ca
 }
 
 int OpenFile::StartVersion(const rpc::Caller &caller, uint64_t keep) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return NewVersion(caller, keep);
 }
 
@@ -264,11 +264,18 @@ int OpenFile::Reserve(const CallerFn &caller, uint64_t end) {
 ssize_t OpenFile::Write(const CallerFn &caller, uint64_t start, uint64_t len, const CopyIn &copy,
                         bool may_wait) {
   if (!writer()) return -EBADF;
-  std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
   if (may_wait)
-    lock.lock();
-  else if (!lock.try_lock() || NeedsVersion() || start + len > map_.length())
+    mu_.Lock();
+  else if (!mu_.TryLock())
     return -EWOULDBLOCK;
+  const ssize_t copied = WriteLocked(caller, start, len, copy, may_wait);
+  mu_.Unlock();
+  return copied;
+}
+
+ssize_t OpenFile::WriteLocked(const CallerFn &caller, uint64_t start, uint64_t len,
+                              const CopyIn &copy, bool may_wait) {
+  if (!may_wait && (NeedsVersion() || start + len > map_.length())) return -EWOULDBLOCK;
   int rc = NeedsVersion() ? NewVersion(caller(), UINT64_MAX) : 0;  // written again after a seal
   if (rc == 0) rc = Reserve(caller, start + len);
   if (rc < 0) return rc;
@@ -281,7 +288,7 @@ ssize_t OpenFile::Write(const CallerFn &caller, uint64_t start, uint64_t len, co
 }
 
 int OpenFile::Truncate(const CallerFn &caller, uint64_t size) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   int rc = NeedsVersion() ? NewVersion(caller(), size) : 0;
   if (rc == 0) rc = Reserve(caller, size);
   if (rc < 0) return rc;
@@ -293,7 +300,7 @@ int OpenFile::Truncate(const CallerFn &caller, uint64_t size) {
 
 int OpenFile::Publish() {
   if (!writer()) return 0;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   // A file that is gone has no name to publish under: its bytes stay this
   // writer's until the last close.
   if (detached_) return 0;
@@ -301,7 +308,7 @@ int OpenFile::Publish() {
 }
 
 bool OpenFile::Published() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return PublishedLocked();
 }
 
@@ -336,7 +343,7 @@ int OpenFile::Seal() {
 }
 
 bool OpenFile::WrittenSize(uint64_t server_gen, uint64_t *size, uint64_t *allocated) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (PublishedLocked() && server_gen != gen_) return false;
   *size = size_;
   *allocated = map_.length();

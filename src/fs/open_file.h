@@ -36,13 +36,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 
 #include "alloc/extent_map.h"
 #include "client/meta_client.h"
 #include "client/pool_map.h"
 #include "proto/maru.pb.h"
 #include "util/checksum.h"
+#include "util/mutex.h"
 
 namespace maru {
 
@@ -85,24 +85,36 @@ class OpenFile {
   // that lies in the file (0 past its end). A writer's bytes may still
   // change (`sealed` false): the view holds its lock while it lives.
   struct ReadView {
+    ReadView() = default;
+    ReadView(const ReadView &) = delete;
+    ReadView &operator=(const ReadView &) = delete;
+    ~ReadView() { Unlock(); }
+    // Lets the writer's lock go before the view does. Read hands its
+    // caller a lock held past its return, which the analysis cannot
+    // follow: unchecked here and there.
+    void Unlock() NO_THREAD_SAFETY_ANALYSIS {
+      if (locked) locked->Unlock();
+      locked = nullptr;
+    }
     const ExtentMap *map = nullptr;
     uint64_t len = 0;
     bool sealed = true;
-    std::unique_lock<std::mutex> lock;
+    Mutex *locked = nullptr;  // a writer's lock, held while the view lives
   };
   // The view of [start, start+size). -EIO when a sealed version's lease may
   // have lapsed: its extents may hold another chunk by now. A sealed file's
   // read takes no lock and sends no message while the lease surely holds.
   // Unless `may_wait`, -EWOULDBLOCK rather than wait for a writer's lock
   // (held across its calls to the server).
-  int Read(uint64_t start, uint64_t size, ReadView *view, bool may_wait = true);
+  int Read(uint64_t start, uint64_t size, ReadView *view,
+           bool may_wait = true) NO_THREAD_SAFETY_ANALYSIS;  // see ReadView
 
   // --- Writers ---
   // Takes over the new, empty file a Create RPC replied with.
   int AdoptCreated(const rpc::ChunkReply &created, const rpc::Caller &caller);
   // Starts a new version (O_TRUNC, or writing a sealed file), keeping the
   // first `keep` bytes of the current content.
-  int StartVersion(const rpc::Caller &caller, uint64_t keep);
+  int StartVersion(const rpc::Caller &caller, uint64_t keep) EXCLUDES(mu_);
   // Writes `len` bytes at `start`: `copy` fills the pool behind them and
   // returns the bytes copied or a negative errno. Returns the same. Unless
   // `may_wait`, -EWOULDBLOCK, with nothing written, where the write would
@@ -110,44 +122,47 @@ class OpenFile {
   // of a write that does.
   using CopyIn = std::function<ssize_t(const ExtentMap &map)>;
   ssize_t Write(const CallerFn &caller, uint64_t start, uint64_t len, const CopyIn &copy,
-                bool may_wait = true);
+                bool may_wait = true) EXCLUDES(mu_);
   // Sets the size; growing it adds zeros.
-  int Truncate(const CallerFn &caller, uint64_t size);
+  int Truncate(const CallerFn &caller, uint64_t size) EXCLUDES(mu_);
   // Seals what was written since the last Publish, if anything; 0 for
   // readers, whose version is sealed already.
-  int Publish();
+  int Publish() EXCLUDES(mu_);
   // Whether everything written is published.
-  bool Published();
+  bool Published() EXCLUDES(mu_);
   // The attributes the server last gave for the version this file holds,
   // its size what it holds: what fstat shows once the server no longer
   // answers for the file (unlinked while open). False if it has none.
   // Mode, owner and times come from NoteAttr: the server's open reply is
   // slim. Without one, a regular file with no permission bits.
-  bool LastAttr(rpc::Attr *attr);
+  bool LastAttr(rpc::Attr *attr) EXCLUDES(mu_);
   // The attributes the server gave for this inode since it was opened.
-  void NoteAttr(const rpc::Attr &attr);
+  void NoteAttr(const rpc::Attr &attr) EXCLUDES(mu_);
   // What stat shows for a file this writer writes: false if the server's
   // version `server_gen` is newer than this writer's published one.
-  bool WrittenSize(uint64_t server_gen, uint64_t *size, uint64_t *allocated);
+  bool WrittenSize(uint64_t server_gen, uint64_t *size, uint64_t *allocated) EXCLUDES(mu_);
 
  private:
-  bool PublishedLocked() const { return sealed_ && !dirty_; }
+  bool PublishedLocked() const REQUIRES(mu_) { return sealed_ && !dirty_; }
   // A new version is needed before writing: the current one is sealed, or
   // there is none yet (a temporary writer for truncate).
-  bool NeedsVersion() const { return sealed_ || gen_ == 0; }
-  int NewVersion(const rpc::Caller &caller, uint64_t keep);  // StartVersion, locked
+  bool NeedsVersion() const REQUIRES(mu_) { return sealed_ || gen_ == 0; }
+  int NewVersion(const rpc::Caller &caller, uint64_t keep) REQUIRES(mu_);
+  // Write's work, with mu_ held.
+  ssize_t WriteLocked(const CallerFn &caller, uint64_t start, uint64_t len, const CopyIn &copy,
+                      bool may_wait) REQUIRES(mu_);
   // Asks the server for a new version with room for `size` bytes.
   int CreateVersion(const rpc::Caller &caller, uint64_t size, rpc::ChunkReply *rep);
   // A version under no name of `size` bytes, for a writer whose file is gone.
   int AllocVersion(const rpc::Caller &caller, uint64_t size, rpc::ChunkReply *rep);
   // Moves a detached writer's bytes into an allocation with room for `end`.
-  int GrowDetached(const rpc::Caller &caller, uint64_t end);
+  int GrowDetached(const rpc::Caller &caller, uint64_t end) REQUIRES(mu_);
   // The current content a new version keeps: the version this writer
   // published (its lease moves along), or else the server's sealed one.
   std::shared_ptr<OpenFile> MovePublished();
   int OpenCurrent(std::shared_ptr<OpenFile> *old);
-  int Reserve(const CallerFn &caller, uint64_t end);
-  int Seal();
+  int Reserve(const CallerFn &caller, uint64_t end) REQUIRES(mu_);
+  int Seal() REQUIRES(mu_);
   void ReleaseLease();
   // The extents of a reply, checked to lie in the pool; -EIO if not.
   int MapOf(const rpc::ChunkReply &rep);
@@ -157,18 +172,21 @@ class OpenFile {
   const FileEnv *env_;
   const uint64_t ino_;
   const Role role_;
-  std::mutex mu_;                 // writers: serializes writes, growth and sealing
-  uint64_t gen_ = 0;              // the version read, or being written
-  uint64_t size_ = 0;             // readers: sealed size; writers: bytes written so far
-  ExtentMap map_;                 // where the bytes are
-  uint64_t lease_ = 0;            // MetaClient lease handle once there is one, else 0
-  MetaClient::LeaseWatch watch_;  // readers: lease_, checked without a lock
-  bool sealed_ = false;           // writers: published by a Publish
-  bool detached_ = false;         // writers: the file is gone; gen_ is an allocation
-  bool dirty_ = false;            // writers: written since the last Publish
-  rpc::Caller caller_;            // writers: who started the version, for the seal
-  rpc::Attr attr_;                // as the server last replied; ino 0 until then
-  rpc::Attr noted_;               // NoteAttr's; mode 0 until then
+  // Writers: serializes writes, growth and sealing. gen_, size_, map_,
+  // lease_, caller_ and attr_ are not marked: a reader's are set once,
+  // before the file is shared, and read without it.
+  Mutex mu_;
+  uint64_t gen_ = 0;                       // the version read, or being written
+  uint64_t size_ = 0;                      // readers: sealed size; writers: bytes written so far
+  ExtentMap map_;                          // where the bytes are
+  uint64_t lease_ = 0;                     // MetaClient lease handle once there is one, else 0
+  MetaClient::LeaseWatch watch_;           // readers: lease_, checked without a lock
+  bool sealed_ GUARDED_BY(mu_) = false;    // writers: published by a Publish
+  bool detached_ GUARDED_BY(mu_) = false;  // writers: the file is gone; gen_ is an allocation
+  bool dirty_ GUARDED_BY(mu_) = false;     // writers: written since the last Publish
+  rpc::Caller caller_;                     // writers: who started the version, for the seal
+  rpc::Attr attr_;                         // as the server last replied; ino 0 until then
+  rpc::Attr noted_ GUARDED_BY(mu_);        // NoteAttr's; mode 0 until then
   std::shared_ptr<OpenFile> follows_;
 };
 

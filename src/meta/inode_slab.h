@@ -11,9 +11,10 @@
 #include <algorithm>
 #include <cstddef>
 #include <memory>
-#include <mutex>
 #include <new>
 #include <vector>
+
+#include "util/mutex.h"
 
 namespace maru {
 
@@ -36,11 +37,11 @@ class SlotArena {
   SlotArena(const SlotArena &) = delete;
   SlotArena &operator=(const SlotArena &) = delete;
 
-  void *Allocate() {
+  void *Allocate() EXCLUDES(mu_) {
     Run &run = t_run;
     if (run.arena != this) run.Give(this);
     if (run.next != run.end) return run.Take();
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (free_) {
       Free *slot = free_;
       free_ = slot->next;
@@ -53,8 +54,8 @@ class SlotArena {
     return run.Take();
   }
 
-  void Release(void *p) {
-    std::lock_guard<std::mutex> lock(mu_);
+  void Release(void *p) EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
     free_ = new (p) Free{free_};
   }
 
@@ -77,7 +78,7 @@ class SlotArena {
     // Returns what is left to its arena, and starts taking from `to`.
     void Give(SlotArena *to) {
       if (arena) {
-        std::lock_guard<std::mutex> lock(arena->mu_);
+        MutexLock lock(&arena->mu_);
         for (; next != end; next += kSize) arena->free_ = new (next) Free{arena->free_};
       }
       arena = to;
@@ -86,17 +87,18 @@ class SlotArena {
   };
   static inline thread_local Run t_run;
 
-  void NewBlock() {
+  void NewBlock() REQUIRES(mu_) {
     void *block = ::operator new (kBlock, std::align_val_t{kAlign});
     blocks_.push_back(block);
     next_ = static_cast<std::byte *>(block);
     end_ = next_ + kBlock / kSize * kSize;
   }
 
-  std::mutex mu_;
-  Free *free_ = nullptr;
-  std::byte *next_ = nullptr, *end_ = nullptr;
-  std::vector<void *> blocks_;  // kept: freed slots are reused
+  Mutex mu_;
+  Free *free_ GUARDED_BY(mu_) = nullptr;
+  std::byte *next_ GUARDED_BY(mu_) = nullptr;
+  std::byte *end_ GUARDED_BY(mu_) = nullptr;
+  std::vector<void *> blocks_ GUARDED_BY(mu_);  // kept: freed slots are reused
 };
 
 #if defined(__SANITIZE_ADDRESS__)

@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "schema.pb.h"
+#include "meta/schema.pb.h"
 #include "util/status.h"
 
 namespace rocksdb {

@@ -7,7 +7,8 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
-#include <mutex>
+
+#include "util/mutex.h"
 
 namespace maru {
 namespace {
@@ -16,9 +17,9 @@ namespace {
 // client maps it): mapping an extent per call would fault its pages in
 // again each time.
 Result<PoolDevice *> DeviceMapping(const std::string &path) {
-  static std::mutex mu;
-  static std::map<std::string, std::unique_ptr<PoolDevice>> devices;
-  std::lock_guard<std::mutex> lock(mu);
+  static Mutex mu;
+  static std::map<std::string, std::unique_ptr<PoolDevice>> devices GUARDED_BY(mu);
+  MutexLock lock(&mu);
   std::unique_ptr<PoolDevice> &d = devices[path];
   if (!d) {
     Result<std::unique_ptr<PoolDevice>> opened = PoolDevice::Open(path, {});

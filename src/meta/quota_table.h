@@ -32,8 +32,8 @@
 #include <vector>
 
 #include "meta/namespace_tree.h"
+#include "meta/schema.pb.h"
 #include "proto/maru.pb.h"
-#include "schema.pb.h"
 #include "util/status.h"
 
 namespace maru {

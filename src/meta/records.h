@@ -8,7 +8,7 @@
 
 #include "alloc/extent.h"
 #include "meta/inode.h"
-#include "schema.pb.h"
+#include "meta/schema.pb.h"
 
 namespace maru {
 

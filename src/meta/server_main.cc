@@ -7,7 +7,6 @@
 #include <systemd/sd-daemon.h>
 
 #include <algorithm>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -27,6 +26,7 @@
 #include "util/address.h"
 #include "util/flags.h"
 #include "util/log.h"
+#include "util/mutex.h"
 
 using namespace maru;
 
@@ -368,18 +368,24 @@ int main(int argc, char **argv) {
     metrics = std::move(*m);
   }
 
-  std::mutex tick_mu;
-  std::condition_variable tick_cv;
+  // tick_mu guards `stopping` (a local, which GUARDED_BY cannot mark).
+  Mutex tick_mu;
+  CondVar tick_cv;
   bool stopping = false;
   const auto tick_every =
       std::chrono::milliseconds(std::clamp<int64_t>(f.session_timeout_ms / 4, 20, 500));
   std::thread ticker([&] {
-    std::unique_lock<std::mutex> lock(tick_mu);
-    while (!tick_cv.wait_for(lock, tick_every, [&] { return stopping; })) {
-      lock.unlock();
+    tick_mu.Lock();
+    for (;;) {
+      const auto deadline = std::chrono::steady_clock::now() + tick_every;
+      while (!stopping && tick_cv.WaitUntil(&tick_mu, deadline)) {
+      }
+      if (stopping) break;
+      tick_mu.Unlock();
       (*engine)->Tick();
-      lock.lock();
+      tick_mu.Lock();
     }
+    tick_mu.Unlock();
   });
 
   std::string where;
@@ -394,10 +400,10 @@ int main(int argc, char **argv) {
   sd_notify(0, "STOPPING=1");
   LOG_INFO("stopping on signal %d", sig);
   {
-    std::lock_guard<std::mutex> lock(tick_mu);
+    MutexLock lock(&tick_mu);
     stopping = true;
   }
-  tick_cv.notify_all();
+  tick_cv.SignalAll();
   ticker.join();
   for (auto &l : unix_listeners) l->Stop();
   for (auto &l : tcp_listeners) l->Stop();

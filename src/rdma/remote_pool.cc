@@ -26,6 +26,7 @@ Result<std::unique_ptr<RemotePool>> RemotePool::Create(AgentMap agents, int64_t 
   MARU_RETURN_IF_ERROR(pool->ucx_->SetHandler(wire::kGrantReplyId, OnReply, pool.get()));
   MARU_RETURN_IF_ERROR(pool->ucx_->SetHandler(wire::kReadReplyId, OnDataReply, pool.get()));
   MARU_RETURN_IF_ERROR(pool->ucx_->SetHandler(wire::kWriteReplyId, OnDataReply, pool.get()));
+  MutexLock lock(&pool->mu_);  // nobody else has the pool yet
   for (auto &[device, address] : agents) {
     Result<Address> a = ParseAddress(address);
     if (!a.ok() || a->kind != Address::Kind::kTcp)
@@ -36,7 +37,7 @@ Result<std::unique_ptr<RemotePool>> RemotePool::Create(AgentMap agents, int64_t 
 }
 
 RemotePool::~RemotePool() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (auto &[device, agent] : agents_) Disconnect(agent);
   staging_->Close();  // before the UCX context goes
 }
@@ -50,6 +51,7 @@ void RemotePool::OnError(void *arg, ucp_ep_h, ucs_status_t status) {
 ucs_status_t RemotePool::OnReply(void *arg, const void *, size_t, void *data, size_t length,
                                  const ucp_am_recv_param_t *param) {
   auto *self = static_cast<RemotePool *>(arg);
+  self->mu_.AssertHeld();  // run by ucx_'s progress within a Move
   if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) || length < sizeof(wire::GrantReply))
     return UCS_OK;
   // The message may sit at any alignment in UCX's buffer: copy its header out.
@@ -147,14 +149,15 @@ Status RemotePool::Grant(Agent &agent, uint32_t device,
   const uint64_t id = head.request_id;
   ucs_status_t st = ucx_->Wait(
       ucp_am_send_nbx(agent.ep, wire::kGrantRequestId, nullptr, 0, msg.data(), msg.size(), &p),
-      timeout_ms_, [&] {
+      timeout_ms_, [&]() REQUIRES(mu_) {
         agent.failed = true;  // stuck: closing the endpoint gives `msg` back
         Disconnect(agent);
       });
   if (st != UCS_OK)
     return Status::Error(agent.failed ? ECONNRESET : UcsErrno(st),
                          "grant request to " + agent.address);
-  if (!ucx_->ProgressUntil([&] { return replies_.count(id) || agent.failed; }, timeout_ms_))
+  if (!ucx_->ProgressUntil([&]() REQUIRES(mu_) { return replies_.count(id) || agent.failed; },
+                           timeout_ms_))
     return Status::Error(ETIMEDOUT, "agent " + agent.address + " did not answer");
   if (!replies_.count(id))
     return Status::Error(ECONNRESET, "agent " + agent.address + " went away");
@@ -191,7 +194,8 @@ Status RemotePool::PostChecked(Agent &agent, uint64_t ticket,
                                std::vector<std::pair<Agent *, void *>> *requests) {
   for (const Transfer *t : part) {
     // A window in flight: more would only queue in the agent.
-    if (!ucx_->ProgressUntil([&] { return OpsInFlight() < kWindow || agent.failed; }, timeout_ms_))
+    if (!ucx_->ProgressUntil(
+            [&]() REQUIRES(mu_) { return OpsInFlight() < kWindow || agent.failed; }, timeout_ms_))
       return Status::Error(ETIMEDOUT, "agent " + agent.address + " did not answer");
     if (agent.failed) return Status::Error(ECONNRESET, "agent " + agent.address + " went away");
     const uint64_t id = next_request_++;
@@ -215,6 +219,7 @@ Status RemotePool::PostChecked(Agent &agent, uint64_t ticket,
 ucs_status_t RemotePool::OnDataReply(void *arg, const void *header, size_t header_length,
                                      void *data, size_t length, const ucp_am_recv_param_t *param) {
   auto *self = static_cast<RemotePool *>(arg);
+  self->mu_.AssertHeld();  // run by ucx_'s progress within a Move
   if (header_length != sizeof(wire::DataReply)) return UCS_OK;
   wire::DataReply r;
   memcpy(&r, header, sizeof(r));
@@ -269,11 +274,12 @@ void RemotePool::OnDataReceived(void *request, ucs_status_t status, size_t, void
 Status RemotePool::AwaitChecked() {
   if (ops_.empty()) return Status::Ok();
   Status result;
-  auto failed = [&] {
+  auto failed = [&]() REQUIRES(mu_) {
     return std::any_of(agents_.begin(), agents_.end(),
                        [](const auto &a) { return a.second.checked && a.second.failed; });
   };
-  if (!ucx_->ProgressUntil([&] { return OpsInFlight() == 0 || failed(); }, timeout_ms_))
+  if (!ucx_->ProgressUntil([&]() REQUIRES(mu_) { return OpsInFlight() == 0 || failed(); },
+                           timeout_ms_))
     result = Status::Error(ETIMEDOUT, "the agent did not answer");
   if (OpsInFlight() != 0) {
     if (result.ok()) result = Status::Error(ECONNRESET, "the agent went away");
@@ -285,7 +291,7 @@ Status RemotePool::AwaitChecked() {
       }
     // The caller frees its buffers after this: no receive may still run.
     while (!ucx_->ProgressUntil(
-        [&] {
+        [&]() REQUIRES(mu_) {
           return std::none_of(ops_.begin(), ops_.end(),
                               [](const auto &o) { return o.second.receiving; });
         },
@@ -301,7 +307,7 @@ Status RemotePool::AwaitChecked() {
 }
 
 Status RemotePool::Move(const std::vector<Transfer> &transfers, bool put) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   bool fresh_failed = false;
   Status s = MoveOnce(transfers, put, &fresh_failed);
   // UCX may reset a connection while setting it up (seen over TCP under

@@ -15,13 +15,13 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "rdma/staging_cache.h"
 #include "rdma/ucx_wire.h"
 #include "rdma/ucx_worker.h"
+#include "util/mutex.h"
 #include "util/status.h"
 
 namespace maru {
@@ -53,7 +53,9 @@ class RemotePool {
                                                     Issuer issue);
   ~RemotePool();
 
-  bool serves(uint32_t device) const { return agents_.count(device) > 0; }
+  // The devices are fixed at Create (only their Agents change, under mu_):
+  // read without the lock, unchecked.
+  bool serves(uint32_t device) const NO_THREAD_SAFETY_ANALYSIS { return agents_.count(device) > 0; }
   // Registered buffers for remote chunks, reused across chunks and calls.
   StagingCache &staging() { return *staging_; }
   // What the staging cache keeps at most, in buffers given back.
@@ -94,41 +96,45 @@ class RemotePool {
   };
 
   RemotePool() = default;
-  Status Move(const std::vector<Transfer> &transfers, bool put);
+  Status Move(const std::vector<Transfer> &transfers, bool put) EXCLUDES(mu_);
   // One try; `fresh_failed` tells whether a connection failed before its
   // first complete exchange.
-  Status MoveOnce(const std::vector<Transfer> &transfers, bool put, bool *fresh_failed);
+  Status MoveOnce(const std::vector<Transfer> &transfers, bool put, bool *fresh_failed)
+      REQUIRES(mu_);
   // Grants and posts the transfers of one device, appending the requests.
   Status Post(uint32_t device, const std::vector<const Transfer *> &list, bool put,
-              std::vector<std::pair<Agent *, void *>> *requests);
+              std::vector<std::pair<Agent *, void *>> *requests) REQUIRES(mu_);
   // Sends the reads or writes of `part` under `ticket`, a window at a time.
   Status PostChecked(Agent &agent, uint64_t ticket, const std::vector<const Transfer *> &part,
-                     bool put, std::vector<std::pair<Agent *, void *>> *requests);
+                     bool put, std::vector<std::pair<Agent *, void *>> *requests) REQUIRES(mu_);
   // Waits for the agent's answers to the data ops in flight.
-  Status AwaitChecked();
+  Status AwaitChecked() REQUIRES(mu_);
   static ucs_status_t OnDataReply(void *arg, const void *header, size_t header_length, void *data,
                                   size_t length, const ucp_am_recv_param_t *param);
   static void OnDataReceived(void *request, ucs_status_t status, size_t length, void *user_data);
-  size_t OpsInFlight() const;
-  Status Connect(Agent &agent);
+  size_t OpsInFlight() const REQUIRES(mu_);
+  Status Connect(Agent &agent) REQUIRES(mu_);
   void Disconnect(Agent &agent);
   static void DropKeys(Agent &agent);
   // Presents a grant for `t` to the agent; `keys` gets one remote key per
   // transfer, and `base` where the device sits in the agent.
   Status Grant(Agent &agent, uint32_t device, const std::vector<const Transfer *> &t, bool put,
-               std::vector<ucp_rkey_h> *keys, uint64_t *base);
+               std::vector<ucp_rkey_h> *keys, uint64_t *base) REQUIRES(mu_);
   static void OnError(void *arg, ucp_ep_h ep, ucs_status_t status);
   static ucs_status_t OnReply(void *arg, const void *header, size_t header_length, void *data,
                               size_t length, const ucp_am_recv_param_t *param);
 
-  std::mutex mu_;
+  // Held for a whole transfer: UCX's callbacks (OnReply, OnDataReply) run
+  // in its progress loop, under it. ucx_, staging_, timeout_ms_, refresh_
+  // and issue_ are set before the pool is shared.
+  Mutex mu_;
   std::unique_ptr<UcxWorker> ucx_;
   std::shared_ptr<StagingCache> staging_;  // its registrations are ucx_'s
-  std::map<uint32_t, Agent> agents_;
-  std::map<uint64_t, Reply> replies_;
-  std::map<uint64_t, DataOp> ops_;       // by request id
-  static constexpr size_t kWindow = 64;  // data ops in flight (the agent allows 128)
-  uint64_t next_request_ = 1;
+  std::map<uint32_t, Agent> agents_ GUARDED_BY(mu_);
+  std::map<uint64_t, Reply> replies_ GUARDED_BY(mu_);
+  std::map<uint64_t, DataOp> ops_ GUARDED_BY(mu_);  // by request id
+  static constexpr size_t kWindow = 64;             // data ops in flight (the agent allows 128)
+  uint64_t next_request_ GUARDED_BY(mu_) = 1;
   int64_t timeout_ms_ = 10000;
   std::function<AgentMap()> refresh_;
   Issuer issue_;

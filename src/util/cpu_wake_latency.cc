@@ -47,25 +47,25 @@ CpuWakeLatency::CpuWakeLatency(bool enabled, std::chrono::milliseconds release)
 
 CpuWakeLatency::~CpuWakeLatency() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
   }
-  cv_.notify_one();
+  cv_.Signal();
   if (thread_.joinable()) thread_.join();
 }
 
 void CpuWakeLatency::Want() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     wanted_ = true;
   }
-  cv_.notify_one();
+  cv_.Signal();
 }
 
 void CpuWakeLatency::Run() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (;;) {
-    cv_.wait(lock, [&] { return stop_ || wanted_; });
+    while (!stop_ && !wanted_) cv_.Wait(&mu_);
     if (stop_) return;
     const int fd = HoldZeroLatency();
     if (fd < 0) {
@@ -76,8 +76,11 @@ void CpuWakeLatency::Run() {
     held_.store(true, std::memory_order_relaxed);
     // Held for as long as each half of release_ saw a request.
     busy_.store(true, std::memory_order_relaxed);
-    while (!stop_ && busy_.exchange(false, std::memory_order_relaxed))
-      cv_.wait_for(lock, release_ / 2, [&] { return stop_; });
+    while (!stop_ && busy_.exchange(false, std::memory_order_relaxed)) {
+      const auto deadline = std::chrono::steady_clock::now() + release_ / 2;
+      while (!stop_ && cv_.WaitUntil(&mu_, deadline)) {
+      }
+    }
     close(fd);
     held_.store(false, std::memory_order_relaxed);
     wanted_ = false;

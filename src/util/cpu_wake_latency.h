@@ -21,9 +21,9 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
 #include <thread>
+
+#include "util/mutex.h"
 
 namespace maru {
 
@@ -48,16 +48,16 @@ class CpuWakeLatency {
   }
 
  private:
-  void Want();
-  void Run();
+  void Want() EXCLUDES(mu_);
+  void Run() EXCLUDES(mu_);
 
   const std::chrono::milliseconds release_;
   std::atomic<bool> busy_{false};  // a request came since the thread last looked
   std::atomic<bool> held_{true};   // also while it cannot be held: then nobody wants it
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool wanted_ = false;
-  bool stop_ = false;
+  Mutex mu_;
+  CondVar cv_;
+  bool wanted_ GUARDED_BY(mu_) = false;
+  bool stop_ GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 
