@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "chunk_cache.h"
+#include "util/cache_flush.h"
 #include "util/checksum.h"
 #include "util/status.h"
 
@@ -50,6 +51,13 @@ int Fetch(maru_chunk_t *c) {
   return rc;
 }
 
+void ForgetStale(maru_t *m, const uint8_t *data, uint64_t size) {
+  // This CPU may hold lines of these extents from before (an older chunk
+  // there, or a prefetch): without hardware coherence they are not
+  // updated by the writer's flush, so they go before the first read.
+  if (size && m->pool && m->pool->flush()) maru::InvalidateRange(data, size);
+}
+
 int MakeChunk(maru_t *m, const maru::rpc::ChunkReply &rep, bool writing, maru_chunk_t **out) {
   auto c = std::unique_ptr<maru_chunk_t>(NewChunk());
   if (!c) return -ENOMEM;
@@ -71,6 +79,7 @@ int MakeChunk(maru_t *m, const maru::rpc::ChunkReply &rep, bool writing, maru_ch
     maru::Result<uint8_t *> data = m->pool->Address(maru::FromWire(rep.extents()), &c->view);
     if (!data.ok()) return maru::ReturnCode(data.status());
     c->data = *data;
+    if (!writing) ForgetStale(m, c->data, c->size);
   }
   if (!writing) HoldLease(c.get(), rep.lease());
   *out = c.release();

@@ -33,6 +33,9 @@ int Fetch(maru_chunk_t *c);
 
 // Turns a chunk reply into a handle: its address in the pool mapping and
 // its lease (or reservation).
+// Before a read handle's first read, in a pool without hardware coherence
+// (PoolMap::flush): drops this CPU's lines of the chunk's bytes.
+void ForgetStale(maru_t *m, const uint8_t *data, uint64_t size);
 int MakeChunk(maru_t *m, const maru::rpc::ChunkReply &rep, bool writing, maru_chunk_t **out);
 
 // Releases out[0..n) and returns rc: a lookup takes all of its leases or none.

@@ -136,7 +136,8 @@ int maru_connect_ex(const char *target, const maru_connect_opts_t *opts, maru_t 
   const char *use_index = getenv("MARU_INDEX");
   const bool index_ok = m->pool && m->client->address().rfind("unix://", 0) == 0 &&
                         !(use_index && strcmp(use_index, "0") == 0);
-  m->index = std::make_unique<maru::IndexSession>(m->client.get(), index_ok);
+  m->index =
+      std::make_unique<maru::IndexSession>(m->client.get(), index_ok, m->pool && m->pool->flush());
   *out = m.release();
   return 0;
 }

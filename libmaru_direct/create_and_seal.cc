@@ -9,6 +9,7 @@
 #include "c_conversions.h"
 #include "chunk_handle.h"
 #include "handles.h"
+#include "util/cache_flush.h"
 #include "util/checksum.h"
 #include "util/status.h"
 
@@ -30,6 +31,10 @@ int PrepareSeal(maru_chunk_t *c, maru::rpc::SealRequest *req) {
     AddTransfers(c, 0, c->size, c->staging->data(), &transfers, c->staging->memh());
     maru::Status s = c->m->remote->Put(c->m->client->session(), transfers);
     if (!s.ok()) return maru::ReturnCode(s);
+  } else if (c->size && c->m->pool->flush()) {
+    // Another host reads memory, not this CPU's caches: the bytes go there
+    // before the seal lets anyone open them.
+    maru::FlushRange(c->data, c->size);
   }
   req->set_ino(c->ino);
   req->set_gen(c->gen);

@@ -81,6 +81,7 @@ int LeaseFromIndex(maru_t *m, maru::IndexReader *ix, const maru::IndexReader::Hi
   c->gen = e.gen;
   c->size = e.size;
   c->data = *data;
+  maru::direct::ForgetStale(m, c->data, c->size);
   c->recorded_type = static_cast<maru::rpc::ChecksumType>(e.checksum_type);
   c->recorded = e.checksum;
   c->index = ix;

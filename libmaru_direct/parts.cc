@@ -6,11 +6,13 @@
 
 #include "chunk_handle.h"
 #include "handles.h"
+#include "util/cache_flush.h"
 #include "util/clock.h"
 #include "util/status.h"
 
 namespace rpc = maru::rpc;
 using maru::direct::AddTransfers;
+using maru::direct::ForgetStale;
 
 namespace {
 
@@ -39,6 +41,9 @@ int maru_publish_part(maru_chunk_t *c, uint32_t upto) {
     AddTransfers(c, from, to - from, c->staging->data() + from, &transfers, c->staging->memh());
     maru::Status s = c->m->remote->Put(c->m->client->session(), transfers);
     if (!s.ok()) return maru::ReturnCode(s);
+  } else if (c->m->pool->flush()) {
+    const uint64_t from = c->published * PartBytes(c), to = (upto + 1) * PartBytes(c);
+    maru::FlushRange(c->data + from, to - from);  // in memory before readers wake
   }
   rpc::PartRequest req;
   req.set_ino(c->ino);
@@ -68,10 +73,15 @@ int maru_wait_part(maru_chunk_t *c, uint32_t part, int timeout_ms) {
     rpc::PartReply rep;
     int rc = c->m->client->WaitPart(req, &rep);
     if (rc == 0) {
+      const uint32_t before = c->published.load();
       c->published = rep.sealed()
                          ? c->parts
                          : std::min(c->parts, std::max(c->published.load(), rep.published()));
       if (rep.sealed()) c->partial = false;
+      // Parts published since the open: lines of them read (or prefetched)
+      // before may be stale where the pool is not coherent.
+      if (c->published > before)
+        ForgetStale(c->m, c->data + before * PartBytes(c), (c->published - before) * PartBytes(c));
       return 0;
     }
     if (rc != -ETIMEDOUT || maru::MonotonicMs() >= deadline) return rc;

@@ -249,6 +249,43 @@ TEST(FormatPool, CreatesRefusesAndReformats) {
   unlink(path.c_str());
 }
 
+// The pool says how its hosts keep caches coherent; pools formatted before
+// it said so read as hw (they were made for coherent memory), and a mode
+// this build does not know is refused rather than guessed.
+TEST(FormatPool, KeepsTheCoherenceAndReadsOlderPoolsAsHw) {
+  std::string path = "/dev/shm/" + maru_test::UniqueName("maru-coherence") + ".pool";
+  FormatOptions options;
+  options.size = 8 << 20;
+  options.coherence = Coherence::kFlush;
+  ASSERT_TRUE(FormatPool(path, options).ok());
+  Result<Superblock> flush = ReadSuperblock(path);
+  ASSERT_TRUE(flush.ok()) << flush.status().ToString();
+  EXPECT_EQ(flush->coherence, Coherence::kFlush);
+  EXPECT_NE(flush->Describe().find("coherence:    flush"), std::string::npos);
+  EXPECT_FALSE(maru_test::MakePoolPredateCoherence(path));  // only a hw pool predates it
+
+  options.coherence = Coherence::kHw;
+  options.force = true;
+  ASSERT_TRUE(FormatPool(path, options).ok());
+  ASSERT_TRUE(maru_test::MakePoolPredateCoherence(path));
+  Result<Superblock> old = ReadSuperblock(path);
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  EXPECT_EQ(old->coherence, Coherence::kHw);
+  EXPECT_EQ(old->size, 8u << 20);
+  unlink(path.c_str());
+
+  Superblock sb = *old;
+  std::vector<uint8_t> buf(kSuperblockBytes);
+  sb.coherence = static_cast<Coherence>(7);
+  sb.Encode(buf.data());
+  Result<Superblock> unknown = Superblock::Decode(buf.data(), sb.size);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("coherence"), std::string::npos);
+  EXPECT_EQ(ParseCoherence("hw").value(), Coherence::kHw);
+  EXPECT_EQ(ParseCoherence("flush").value(), Coherence::kFlush);
+  EXPECT_FALSE(ParseCoherence("bogus").ok());
+}
+
 TEST(FormatPool, BindsAFilePoolToANumaNode) {
   std::string path = "/dev/shm/" + maru_test::UniqueName("maru-numa") + ".pool";
   FormatOptions options;

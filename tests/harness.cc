@@ -79,13 +79,14 @@ void ForgetOnSignal(const std::string &path) {
 
 }  // namespace
 
-TestPool::TestPool(uint64_t size, uint64_t unit) {
+TestPool::TestPool(uint64_t size, uint64_t unit, const std::string &coherence) {
   path_ = "/dev/shm/" + UniqueName("maru-test") + ".pool";
   RemoveOnSignal(path_);
   RemoveOnSignal(path_ + ".index");  // the server's shared-memory index, after a kill -9
   std::string out;
   int rc = Run(MaructlBinary() + " mkpool " + path_ + " --size " + std::to_string(size) +
-                   " --unit " + std::to_string(unit) + " --mode 666",
+                   " --unit " + std::to_string(unit) + " --mode 666" +
+                   (coherence.empty() ? "" : " --coherence " + coherence),
                &out);
   if (rc != 0) {
     fprintf(stderr, "mkpool failed: %s\n", out.c_str());
@@ -285,6 +286,44 @@ int Server::RunToExit(std::string *output) {
   std::string cmd;
   for (const auto &a : On(host_, ServerArgs(pool_, db_, socket_, extra_))) cmd += "'" + a + "' ";
   return Run("timeout 20 " + cmd, output);
+}
+
+namespace {
+// CRC32C (Castagnoli, reflected), bit by bit: the tests link no Maru code
+// beyond the C API.
+uint32_t Crc32c(const uint8_t *p, size_t n) {
+  uint32_t crc = ~0u;
+  for (size_t i = 0; i < n; ++i) {
+    crc ^= p[i];
+    for (int k = 0; k < 8; ++k) crc = (crc >> 1) ^ (0x82f63b78u & (0u - (crc & 1)));
+  }
+  return ~crc;
+}
+}  // namespace
+
+bool MakePoolPredateCoherence(const std::string &pool) {
+  // The layout of src/alloc/superblock.cc: the header's size at 12, the
+  // coherence word at 164 (where the CRC was), the CRC at 168.
+  constexpr size_t kHeaderBytesAt = 12, kCoherenceAt = 164, kCrcAt = 168, kNow = 172;
+  int fd = open(pool.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return false;
+  uint8_t b[kNow];
+  bool ok = pread(fd, b, sizeof(b), 0) == static_cast<ssize_t>(sizeof(b));
+  uint32_t header = 0, coherence = 1, crc = 0;
+  memcpy(&header, b + kHeaderBytesAt, 4);
+  memcpy(&coherence, b + kCoherenceAt, 4);
+  memcpy(&crc, b + kCrcAt, 4);
+  ok = ok && header == kNow && coherence == 0 && crc == Crc32c(b, kCrcAt);
+  if (ok) {
+    header = kCrcAt;
+    memcpy(b + kHeaderBytesAt, &header, 4);
+    crc = Crc32c(b, kCoherenceAt);
+    memcpy(b + kCoherenceAt, &crc, 4);
+    memset(b + kCrcAt, 0, 4);
+    ok = pwrite(fd, b, sizeof(b), 0) == static_cast<ssize_t>(sizeof(b));
+  }
+  close(fd);
+  return ok;
 }
 
 bool MappedFrom(const void *p, uint64_t len, const std::string &file) {

@@ -30,7 +30,9 @@ class TempDir {
 // A pool file in /dev/shm formatted by `maructl mkpool`, removed at the end.
 class TestPool {
  public:
-  explicit TestPool(uint64_t size = 256ull << 20, uint64_t unit = 64u << 10);
+  // `coherence`: mkpool's --coherence (hw or flush); empty: its default.
+  explicit TestPool(uint64_t size = 256ull << 20, uint64_t unit = 64u << 10,
+                    const std::string &coherence = "");
   ~TestPool();
   const std::string &path() const { return path_; }
 
@@ -219,6 +221,11 @@ std::string UniqueName(const std::string &prefix);
 
 // True if [p, p+len) lies in a mapping of `file` in /proc/self/maps.
 bool MappedFrom(const void *p, uint64_t len, const std::string &file);
+// Rewrites the superblock of the hw pool `pool` as Maru wrote it before the
+// pool named its coherence (a header without the field, its CRC where the
+// field is now): what a pool formatted by an older maructl holds. False if
+// the pool is not a hw pool of the current format.
+bool MakePoolPredateCoherence(const std::string &pool);
 // The offset in `file` that address `p` maps, or ~0 if none.
 uint64_t OffsetInFile(const void *p, const std::string &file);
 

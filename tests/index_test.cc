@@ -522,6 +522,62 @@ TEST_F(IndexTest, AChunkYouMayNotOpenYouCannotLookUp) {
 // that connects after another has gone (often getting its region, mapped
 // at the same address) notes its reads in its own ring, and eviction sees
 // them.
+// A pool made with --coherence flush: the server flushes what it writes in
+// the index, a client invalidates entries before it reads them and flushes
+// its slots. Lookups, opens and releases still go through the index (the
+// server is frozen: by message they would time out), and see changes.
+TEST(IndexFlush, AFlushPoolsIndexServesLookupsOpensAndReleases) {
+  TestPool pool(32ull << 20, 64u << 10, "flush");
+  Server server(pool.path(), {"--session-timeout-ms", "1500", "--heartbeat-ms", "300"});
+  ASSERT_TRUE(server.Start());
+  maru_t *m = nullptr;
+  ASSERT_EQ(maru_connect(server.address().c_str(), &m), 0);
+  ASSERT_EQ(Store(m, "/fx/a"), 0);
+  ASSERT_EQ(Store(m, "/fx/b"), 0);
+  const char *paths[] = {"/fx/a", "/fx/b", "/fx/none"};
+  {
+    Frozen frozen(server);
+    ASSERT_TRUE(frozen.ok());
+    for (int round = 0; round < 3; ++round) {
+      maru_chunk_t *c = nullptr;
+      ASSERT_EQ(maru_open(m, "/fx/a", &c), 0);
+      EXPECT_TRUE(maru_test::CheckPattern(maru_chunk_data(c), kSize, "/fx/a"));
+      EXPECT_EQ(maru_release(c), 0);
+      maru_chunk_t *out[3];
+      size_t hits = 9;
+      ASSERT_EQ(maru_lookup_prefix(m, paths, 3, out, &hits), 0);
+      ASSERT_EQ(hits, 2u);
+      EXPECT_TRUE(maru_test::CheckPattern(maru_chunk_data(out[1]), kSize, "/fx/b"));
+      EXPECT_EQ(maru_release_batch(out, hits, nullptr), 0);
+    }
+  }
+  // Unlinks and a new chunk at a name change entries the client read before.
+  ASSERT_EQ(maru_unlink(m, "/fx/a"), 0);
+  ASSERT_EQ(maru_unlink(m, "/fx/b"), 0);
+  ASSERT_EQ(Store(m, "/fx/b", kSize / 2), 0);
+  {
+    Frozen frozen(server);
+    size_t count = 9;
+    ASSERT_EQ(maru_count_prefix(m, paths, 3, &count), 0);
+    EXPECT_EQ(count, 0u);
+    const char *b[] = {"/fx/b"};
+    ASSERT_EQ(maru_count_prefix(m, b, 1, &count), 0);
+    EXPECT_EQ(count, 1u);
+    maru_chunk_t *c = nullptr;
+    ASSERT_EQ(maru_open(m, "/fx/b", &c), 0);
+    EXPECT_EQ(maru_chunk_size(c), kSize / 2);
+    EXPECT_TRUE(maru_test::CheckPattern(maru_chunk_data(c), kSize / 2, "/fx/b"));
+    EXPECT_EQ(maru_release(c), 0);
+  }
+  // Released through the slots: the server's housekeeping finds them empty.
+  EXPECT_TRUE(maru_test::WaitFor([&] { return DeferredBytes(server) == 0; }, 15000));
+  maru_disconnect(m);
+  std::string out;
+  EXPECT_EQ(maru_test::Run(maru_test::MaructlBinary() + " fsck --server " + server.address(), &out),
+            0)
+      << out;
+}
+
 TEST(IndexReads, AReconnectedClientsReadsStillCountForEviction) {
   TestPool pool{16ull << 20};
   Server server{pool.path(),

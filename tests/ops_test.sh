@@ -60,6 +60,10 @@ for bad in "share --consumers 0" "files" "scale --chunks 5 --wide 10" "fill --pr
 done
 out=$("$bin_server" --pool /nonexistent.pool --db $work/x 2>&1); rc=$?
 [ $rc -ne 0 ] && [ "$(echo "$out" | wc -l)" -eq 1 ] || fail "server on a missing pool: '$out'"
+out=$("$bin_ctl" mkpool $work/bogus.pool --size 16M --coherence bogus 2>&1); rc=$?
+[ $rc -ne 0 ] && [ "$(echo "$out" | wc -l)" -eq 1 ] && grep -q "hw or flush" <<<"$out" ||
+  fail "mkpool --coherence bogus: '$out' ($rc)"
+[ ! -e $work/bogus.pool ] || fail "mkpool --coherence bogus made a pool"
 printf '{"timestamp": 0, "hash_ids": [1, 2]}\n\n{"timestamp": 1, "hash_ids": [1, 2\n' > $work/bad.jsonl
 out=$("$bin_bench" replay --trace $work/bad.jsonl 2>&1); rc=$?
 [ $rc -ne 0 ] && [ "$(echo "$out" | wc -l)" -eq 1 ] && grep -q "bad.jsonl:3: not JSON" <<<"$out" ||
@@ -234,6 +238,13 @@ fi
 "$bin_ctl" pool show "$odd_pool" --json | json_has label $'lab\xef\xbf\xbdel' || fail "pool show --json: 0xff label"
 "$bin_ctl" pool show "$odd_pool" --json | json_has device "/dev/shm/maru-ops-test-$$-"$'\xef\xbf\xbd'.pool ||
   fail "pool show --json: 0xff in the device path"
+rm -f "$odd_pool"
+# The pool's coherence: hw unless asked, shown by pool show and its JSON.
+"$bin_ctl" pool show "$pool" | grep -q '^coherence: *hw$' || fail "pool show: not hw by default"
+"$bin_ctl" pool show "$pool" --json | json_has coherence hw || fail "pool show --json: not hw by default"
+"$bin_ctl" mkpool "$odd_pool" --size 16M --coherence flush >/dev/null || fail "mkpool --coherence flush"
+"$bin_ctl" pool show "$odd_pool" | grep -q '^coherence: *flush$' || fail "pool show: not flush"
+"$bin_ctl" pool show "$odd_pool" --json | json_has coherence flush || fail "pool show --json: not flush"
 rm -f "$odd_pool"
 
 # --- maru-bench --json lines parse ---------------------------------------------------

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "util/address.h"
+#include "util/cache_flush.h"
 #include "util/checksum.h"
 #include "util/clock.h"
 #include "util/flags.h"
@@ -235,6 +236,22 @@ TEST(StreamCopy, CopiesExactlyTheRangeAtAnyAlignment) {
         for (size_t i = 0; i < dst_off; ++i) ASSERT_EQ(dst[i], 0xa5) << "before, " << n;
         for (size_t i = dst_off + n; i < dst.size(); ++i) ASSERT_EQ(dst[i], 0xa5) << "after, " << n;
       }
+}
+
+// Flushing and invalidating move lines between the caches and memory;
+// they never change the bytes, whatever the range's alignment.
+TEST(CacheFlush, KeepsTheBytesOfAnyRange) {
+  std::vector<uint8_t> buf(4096 + 200);
+  for (size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<uint8_t>(i * 7);
+  const std::string name = FlushInstruction();
+  EXPECT_TRUE(name == "clwb" || name == "clflushopt" || name == "clflush") << name;
+  for (size_t off : {0, 1, 63, 64, 65}) {
+    for (size_t len : {0, 1, 64, 100, 4096}) {
+      FlushRange(buf.data() + off, len);
+      InvalidateRange(buf.data() + off, len);
+    }
+  }
+  for (size_t i = 0; i < buf.size(); ++i) ASSERT_EQ(buf[i], static_cast<uint8_t>(i * 7)) << i;
 }
 
 }  // namespace

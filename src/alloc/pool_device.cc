@@ -223,6 +223,7 @@ Result<Superblock> FormatPool(const std::string &path, const FormatOptions &opti
   sb.created_ns = RealtimeNs();
   sb.numa_node = options.numa_node;
   sb.label = options.label.substr(0, 63);
+  sb.coherence = options.coherence;
 
   if (!geo->devdax) {
     if (fchmod(fd, options.mode) < 0) return Status::Error(errno, "cannot set the mode of " + path);

@@ -18,7 +18,8 @@ struct FormatOptions {
   int numa_node = -1;    // bind the file's memory to this node
   uint32_t mode = 0660;  // permissions of a created pool file
   std::string label;
-  bool force = false;  // reformat a device that already holds a pool
+  Coherence coherence = Coherence::kHw;  // what every host of the pool does
+  bool force = false;                    // reformat a device that already holds a pool
   // A file pool's memory is not allocated up front (pages come as they are
   // touched): for measuring metadata at sizes the host's memory cannot hold.
   bool sparse = false;

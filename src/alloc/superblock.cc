@@ -30,9 +30,14 @@ struct __attribute__((packed)) RawSuperblock {
   int64_t created_ns;
   int32_t numa_node;
   char label[64];
-  uint32_t crc;  // CRC32C of every byte above
+  uint32_t coherence;  // a Coherence
+  uint32_t crc;        // CRC32C of every byte above
 };
 static_assert(sizeof(RawSuperblock) <= kSuperblockBytes);
+
+// Pools formatted before `coherence` existed have their CRC in its place
+// and a header that ends there; they were all on coherent memory (hw).
+constexpr uint32_t kHeaderBytesBeforeCoherence = offsetof(RawSuperblock, coherence) + 4;
 
 bool IsPowerOfTwo(uint64_t v) {
   return v && !(v & (v - 1));
@@ -89,6 +94,7 @@ void Superblock::Encode(uint8_t *out) const {
   raw.created_ns = created_ns;
   raw.numa_node = numa_node;
   snprintf(raw.label, sizeof(raw.label), "%s", label.c_str());
+  raw.coherence = static_cast<uint32_t>(coherence);
   raw.crc = Crc32c(&raw, offsetof(RawSuperblock, crc));
   memcpy(out, &raw, sizeof(raw));
 }
@@ -100,10 +106,19 @@ Result<Superblock> Superblock::Decode(const uint8_t *in, uint64_t device_size) {
     return Status::Error(EINVAL, "no Maru superblock (bad magic)");
   if (raw.version != kSuperblockVersion)
     return Status::Error(EINVAL, "unsupported superblock version " + std::to_string(raw.version));
-  if (raw.header_bytes != sizeof(RawSuperblock))
+  const bool before_coherence = raw.header_bytes == kHeaderBytesBeforeCoherence;
+  if (raw.header_bytes != sizeof(RawSuperblock) && !before_coherence)
     return Status::Error(EINVAL, "superblock header size mismatch");
-  if (Crc32c(&raw, offsetof(RawSuperblock, crc)) != raw.crc)
+  const size_t crc_at =
+      before_coherence ? offsetof(RawSuperblock, coherence) : offsetof(RawSuperblock, crc);
+  uint32_t crc;
+  memcpy(&crc, in + crc_at, sizeof(crc));
+  if (Crc32c(in, crc_at) != crc)
     return Status::Error(EINVAL, "superblock CRC mismatch (corrupted)");
+  if (before_coherence) raw.coherence = static_cast<uint32_t>(Coherence::kHw);
+  if (raw.coherence > static_cast<uint32_t>(Coherence::kFlush))
+    return Status::Error(EINVAL, "superblock names an unknown coherence mode " +
+                                     std::to_string(raw.coherence) + " (a newer Maru's pool?)");
   if (Status s = CheckGeometry(raw); !s.ok()) return s;
   if (raw.size > device_size)
     return Status::Error(EINVAL, "device is smaller (" + FormatSize(device_size) +
@@ -119,6 +134,7 @@ Result<Superblock> Superblock::Decode(const uint8_t *in, uint64_t device_size) {
   sb.epoch = raw.epoch;
   sb.created_ns = raw.created_ns;
   sb.numa_node = raw.numa_node;
+  sb.coherence = static_cast<Coherence>(raw.coherence);
   raw.label[sizeof(raw.label) - 1] = '\0';
   sb.label = raw.label;
   return sb;
@@ -147,11 +163,22 @@ std::string Superblock::Describe() const {
            "epoch:        %016" PRIx64
            "\n"
            "numa node:    %d\n"
+           "coherence:    %s\n"
            "created:      %s\n",
            kSuperblockVersion, UuidToString(pool_uuid).c_str(), UuidToString(device_uuid).c_str(),
            label.c_str(), size, FormatSize(size).c_str(), data_bytes(), data_offset, unit,
-           FormatSize(unit).c_str(), alignment, epoch, numa_node, when);
+           FormatSize(unit).c_str(), alignment, epoch, numa_node, CoherenceName(coherence), when);
   return buf;
+}
+
+const char *CoherenceName(Coherence c) {
+  return c == Coherence::kFlush ? "flush" : "hw";
+}
+
+Result<Coherence> ParseCoherence(const std::string &name) {
+  if (name == "hw") return Coherence::kHw;
+  if (name == "flush") return Coherence::kFlush;
+  return Status::Error(EINVAL, "unknown coherence '" + name + "' (hw or flush)");
 }
 
 Uuid NewUuid() {

@@ -19,6 +19,17 @@ constexpr uint64_t kSuperblockBytes = 4096;
 constexpr uint64_t kMinUnit = 4096;
 constexpr uint64_t kMaxUnit = 1ull << 30;
 
+// What a pool's hosts do to keep its shared memory coherent (docs/design.md,
+// "Coherence"). Set at mkpool and read by every host from the pool, so that
+// all agree: a host that flushed while another did not would lose writes.
+enum class Coherence : uint32_t {
+  kHw = 0,     // the hardware keeps caches coherent (one host, CXL 3 with back-invalidate)
+  kFlush = 1,  // it does not (a CXL 2.0 switch): writers flush, readers invalidate
+};
+const char *CoherenceName(Coherence c);
+// "hw" or "flush"; anything else is an error that names the choices.
+Result<Coherence> ParseCoherence(const std::string &name);
+
 struct Superblock {
   Uuid pool_uuid{};
   Uuid device_uuid{};
@@ -30,6 +41,7 @@ struct Superblock {
   int64_t created_ns = 0;
   int32_t numa_node = -1;  // node the memory was bound to at format time, -1 if none
   std::string label;       // up to 63 bytes
+  Coherence coherence = Coherence::kHw;
 
   uint64_t data_bytes() const { return size - data_offset; }
 

@@ -11,7 +11,7 @@
 
 namespace maru {
 
-std::unique_ptr<IndexReader> IndexReader::Attach(const rpc::OpenSessionReply &session) {
+std::unique_ptr<IndexReader> IndexReader::Attach(const rpc::OpenSessionReply &session, bool flush) {
   if (session.index_path().empty() || session.index_region() == 0) return nullptr;
   int fd = open(session.index_path().c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return nullptr;
@@ -31,7 +31,9 @@ std::unique_ptr<IndexReader> IndexReader::Attach(const rpc::OpenSessionReply &se
   r->serial_ = readers.fetch_add(1, std::memory_order_relaxed) + 1;
   r->base_ = base;
   r->bytes_ = bytes;
+  r->flush_ = flush;
   const auto *h = static_cast<const index::Header *>(base);
+  index::Fresh(h, sizeof(*h), flush);
   r->header_ = h;
   // The file is the pool group's: check what it says before trusting sizes.
   const uint64_t region = session.index_region() - 1;
@@ -69,6 +71,8 @@ IndexReader::~IndexReader() {
 }
 
 bool IndexReader::Live() const {
+  index::Fresh(&header_->state, sizeof(header_->state), flush_);
+  index::Fresh(&region_->owner, sizeof(region_->owner), flush_);
   return header_->state.load(std::memory_order_acquire) == index::kLive &&
          region_->owner.load(std::memory_order_acquire) == token_;
 }
@@ -98,12 +102,13 @@ IndexReader::Key IndexReader::KeyOf(std::string_view path) const {
 IndexReader::Found IndexReader::Lookup(const Key &k, Hit *hit) const {
   const uint64_t *key = k.words;
   // Read before the entries: an overflow counted later is a newer change.
+  index::Fresh(&header_->overflow, sizeof(header_->overflow), flush_);
   const bool complete = header_->overflow.load(std::memory_order_acquire) == 0;
   for (uint64_t i = 0; i < index::kMaxProbe; ++i) {
     const uint64_t pos = (key[0] + i) & mask_;
     index::EntryData &e = hit->entry;
     int tries = 0;
-    while (!index::ReadEntry(entries_[pos], &e, &hit->seq))
+    while (!index::ReadEntry(entries_[pos], &e, &hit->seq, flush_))
       if (++tries > 1000) return Found::kAsk;  // the server is stuck mid-write
     if (e.flags & index::kUsed) {
       if (e.key[0] != key[0] || e.key[1] != key[1]) continue;
@@ -150,6 +155,7 @@ int IndexReader::FreeSlot() {
       // Seq_cst, like Take's exchange and re-read: Take has no fence of its
       // own, so this store must be in the same order as the server's fence.
       region_->used.store(next_slot_, std::memory_order_seq_cst);
+      index::Written(&region_->used, sizeof(region_->used), flush_);
       MutexLock lock2(&shard.mu);
       for (uint32_t s = to - 1; s > from; --s) shard.free.push_back(s);
       return static_cast<int>(from);
@@ -200,6 +206,10 @@ bool IndexReader::Take(const Hit &hit, int slot) {
   // session, its slots are not ours to overwrite.
   if (!region_->slots[slot].compare_exchange_strong(expected, gen, std::memory_order_seq_cst))
     return false;  // the slot stays out of use
+  // Where the pool is not coherent the order above is made by hand: the
+  // slot in memory, then the entry's version read from memory.
+  index::Written(&region_->slots[slot], sizeof(region_->slots[slot]), flush_);
+  index::Fresh(&entries_[hit.pos].seq, sizeof(entries_[hit.pos].seq), flush_);
   // The server takes a version out of the index, then a seq_cst fence, then
   // scans the slots (LeaseSlots::Holds): seeing the entry unchanged now, in
   // a seq_cst load after the seq_cst exchange, means the scan will see this
@@ -232,6 +242,7 @@ void IndexReader::NoteReads(const Hit *hits, size_t n) {
     if (b.reader != serial_ || b.next == b.end) {
       b.reader = serial_;
       b.next = region_->reads_head.fetch_add(index::kNoteBlock, std::memory_order_relaxed);
+      index::Written(&region_->reads_head, sizeof(region_->reads_head), flush_);
       b.end = b.next + index::kNoteBlock;
       stamp = 0;
     }
@@ -242,6 +253,7 @@ void IndexReader::NoteReads(const Hit *hits, size_t n) {
     note.pos.store(hits[i].pos, std::memory_order_relaxed);
     note.gen.store(hits[i].entry.gen, std::memory_order_relaxed);
     note.stamp_ns.store(stamp++, std::memory_order_release);
+    index::Written(&note, sizeof(note), flush_);
   }
   block = b;
 }
@@ -250,6 +262,7 @@ void IndexReader::Drop(const int *slots, const uint64_t *gens, size_t n) {
   for (size_t i = 0; i < n; ++i) {
     uint64_t expected = gens[i];
     region_->slots[slots[i]].compare_exchange_strong(expected, 0, std::memory_order_release);
+    index::Written(&region_->slots[slots[i]], sizeof(uint64_t), flush_);
   }
   GiveBack(slots, n);
 }

@@ -26,8 +26,10 @@ class IndexReader {
  public:
   // The index the session reply names, mapped; null when there is none, or
   // this process may not open it (not in the pool's group), or may not
-  // write lease slots (it may not write the pool either).
-  static std::unique_ptr<IndexReader> Attach(const rpc::OpenSessionReply &session);
+  // write lease slots (it may not write the pool either). `flush`: the
+  // pool's hosts do not keep caches coherent (PoolMap::flush), so what is
+  // read is invalidated first and what is written is flushed.
+  static std::unique_ptr<IndexReader> Attach(const rpc::OpenSessionReply &session, bool flush);
   ~IndexReader();
   IndexReader(const IndexReader &) = delete;
   IndexReader &operator=(const IndexReader &) = delete;
@@ -103,6 +105,7 @@ class IndexReader {
   uint64_t serial_ = 0;  // unique in the process, never 0
   uint32_t region_number_ = 0, slots_ = 0;
   uint32_t uid_ = 0, gid_ = 0;
+  bool flush_ = false;
   std::vector<uint32_t> groups_;
   Shard shards_[kShards];
   Mutex grow_mu_;

@@ -4,7 +4,8 @@
 
 namespace maru {
 
-IndexSession::IndexSession(MetaClient *client, bool enabled) : client_(client), enabled_(enabled) {}
+IndexSession::IndexSession(MetaClient *client, bool enabled, bool flush)
+    : client_(client), enabled_(enabled), flush_(flush) {}
 
 IndexReader *IndexSession::Current() {
   IndexReader *r = current_.load(std::memory_order_acquire);
@@ -22,7 +23,7 @@ IndexReader *IndexSession::Current() {
   if (r && r->instance() == info.index_instance() && r->region() == info.index_region() &&
       r->token() == info.index_token())
     return r->Live() ? r : nullptr;
-  std::unique_ptr<IndexReader> fresh = IndexReader::Attach(info);
+  std::unique_ptr<IndexReader> fresh = IndexReader::Attach(info, flush_);
   if (!fresh) return nullptr;
   r = fresh.get();
   readers_.push_back(std::move(fresh));

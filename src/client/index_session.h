@@ -22,13 +22,15 @@ namespace maru {
 class IndexSession {
  public:
   // `enabled` false (MARU_INDEX=0, a remote pool, a TCP server): never used.
-  IndexSession(MetaClient *client, bool enabled);
+  // `flush`: the pool is not kept coherent by the hardware (PoolMap::flush).
+  IndexSession(MetaClient *client, bool enabled, bool flush);
   // The live index to read, or null: ask the server.
   IndexReader *Current();
 
  private:
   MetaClient *client_;
   const bool enabled_;
+  const bool flush_;
   std::atomic<IndexReader *> current_{nullptr};
   std::atomic<uint64_t> seen_epoch_{UINT64_MAX};
   Mutex mu_;  // one attach at a time

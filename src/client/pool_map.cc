@@ -23,6 +23,7 @@ Result<std::unique_ptr<PoolMap>> PoolMap::Open(const rpc::OpenSessionReply &sess
         sb.epoch != d.epoch())
       return Status::Error(ENODEV,
                            d.path() + " on this host is not the pool device the server uses");
+    if (sb.coherence == Coherence::kFlush) map->flush_ = true;
     if (map->devices_.size() <= d.index()) map->devices_.resize(d.index() + 1);
     map->devices_[d.index()] = std::move(*dev);
   }

@@ -47,6 +47,10 @@ class PoolMap {
   // False when this process may only read the pool (no write permission on
   // a device): it can load chunks but not store them.
   bool writable() const { return writable_; }
+  // True when the pool says its hosts' caches are not kept coherent
+  // (Coherence::kFlush): writers flush before they publish, readers
+  // invalidate before they read (util/cache_flush.h).
+  bool flush() const { return flush_; }
   // True if [p, p+len) lies in one device mapping.
   bool Contains(const void *p, uint64_t len) const;
   // True if every extent lies in a mapped device: what a server sends is
@@ -56,6 +60,7 @@ class PoolMap {
  private:
   std::vector<std::unique_ptr<PoolDevice>> devices_;  // by device index
   bool writable_ = true;
+  bool flush_ = false;
 };
 
 }  // namespace maru

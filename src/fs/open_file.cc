@@ -7,6 +7,7 @@
 #include <cinttypes>
 #include <cstring>
 
+#include "util/cache_flush.h"
 #include "util/log.h"
 
 namespace maru {
@@ -76,7 +77,17 @@ int OpenFile::OpenSealed(const rpc::Caller &caller) {
   attr_ = rep.attr();
   lease_ = env_->client->TrackLease(rep.lease(), ino_, gen_);
   watch_ = env_->client->WatchLease(lease_);  // right after the answer that granted it
-  return MapOf(rep);
+  if (int rc = MapOf(rep); rc < 0) return rc;
+  // Lines of these extents this CPU holds from before (an older file
+  // there, a prefetch) are stale where the pool is not coherent.
+  if (env_->pool->flush()) EachPoolRange(InvalidateRange);
+  return 0;
+}
+
+void OpenFile::EachPoolRange(void (*op)(const void *, size_t)) {
+  map_.ForEachPiece(0, size_, [&](uint32_t dev, uint64_t at, uint64_t n, uint64_t) {
+    op(env_->pool->device(dev)->base() + at, n);
+  });
 }
 
 int OpenFile::Read(uint64_t start, uint64_t size, ReadView *view, bool may_wait) {
@@ -328,6 +339,8 @@ int OpenFile::Seal() {
     r.set_checksum_type(ToWire(env_->checksum));
     r.set_checksum(sum.Digest());
   }
+  // Readers on other hosts read memory, not this CPU's caches.
+  if (env_->pool->flush()) EachPoolRange(FlushRange);
   rpc::ChunkReply rep;
   int rc = env_->client->Call(&Stub::Seal, r, &rep, &caller_);
   if (rc == -ENOENT) {  // removed while written: kept, the writer's alone

@@ -166,6 +166,8 @@ class OpenFile {
   void ReleaseLease();
   // The extents of a reply, checked to lie in the pool; -EIO if not.
   int MapOf(const rpc::ChunkReply &rep);
+  // Applies `op` (FlushRange, InvalidateRange) to the bytes of [0, size_).
+  void EachPoolRange(void (*op)(const void *, size_t));
   void Zero(uint64_t off, uint64_t len);
   void CopyFrom(const OpenFile &old, uint64_t len);
 

@@ -14,6 +14,9 @@ Result<std::unique_ptr<ShmIndex>> MetaEngine::CreateIndex() const {
   PhaseClock clock;
   IndexOptions o = options_.index_options;
   if (o.path.empty()) o.path = DefaultIndexPath(options_.pool_paths.front(), pool_uuid_);
+  // The pool says it (every host reads the same superblock).
+  for (const SpaceManager::Device &d : space_.devices())
+    if (d.superblock.coherence == Coherence::kFlush) o.flush = true;
   const uint64_t units = space_.unit() ? space_.capacity() / space_.unit() : 0;
   Result<std::unique_ptr<ShmIndex>> made =
       ShmIndex::Create(o, options_.pool_paths.front(), units, tree_);

@@ -18,6 +18,7 @@ LeaseSlots::LeaseSlots(void *base, const index::Layout &layout) : base_(base), l
 // so that eviction ignored them).
 void LeaseSlots::Clear(index::Region *r) {
   r->owner.store(0, std::memory_order_seq_cst);
+  index::Written(&r->owner, sizeof(r->owner), layout_.flush);  // its client lets go first
   r->limit.store(0, std::memory_order_relaxed);
   for (uint64_t i = 0; i < layout_.slots_per_region; ++i)
     r->slots[i].store(0, std::memory_order_relaxed);
@@ -29,6 +30,7 @@ void LeaseSlots::Clear(index::Region *r) {
   }
   r->used.store(0, std::memory_order_seq_cst);
   r->reads_head.store(0);
+  index::Written(r, index::kRegionBytes, layout_.flush);
 }
 
 LeaseSlots::Assigned LeaseSlots::Assign(uint64_t session, uint32_t uid, uint32_t limit) {
@@ -48,12 +50,14 @@ LeaseSlots::Assigned LeaseSlots::Assign(uint64_t session, uint32_t uid, uint32_t
   Clear(r);
   drained_[region] = Drained{0, static_cast<uint64_t>(MonotonicNs())};
   r->limit.store(limit, std::memory_order_seq_cst);  // before the owner: the client reads it after
+  index::Written(&r->limit, sizeof(r->limit), layout_.flush);
   // A random token, not the session id: every member of the pool's group
   // reads the regions, and a session id names a session.
   uint64_t token = 0;
   while (token == 0)
     if (getrandom(&token, sizeof(token), 0) != sizeof(token)) token = session ^ 0x9e3779b97f4a7c15;
   r->owner.store(token, std::memory_order_seq_cst);
+  index::Written(&r->owner, sizeof(r->owner), layout_.flush);
   return {region + 1, token};
 }
 
@@ -71,8 +75,13 @@ void LeaseSlots::Drop(uint64_t session) {
 
 uint64_t LeaseSlots::Scanned(const Assignment &a, const index::Region *r) const {
   // `used` is the client's word; a smaller one only hides its own reads, a
-  // larger one is capped by the limit the server set.
-  return std::min<uint64_t>(r->used.load(), a.limit);
+  // larger one is capped by the limit the server set. The slots below it
+  // are read next: where the pool is not coherent, from memory, where the
+  // client flushed them.
+  index::Fresh(&r->used, sizeof(r->used), layout_.flush);
+  const uint64_t scanned = std::min<uint64_t>(r->used.load(), a.limit);
+  index::Fresh(&r->slots[0], scanned * sizeof(r->slots[0]), layout_.flush);
+  return scanned;
 }
 
 bool LeaseSlots::Holds(uint64_t gen) const {
@@ -119,6 +128,8 @@ std::vector<LeaseSlots::Read> LeaseSlots::DrainReads() {
     index::Region *r = At(region);
     const index::ReadNote *ring = index::Ring(r);
     // The head is the client's word: at most one ring's worth is read.
+    index::Fresh(&r->reads_head, sizeof(r->reads_head), layout_.flush);
+    index::Fresh(ring, index::kRingSize * sizeof(*ring), layout_.flush);
     const uint64_t head = r->reads_head.load(std::memory_order_acquire);
     Drained &d = drained_[region];
     if (head < d.from) d.from = head;

@@ -10,6 +10,8 @@
 
 #include "util/mutex.h"
 
+#include "util/cache_flush.h"
+
 namespace maru {
 namespace {
 
@@ -47,6 +49,8 @@ Status ZeroRange(const std::string &path, uint64_t offset, uint64_t length) {
   if (offset > (*d)->mapped_bytes() || length > (*d)->mapped_bytes() - offset)
     return Status::Error(EINVAL, "an extent past the end of its device");
   memset((*d)->base() + offset, 0, length);
+  // The writer may be on another host, which reads memory, not our caches.
+  if ((*d)->superblock().coherence == Coherence::kFlush) FlushRange((*d)->base() + offset, length);
   return Status::Ok();
 }
 

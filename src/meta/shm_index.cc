@@ -41,7 +41,7 @@ uint64_t EntriesFor(uint64_t units) {
 // mapping it stop trusting it. Only a regular file this server's user
 // owns: anything else at the name was put there by someone else, and is
 // neither written nor trusted (it is replaced, below).
-void MarkOldDead(const std::string &path) {
+void MarkOldDead(const std::string &path, bool flush) {
   int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) return;
   struct stat st;
@@ -57,7 +57,10 @@ void MarkOldDead(const std::string &path) {
   close(fd);
   if (p == MAP_FAILED) return;
   auto *h = static_cast<index::Header *>(p);
-  if (h->magic == index::kMagic) h->state.store(index::kDead);
+  if (h->magic == index::kMagic) {
+    h->state.store(index::kDead);
+    index::Written(&h->state, sizeof(h->state), flush);
+  }
   munmap(p, index::kPage);
 }
 
@@ -170,7 +173,7 @@ Result<std::unique_ptr<ShmIndex>> ShmIndex::Create(const IndexOptions &options,
   if (entries & (entries - 1)) return Status::Error(EINVAL, "index entries: a power of two");
   const uint32_t regions = std::max<uint32_t>(options.regions, 1);
   const size_t bytes = index::FileBytes(entries, regions);
-  MarkOldDead(options.path);
+  MarkOldDead(options.path, options.flush);
   std::string named;
   int fd = MakeFile(DirOf(options.path), options.path + ".new.", &named);
   if (fd < 0) return Errno("create the index in " + DirOf(options.path));
@@ -200,6 +203,7 @@ Result<std::unique_ptr<ShmIndex>> ShmIndex::Create(const IndexOptions &options,
   index::Layout layout;
   layout.entries = entries;
   layout.regions = regions;
+  layout.flush = options.flush;
   const uint64_t instance = Random64();
   const uint64_t key[2] = {Random64(), Random64()};
   auto *h = static_cast<index::Header *>(base);
@@ -214,6 +218,8 @@ Result<std::unique_ptr<ShmIndex>> ShmIndex::Create(const IndexOptions &options,
   h->regions = layout.regions;
   h->slots_per_region = layout.slots_per_region;
   h->regions_offset = layout.regions_offset();
+  // In memory before a client on another host can find the file.
+  index::Written(base, bytes, layout.flush);
   // Named only now: a client that opens it finds a complete header.
   Result<std::string> where = PutInPlace(fd, options.path, named);
   close(fd);
@@ -256,6 +262,7 @@ ShmIndex::ShmIndex(std::string path, void *base, const index::Layout &layout, ui
 
 ShmIndex::~ShmIndex() {
   header_->state.store(index::kDead);
+  index::Written(&header_->state, sizeof(header_->state), layout_.flush);
   // Only our own file: a newer server may have replaced it already.
   int fd = open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd >= 0) {
@@ -329,6 +336,7 @@ void ShmIndex::PublishAll(const std::vector<Inode *> &order) {
         by_gen_.size() < room ? Publish(inode) : Overflowed();
     });
   header_->state.store(index::kLive, std::memory_order_seq_cst);
+  index::Written(&header_->state, sizeof(header_->state), layout_.flush);
 }
 
 index::EntryData ShmIndex::Describe(const Inode &file, const uint64_t key[2],
@@ -387,7 +395,7 @@ void ShmIndex::RefreshTree(const Inode &top) {
 void ShmIndex::Remove(uint64_t pos) {
   index::EntryData gone{};
   gone.flags = index::kTombstone;
-  index::WriteEntry(&entry(pos), gone);
+  index::WriteEntry(&entry(pos), gone, layout_.flush);
 }
 
 void ShmIndex::Publish(const Inode &file) {
@@ -406,7 +414,8 @@ void ShmIndex::Enter(const Inode &file, const uint64_t key[2], bool path_open) {
     index::EntryData old{};
     uint64_t seq;
     index::ReadEntry(entry(pos), &old, &seq);
-    if (old.key[0] == key[0] && old.key[1] == key[1]) return index::WriteEntry(&entry(pos), d);
+    if (old.key[0] == key[0] && old.key[1] == key[1])
+      return index::WriteEntry(&entry(pos), d, layout_.flush);
     Remove(pos);  // renamed: the old path goes first
     by_gen_.erase(d.gen);
   }
@@ -433,7 +442,7 @@ void ShmIndex::Enter(const Inode &file, const uint64_t key[2], bool path_open) {
     if (!(e.flags & index::kTombstone)) break;  // empty: the key is nowhere further
   }
   if (free_pos == UINT64_MAX) return Overflowed();
-  index::WriteEntry(&entry(free_pos), d);
+  index::WriteEntry(&entry(free_pos), d, layout_.flush);
   *by_gen_.try_emplace(d.gen, free_pos).first = free_pos;
 }
 
@@ -444,6 +453,7 @@ bool ShmIndex::Owns(uint64_t pos, uint64_t gen) const {
 
 void ShmIndex::Overflowed() {
   header_->overflow.store(++overflow_, std::memory_order_release);
+  index::Written(&header_->overflow, sizeof(header_->overflow), layout_.flush);
 }
 
 void ShmIndex::Retiring(uint64_t gen) {
@@ -456,7 +466,7 @@ void ShmIndex::Retiring(uint64_t gen) {
   uint64_t seq;
   index::ReadEntry(entry(pos), &e, &seq);
   e.flags |= index::kChanging;
-  index::WriteEntry(&entry(pos), e);
+  index::WriteEntry(&entry(pos), e, layout_.flush);
   changing_.push_back(pos);
   by_gen_.erase(gen);
   draining_.insert(gen);

@@ -38,6 +38,9 @@ struct IndexOptions {
   // Regions one uid other than root may hold (0: regions / 4, at least 1),
   // so that one member of the pool's group cannot take them all.
   uint32_t regions_per_uid = 0;
+  // The pool's hosts do not keep caches coherent: flush what is written,
+  // invalidate what clients wrote before reading it (Coherence::kFlush).
+  bool flush = false;
 };
 
 // `<pool>.index` for a pool file; /dev/shm/maru-<uuid>.index for a device.

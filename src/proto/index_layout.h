@@ -18,6 +18,8 @@
 #include <cstring>
 #include <string_view>
 
+#include "util/cache_flush.h"
+
 namespace maru::index {
 
 constexpr uint64_t kMagic = 0x3158444955524d41ull;  // "AMRUIDX1"
@@ -130,6 +132,9 @@ struct Layout {
   uint64_t entries = 0;  // a power of two
   uint32_t regions = 0;
   uint32_t slots_per_region = kSlotsPerRegion;
+  // The pool's hosts do not keep caches coherent (Coherence::kFlush): what
+  // the server writes here is flushed, what it reads is invalidated first.
+  bool flush = false;
   uint64_t entries_offset() const { return kPage; }
   uint64_t regions_offset() const { return kPage + entries * sizeof(Entry); }
   uint64_t bytes() const { return FileBytes(entries, regions); }
@@ -143,13 +148,29 @@ inline Region *RegionAt(void *base, const Layout &l, uint32_t region) {
                                     static_cast<uint64_t>(region) * kRegionBytes);
 }
 
-// A stable copy of `e`, or false if the server was writing it.
-inline bool ReadEntry(const Entry &e, EntryData *out, uint64_t *seq) {
+// What `flush` does to a word of the index another host reads: writes its
+// line back after a store (Write), drops this CPU's copy before a load
+// (Fresh), so that the load reads memory. Nothing when the hardware keeps
+// caches coherent (flush false).
+inline void Written(const void *p, size_t len, bool flush) {
+  if (flush) FlushRange(p, len);
+}
+inline void Fresh(const void *p, size_t len, bool flush) {
+  if (flush) InvalidateRange(p, len);
+}
+
+// A stable copy of `e`, or false if the server was writing it. With
+// `flush` (no hardware coherence) the entry is read from memory and its
+// version read again from memory after the words: the writer put the odd
+// version there before the words, and the words before the even one.
+inline bool ReadEntry(const Entry &e, EntryData *out, uint64_t *seq, bool flush = false) {
+  Fresh(&e, sizeof(e), flush);
   const uint64_t before = e.seq.load(std::memory_order_acquire);
   if (before & 1) return false;
   uint64_t words[15];
   for (int i = 0; i < 15; ++i) words[i] = e.w[i].load(std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_acquire);
+  Fresh(&e.seq, sizeof(e.seq), flush);
   if (e.seq.load(std::memory_order_relaxed) != before) return false;
   std::memcpy(out, words, sizeof(words));
   *seq = before;
@@ -159,14 +180,18 @@ inline bool ReadEntry(const Entry &e, EntryData *out, uint64_t *seq) {
 // Rewrites `e` (the server, the only writer). The old `seq` is made odd
 // first, whatever it held, so that the entry ends even (stable) even if
 // someone else wrote an odd one.
-inline void WriteEntry(Entry *e, const EntryData &data) {
+// With `flush`, each step reaches memory before the next begins.
+inline void WriteEntry(Entry *e, const EntryData &data, bool flush = false) {
   uint64_t words[15];
   std::memcpy(words, &data, sizeof(words));
   const uint64_t seq = e->seq.load(std::memory_order_relaxed) | 1;
   e->seq.store(seq, std::memory_order_relaxed);
+  Written(&e->seq, sizeof(e->seq), flush);
   std::atomic_thread_fence(std::memory_order_release);
   for (int i = 0; i < 15; ++i) e->w[i].store(words[i], std::memory_order_relaxed);
+  Written(e, sizeof(*e), flush);
   e->seq.store(seq + 1, std::memory_order_release);
+  Written(&e->seq, sizeof(e->seq), flush);
 }
 
 // SipHash-1-3 with a 128-bit result: the key of a path, and its identity

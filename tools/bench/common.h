@@ -15,6 +15,7 @@
 #endif
 
 #include "maru_direct_internal.h"
+#include "util/cache_flush.h"
 #include "util/clock.h"
 #include "util/flags.h"
 
@@ -68,14 +69,7 @@ inline void Used(const void *p) {
 // access goes to memory, as one to a chunk written long ago does. Baselines
 // and the paths they judge start from the same state this way.
 inline void Uncache(const void *p, uint64_t n) {
-#if defined(__x86_64__)
-  const auto *b = static_cast<const char *>(p);
-  for (uint64_t i = 0; i < n; i += 64) _mm_clflush(b + i);
-  if (n) _mm_clflush(b + n - 1);
-  _mm_mfence();
-#else
-  (void)p, (void)n;  // elsewhere baselines start from whatever the caches hold
-#endif
+  InvalidateRange(p, n);
 }
 
 inline int Fail(const std::string &message) {
@@ -107,5 +101,6 @@ int RunQuota(int argc, char **argv);
 int RunPolicies(int argc, char **argv);
 int RunUcx(int argc, char **argv);
 int RunOps(int argc, char **argv);
+int RunCoherence(int argc, char **argv);
 
 }  // namespace maru::bench

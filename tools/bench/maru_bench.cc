@@ -19,6 +19,7 @@ int main(int argc, char **argv) {
   if (cmd == "policies") return RunPolicies(argc, argv);
   if (cmd == "ucx") return RunUcx(argc, argv);
   if (cmd == "ops") return RunOps(argc, argv);
+  if (cmd == "coherence") return RunCoherence(argc, argv);
   if (cmd == "--help" || cmd == "-h") {
     puts(
         "Usage: maru-bench COMMAND [OPTIONS]\n"
@@ -36,6 +37,7 @@ int main(int argc, char **argv) {
         "  fill     create many small chunks from several processes\n"
         "  quota    what a directory quota costs a store (root)\n"
         "  ucx      UCX's own get/put bandwidth on this host: the remote path's ceiling\n"
+        "  coherence  store and lookup on a --coherence flush pool against a hw one\n"
         "  scale    metadata cost from 10k to 1M chunks on a node it starts: Markdown");
     return 0;
   }

@@ -183,18 +183,22 @@ bool WriteSection(const std::string &doc, const std::string &name, const std::st
   return out.good();
 }
 
-Node::Node(std::string work, Processes *procs) : work_(std::move(work)), procs_(procs) {
-  pool_ = "/dev/shm/maru-bench-" + std::to_string(getpid()) + ".pool";
+Node::Node(std::string work, Processes *procs, const std::string &tag)
+    : work_(std::move(work)), procs_(procs) {
+  pool_ =
+      "/dev/shm/maru-bench-" + std::to_string(getpid()) + (tag.empty() ? "" : "-" + tag) + ".pool";
   socket_ = work_ + "/maru.sock";
   db_ = work_ + "/db";
   mnt_ = work_ + "/mnt";
 }
 
-bool Node::Format(uint64_t size, uint64_t unit, std::string *error, bool sparse) {
+bool Node::Format(uint64_t size, uint64_t unit, std::string *error, bool sparse,
+                  const std::string &coherence) {
   std::vector<std::string> args{Sibling("maructl", "tools"),      "mkpool",  pool_,       "--size",
                                 std::to_string(size >> 20) + "M", "--label", "maru-bench"};
   if (unit) args.insert(args.end(), {"--unit", std::to_string(unit >> 10) + "K"});
   if (sparse) args.push_back("--sparse");
+  if (!coherence.empty()) args.insert(args.end(), {"--coherence", coherence});
   return Processes::Run(args, error) == 0;
 }
 

@@ -59,10 +59,13 @@ std::string SectionEnd(const std::string &name);
 // in /dev/shm; everything is stopped and removed by Stop().
 class Node {
  public:
-  Node(std::string work, Processes *procs);
+  // `tag` tells apart the pools of several nodes of one process.
+  Node(std::string work, Processes *procs, const std::string &tag = "");
   ~Node() { Stop(); }
   // `sparse`: the pool file's memory is not allocated (maructl mkpool --sparse).
-  bool Format(uint64_t size, uint64_t unit, std::string *error, bool sparse = false);
+  // `coherence`: mkpool's --coherence (empty: its default, hw).
+  bool Format(uint64_t size, uint64_t unit, std::string *error, bool sparse = false,
+              const std::string &coherence = "");
   // Starts maru-server and waits until it answers.
   bool StartServer(const std::vector<std::string> &flags, std::string *error);
   void StopServer();

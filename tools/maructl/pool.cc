@@ -13,7 +13,7 @@ namespace maru::ctl {
 int Mkpool(int argc, char **argv) {
   uint64_t size = 0, unit = 0;
   int64_t numa = -1;
-  std::string label, mode = "660";
+  std::string label, mode = "660", coherence = "hw";
   bool force = false, sparse = false;
   Flags flags("maructl mkpool PATH [--size SIZE] [OPTIONS]",
               "Formats a pool device: a file (created or resized) or a devdax device. A file\n"
@@ -25,6 +25,9 @@ int Mkpool(int argc, char **argv) {
   flags.Int("numa-node", &numa, "bind a file pool's memory to this NUMA node");
   flags.String("label", &label, "a name for the pool");
   flags.String("mode", &mode, "permissions of a pool file, octal");
+  flags.String("coherence", &coherence,
+               "hw (the hardware keeps hosts' caches coherent: one host, CXL 3) or flush\n"
+               "(it does not: a CXL 2.0 switch; writers flush, readers invalidate)");
   flags.Bool("force", &force, "reformat a device that already holds a pool (its chunks are lost)");
   flags.Bool("sparse", &sparse,
              "do not allocate a pool file's memory up front (benchmarks of metadata)");
@@ -33,7 +36,10 @@ int Mkpool(int argc, char **argv) {
   if (!s.ok()) return Fail(s.message());
   if (flags.help_requested()) return fputs(flags.Help().c_str(), stdout), 0;
   if (args.size() != 1) return Fail("mkpool takes one PATH (see --help)");
+  Result<Coherence> mode_of_coherence = ParseCoherence(coherence);
+  if (!mode_of_coherence.ok()) return Fail(mode_of_coherence.status().message());
   FormatOptions options;
+  options.coherence = *mode_of_coherence;
   options.size = size;
   options.unit = unit;
   options.numa_node = static_cast<int>(numa);
@@ -45,9 +51,10 @@ int Mkpool(int argc, char **argv) {
   if (*end || options.mode > 0777) return Fail("--mode takes octal permissions");
   Result<Superblock> sb = FormatPool(args[0], options);
   if (!sb.ok()) return Fail(sb.status().ToString());
-  printf("formatted %s: %s pool, %s unit, %s pages, uuid %s\n", args[0].c_str(),
+  printf("formatted %s: %s pool, %s unit, %s pages, %s coherence, uuid %s\n", args[0].c_str(),
          FormatSize(sb->size).c_str(), FormatSize(sb->unit).c_str(),
-         FormatSize(sb->alignment).c_str(), UuidToString(sb->pool_uuid).c_str());
+         FormatSize(sb->alignment).c_str(), CoherenceName(sb->coherence),
+         UuidToString(sb->pool_uuid).c_str());
   return 0;
 }
 
@@ -67,6 +74,7 @@ Json SuperblockJson(const std::string &device, const Superblock &sb) {
   snprintf(epoch, sizeof(epoch), "%016" PRIx64, sb.epoch);
   j["epoch"] = epoch;
   j["numa_node"] = sb.numa_node;
+  j["coherence"] = CoherenceName(sb.coherence);
   j["created_ns"] = sb.created_ns;
   return j;
 }
