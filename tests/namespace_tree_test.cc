@@ -17,6 +17,7 @@
 
 #include "meta/inode_slab.h"
 #include "meta/namespace_tree.h"
+#include "tree_builder.h"
 #include "util/path.h"
 
 namespace maru {
@@ -33,17 +34,10 @@ class NamespaceTreeTest : public ::testing::Test {
 
   // A new inode owned by uid 0, not linked anywhere.
   Inode *Add(uint64_t ino, uint64_t parent, const std::string &name, uint32_t mode) {
-    auto inode = std::make_unique<Inode>();
-    inode->ino = ino;
-    inode->parent = parent;
-    inode->name = name;
-    inode->mode = mode;
-    return tree_.Adopt(std::move(inode));
+    return AdoptInode(&tree_, ino, parent, name, mode);
   }
   Inode *Dir(uint64_t ino, Inode *parent, const std::string &name, uint32_t perm = 0755) {
-    Inode *d = Add(ino, 0, "", S_IFDIR | perm);
-    tree_.Link(parent, d, name);
-    return d;
+    return LinkDir(&tree_, ino, parent, name, perm);
   }
   Inode *File(uint64_t ino, Inode *parent, const std::string &name) {
     Inode *f = Add(ino, 0, "", S_IFREG | 0644);

@@ -17,6 +17,7 @@
 
 #include "harness.h"
 #include "meta/namespace_tree.h"
+#include "tree_builder.h"
 
 namespace maru {
 namespace {
@@ -36,17 +37,10 @@ class ShmIndexTest : public ::testing::Test {
   void TearDown() override { Unmap(); }
 
   Inode *Add(uint64_t ino, uint64_t parent, const std::string &name, uint32_t mode) {
-    auto inode = std::make_unique<Inode>();
-    inode->ino = ino;
-    inode->parent = parent;
-    inode->name = name;
-    inode->mode = mode;
-    return tree_.Adopt(std::move(inode));
+    return AdoptInode(&tree_, ino, parent, name, mode);
   }
   Inode *Dir(uint64_t ino, Inode *parent, const std::string &name, uint32_t perm = 0755) {
-    Inode *d = Add(ino, 0, "", S_IFDIR | perm);
-    tree_.Link(parent, d, name);
-    return d;
+    return LinkDir(&tree_, ino, parent, name, perm);
   }
   // A sealed file of one extent; `gen` 0: a file still being written.
   Inode *File(uint64_t ino, Inode *parent, const std::string &name, uint64_t gen) {
