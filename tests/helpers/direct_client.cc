@@ -233,26 +233,26 @@ int Uid(const Command &cmd) {
   return 0;
 }
 
-int Store(const Command &cmd) {
+// Stores arg 1 (size arg 2) holding its pattern; a failed create exits
+// with `create_failed`, a failed seal with 11.
+int StoreWith(const Command &cmd, const maru_create_opts_t *opts, int create_failed) {
   maru_chunk_t *c = nullptr;
-  int rc = maru_create(M(), cmd.arg(1).c_str(), cmd.num(2), &c);
-  if (rc) return Fail("create " + cmd.arg(1) + ": " + maru_strerror(rc), 10);
+  int rc = maru_create_ex(M(), cmd.arg(1).c_str(), cmd.num(2), opts, &c);
+  if (rc) return Fail("create " + cmd.arg(1) + ": " + maru_strerror(rc), create_failed);
   maru_test::FillPattern(maru_chunk_data(c), cmd.num(2), cmd.arg(1));
   rc = maru_seal(c);
   maru_release(c);
   return rc ? Fail("seal " + cmd.arg(1) + ": " + maru_strerror(rc), 11) : 0;
 }
 
+int Store(const Command &cmd) {
+  return StoreWith(cmd, nullptr, 10);
+}
+
 int StoreMode(const Command &cmd) {
-  maru_chunk_t *c = nullptr;
   maru_create_opts_t opts{};
   opts.mode = static_cast<uint32_t>(strtoul(cmd.arg(3).c_str(), nullptr, 8));
-  int rc = maru_create_ex(M(), cmd.arg(1).c_str(), cmd.num(2), &opts, &c);
-  if (rc) return Fail("create " + cmd.arg(1) + ": " + maru_strerror(rc), 12);
-  maru_test::FillPattern(maru_chunk_data(c), cmd.num(2), cmd.arg(1));
-  rc = maru_seal(c);
-  maru_release(c);
-  return rc ? Fail("seal " + cmd.arg(1) + ": " + maru_strerror(rc), 11) : 0;
+  return StoreWith(cmd, &opts, 12);
 }
 
 int Load(const Command &cmd) {
