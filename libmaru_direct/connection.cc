@@ -134,7 +134,9 @@ int maru_connect_ex(const char *target, const maru_connect_opts_t *opts, maru_t 
   m->stream_writes = EnvInt("MARU_STREAM_WRITES", 1) != 0;
   // The index is read where the pool is mapped, from a local server.
   const char *use_index = getenv("MARU_INDEX");
-  const bool index_ok = m->pool && m->client->address().rfind("unix://", 0) == 0 &&
+  // Not with a list of servers: the index file is the one server's.
+  const bool index_ok = m->pool && m->client->targets() == 1 &&
+                        m->client->address().rfind("unix://", 0) == 0 &&
                         !(use_index && strcmp(use_index, "0") == 0);
   m->index =
       std::make_unique<maru::IndexSession>(m->client.get(), index_ok, m->pool && m->pool->flush());

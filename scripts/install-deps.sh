@@ -13,6 +13,7 @@ packages=(
   libxxhash-dev libucx-dev
   fio tmux man-db groff-base iproute2 rsync attr jq
   redis-server gnuplot-nox
+  etcd-server etcd-client
   nlohmann-json3-dev libsystemd-dev
   python3 python3-dev python3-pybind11 python3-numpy python3-torch python3-pytest
   python3-mesonpy python3-pip python3-venv patchelf

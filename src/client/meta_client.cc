@@ -33,6 +33,8 @@ int GrpcErrno(const grpc::Status &status) {
     case grpc::StatusCode::OK:
       return 0;
     case grpc::StatusCode::UNAVAILABLE:
+    // A server that does not lead: as good as away (the next one is tried).
+    case grpc::StatusCode::FAILED_PRECONDITION:
       return -ENOTCONN;
     case grpc::StatusCode::DEADLINE_EXCEEDED:
       return -ETIMEDOUT;
@@ -58,20 +60,24 @@ MetaClient::MetaClient(std::string address, ClientOptions options)
 
 Result<std::unique_ptr<MetaClient>> MetaClient::Connect(const std::string &address,
                                                         const ClientOptions &options) {
-  Result<Address> addr = ParseAddress(address);
-  if (!addr.ok()) return addr.status();
-  if (addr->kind == Address::Kind::kUnix) {
-    struct stat st;
-    if (stat(addr->path.c_str(), &st) < 0)
-      return Status::Error(errno, "no server socket at " + addr->path);
+  std::vector<Address> addrs;
+  for (size_t pos = 0; pos <= address.size();) {
+    size_t comma = address.find(',', pos);
+    if (comma == std::string::npos) comma = address.size();
+    Result<Address> addr = ParseAddress(address.substr(pos, comma - pos));
+    if (!addr.ok()) return addr.status();
+    addrs.push_back(*addr);
+    pos = comma + 1;
   }
-  std::unique_ptr<MetaClient> client(new MetaClient(addr->ToString(), options));
+  std::unique_ptr<MetaClient> client(new MetaClient(address, options));
   std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  std::shared_ptr<grpc::ChannelCredentials> tcp_credentials;
   bool tls = false;
-  if (addr->kind == Address::Kind::kTcp) {
+  for (const Address &addr : addrs) {
+    if (addr.kind != Address::Kind::kTcp || tcp_credentials) continue;
     Result<TcpClientAuth> auth = TcpClientAuthFromEnv();
     if (!auth.ok()) return auth.status();
-    credentials = auth->credentials;
+    tcp_credentials = auth->credentials;
     tls = auth->tls;
     client->token_ = auth->token;
   }
@@ -84,7 +90,33 @@ Result<std::unique_ptr<MetaClient>> MetaClient::Connect(const std::string &addre
   // Each client its own connection: subchannel sharing would make forked
   // processes and threads of separate clients contend on one socket.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  client->channel_ = grpc::CreateCustomChannel(addr->GrpcTarget(), credentials, args);
+  for (const Address &addr : addrs) {
+    Target t;
+    t.address = addr.ToString();
+    t.channel = grpc::CreateCustomChannel(
+        addr.GrpcTarget(), addr.kind == Address::Kind::kTcp ? tcp_credentials : credentials, args);
+    t.stub = rpc::Meta::NewStub(t.channel);
+    client->targets_.push_back(std::move(t));
+  }
+  Status status;
+  for (size_t i = 0; i < addrs.size(); ++i) {
+    client->current_.store(i);
+    status = client->OpenTarget(i, tls && addrs[i].kind == Address::Kind::kTcp);
+    if (status.ok()) break;
+  }
+  if (!status.ok()) return status;
+  if (options.heartbeat) client->background_ = std::thread([c = client.get()] { c->Background(); });
+  return client;
+}
+
+Status MetaClient::OpenTarget(size_t i, bool tls) {
+  Result<Address> addr = ParseAddress(targets_[i].address);
+  if (!addr.ok()) return addr.status();
+  if (addr->kind == Address::Kind::kUnix) {
+    struct stat st;
+    if (stat(addr->path.c_str(), &st) < 0)
+      return Status::Error(errno, "no server socket at " + addr->path);
+  }
   // A refused TLS handshake looks like a server that is away; a plain TCP
   // connection tells them apart, so that the user is told the real reason.
   auto refused_handshake = [&] {
@@ -94,24 +126,31 @@ Result<std::unique_ptr<MetaClient>> MetaClient::Connect(const std::string &addre
     LOG_ERROR("%s", why.c_str());
     return Status::Error(EACCES, why);
   };
-  if (!client->channel_->WaitForConnected(std::chrono::system_clock::now() +
-                                          std::chrono::milliseconds(options.connect_timeout_ms))) {
+  if (!targets_[i].channel->WaitForConnected(
+          std::chrono::system_clock::now() +
+          std::chrono::milliseconds(options_.connect_timeout_ms))) {
     if (tls && TcpReachable(*addr, 1000)) return refused_handshake();
     return Status::Error(ECONNREFUSED, "no server answers at " + addr->ToString());
   }
-  client->stub_ = rpc::Meta::NewStub(client->channel_);
-  int rc = client->OpenSession(false);
+  int rc = OpenSession(false);
   // With TLS 1.3 the server checks the client's certificate after the
   // client thinks the handshake is done: the first call finds it closed.
   if (rc == -ENOTCONN && tls) return refused_handshake();
-  if (rc == -EACCES && !client->token_.empty()) {
+  if (rc == -EACCES && !token_.empty()) {
     const std::string why = "token refused by " + addr->ToString() + " (MARU_TOKEN_FILE)";
     LOG_ERROR("%s", why.c_str());
     return Status::Error(EACCES, why);
   }
-  if (rc < 0) return FromReturnCode(rc, "cannot open a session with " + addr->ToString());
-  if (options.heartbeat) client->background_ = std::thread([c = client.get()] { c->Background(); });
-  return client;
+  return FromReturnCode(rc, "cannot open a session with " + addr->ToString());
+}
+
+bool MetaClient::NextTarget(size_t seen) {
+  if (targets_.size() < 2) return false;
+  size_t expected = seen;
+  if (current_.compare_exchange_strong(expected, (seen + 1) % targets_.size()))
+    LOG_INFO("server %s away or not leading; trying %s", targets_[seen].address.c_str(),
+             current_address().c_str());
+  return true;
 }
 
 void MetaClient::Authorize(grpc::ClientContext *ctx) const {
@@ -132,7 +171,7 @@ MetaClient::~MetaClient() {
   grpc::ClientContext ctx;
   Authorize(&ctx);
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(1000));
-  if (stub_) stub_->CloseSession(&ctx, req, &rep);
+  if (!targets_.empty()) stub()->CloseSession(&ctx, req, &rep);
 }
 
 rpc::OpenSessionReply MetaClient::session_info() const {
@@ -177,7 +216,10 @@ int MetaClient::OpenSession(bool resume) {
     }
     resuming_.fetch_add(1);
   }
-  if (!fast_ && !rep.fast_lane().empty() && address_.rfind("unix://", 0) == 0) {
+  // Not with a list of servers: the lane is to one server, and a call
+  // answered on it could not move to the next.
+  if (!fast_ && !rep.fast_lane().empty() && targets_.size() == 1 &&
+      address_.rfind("unix://", 0) == 0) {
     const char *env = getenv("MARU_FAST_LANE");
     if (!env || strcmp(env, "0") != 0)
       fast_ = std::make_unique<FastLaneClient>(rep.fast_lane(), options_.call_timeout_ms);
@@ -213,9 +255,9 @@ void MetaClient::AwaitServer(int64_t ms, bool *early) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
   // Already up: the call failed for another reason, and waiting on the
   // connection would not wait at all.
-  if (channel_->GetState(/*try_to_connect=*/true) != GRPC_CHANNEL_READY &&
-      channel_->WaitForConnected(std::chrono::system_clock::now() +
-                                 std::chrono::milliseconds(ms)) &&
+  if (channel()->GetState(/*try_to_connect=*/true) != GRPC_CHANNEL_READY &&
+      channel()->WaitForConnected(std::chrono::system_clock::now() +
+                                  std::chrono::milliseconds(ms)) &&
       *early) {
     *early = false;
     return;
@@ -233,7 +275,7 @@ int MetaClient::Resume(uint64_t seen_epoch) {
     int rc = OpenSession(true);
     if (rc < 0) return rc;
     resume_epoch_.fetch_add(1);
-    LOG_INFO("session %016lx resumed with %s", session_.load(), address_.c_str());
+    LOG_INFO("session %016lx resumed with %s", session_.load(), current_address().c_str());
   }
   if (on_resume_) on_resume_();  // may call back into this client
   return 0;
@@ -419,9 +461,11 @@ void MetaClient::Background() {
       rpc::HeartbeatReply rep;
       req.mutable_header()->set_session(session_.load());
       const uint64_t epoch = resume_epoch_.load();
+      const size_t target = current_.load();
       int rc = CallOnce(&Stub::Heartbeat, req, &rep);
       if (rc == -ENOTCONN && rep.error() == ENOTCONN) Resume(epoch);
       if (rc == -ENOTCONN && rep.error() == 0) {  // server away: beat again once it is back
+        NextTarget(target);
         AwaitServer(100, &early);
         next_beat = MonotonicMs();
       } else {

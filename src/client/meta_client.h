@@ -7,6 +7,11 @@
 // client still holds renewed, so unfinished writes and open chunks survive.
 // Every call is bounded by a deadline: nothing hangs on a dead server.
 //
+// The address may list several servers ("unix:///a.sock,tcp://h:7000"): the
+// servers of one pool, of which one leads. A call that finds its server
+// gone, or not leading (it refuses with FAILED_PRECONDITION), moves on to
+// the next one and resumes the session there.
+//
 // Thread-safe: one MetaClient serves all threads of a process.
 #pragma once
 
@@ -47,8 +52,10 @@ class MetaClient {
   template <typename Req, typename Rep>
   using Method = grpc::Status (Stub::*)(grpc::ClientContext *, const Req &, Rep *);
 
-  // Connects and opens a session. -ENOENT when a Unix socket does not
-  // exist, -ECONNREFUSED / -ETIMEDOUT when no server answers in time.
+  // Connects and opens a session, with the first server of the
+  // comma-separated `address` list that answers and leads. -ENOENT when a
+  // Unix socket does not exist, -ECONNREFUSED / -ETIMEDOUT when no server
+  // answers in time.
   static Result<std::unique_ptr<MetaClient>> Connect(const std::string &address,
                                                      const ClientOptions &options);
   // Releases what is pending and closes the session.
@@ -114,7 +121,11 @@ class MetaClient {
   uint64_t session() const { return session_.load(); }
   // The session's description from the server (devices, timeouts).
   rpc::OpenSessionReply session_info() const EXCLUDES(session_mu_);
+  // The whole list, as given.
   const std::string &address() const { return address_; }
+  // The server of the list this client talks to now.
+  const std::string &current_address() const { return targets_[current_.load()].address; }
+  size_t targets() const { return targets_.size(); }
   // Called after the session was resumed under a restarted server.
   void set_on_resume(std::function<void()> f) { on_resume_ = std::move(f); }
 
@@ -150,12 +161,26 @@ class MetaClient {
   // The server answered this session now; counts a lapse if it had been
   // silent so long that it may have expired the session meanwhile.
   void NoteAnswer();
+  // Connects to target `i` and opens the session there.
+  Status OpenTarget(size_t i, bool tls);
+  // After target `seen` failed: moves to the next one (once, whichever
+  // threads saw it fail). True if there was another.
+  bool NextTarget(size_t seen);
+  Stub *stub() const { return targets_[current_.load()].stub.get(); }
+  grpc::Channel *channel() const { return targets_[current_.load()].channel.get(); }
 
   const std::string address_;
   const ClientOptions options_;
   std::string token_;  // set in Connect() only
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<Stub> stub_;
+  // One channel per server of the list, made at Connect() and kept: a
+  // switch is a store to current_, safe while other threads call.
+  struct Target {
+    std::string address;
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<Stub> stub;
+  };
+  std::vector<Target> targets_;
+  std::atomic<size_t> current_{0};
   std::atomic<uint64_t> session_{0};
   std::atomic<int64_t> last_answer_ms_{0};  // the server last answered this session
   std::atomic<int64_t> lease_trust_ms_{1};  // how long after that a lease surely holds
@@ -217,7 +242,7 @@ int MetaClient::CallOnce(Method<Req, Rep> method, const Req &req, Rep *rep) {
   ctx.set_deadline(std::chrono::system_clock::now() +
                    std::chrono::milliseconds(options_.call_timeout_ms));
   rep->Clear();
-  grpc::Status st = (stub_.get()->*method)(&ctx, req, rep);
+  grpc::Status st = (stub()->*method)(&ctx, req, rep);
   if (!st.ok()) return GrpcErrno(st);
   if (rep->error() != ENOTCONN) NoteAnswer();
   return -rep->error();
@@ -255,10 +280,15 @@ int MetaClient::Call(Method<Req, Rep> method, Req &req, Rep *rep, const rpc::Cal
   const int64_t give_up = MonotonicMs() + options_.retry_window_ms;
   int64_t backoff_ms = 20;
   bool resumed = false, early = true;
+  size_t moves = 0;
   for (;;) {
     const uint64_t epoch = resume_epoch_.load();
+    const size_t target = current_.load();
     req.mutable_header()->set_session(session_.load());
     int rc = CallOnce(method, req, rep);
+    // A server that does not answer in time may be frozen: later calls try
+    // the next one. This one may have been served, so it is not repeated.
+    if (rc == -ETIMEDOUT && rep->error() == 0) NextTarget(target);
     if (rc == -ENOTCONN && rep->error() == ENOTCONN && !resumed) {
       // The server does not know our session: it restarted, or we were
       // silent too long. Take the session back and try once more.
@@ -273,7 +303,12 @@ int MetaClient::Call(Method<Req, Rep> method, Req &req, Rep *rep, const rpc::Cal
       if (rc < 0 && rep->error() == 0) RequeueReleases(req.header().release());  // never served
       return rc;
     }
-    // The server is unreachable: wait for it to come back.
+    // The server is unreachable or does not lead: try the next one, and
+    // wait only once every one was tried. The next one resumes the session.
+    if (NextTarget(target) && ++moves % targets_.size() != 0) {
+      resumed = false;
+      continue;
+    }
     AwaitServer(backoff_ms, &early);
     backoff_ms = std::min<int64_t>(backoff_ms * 2, 500);
   }

@@ -49,11 +49,18 @@ Result<Caller> MetaService::CallerOf(grpc::CallbackServerContext *ctx,
   return ResolveCaller(*tcp, header, policy_);
 }
 
+bool MetaService::RefusedAsStandby(grpc::ServerUnaryReactor *reactor) const {
+  if (!gate_ || gate_->leading()) return false;
+  reactor->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, gate_->Refusal()));
+  return true;
+}
+
 #define MARU_RPC(Name, Req, Rep)                                                           \
   grpc::ServerUnaryReactor *MetaService::Name(grpc::CallbackServerContext *ctx,            \
                                               const rpc::Req *req, rpc::Rep *rep) {        \
     const int64_t start = MonotonicNs();                                                   \
     grpc::ServerUnaryReactor *reactor = ctx->DefaultReactor();                             \
+    if (RefusedAsStandby(reactor)) return reactor;                                         \
     Result<Caller> caller = CallerOf(ctx, req->header());                                  \
     if (!caller.ok()) {                                                                    \
       reactor->Finish(grpc::Status(grpc::StatusCode::UNAUTHENTICATED,                      \

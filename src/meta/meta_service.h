@@ -6,6 +6,7 @@
 #include <google/protobuf/arena.h>
 #include <grpcpp/support/message_allocator.h>
 
+#include "ha/leader_gate.h"
 #include "meta/identity.h"
 #include "meta/meta_engine.h"
 #include "proto/maru.grpc.pb.h"
@@ -15,6 +16,9 @@ namespace maru {
 class MetaService final : public rpc::Meta::CallbackService {
  public:
   MetaService(MetaEngine *engine, const PeerRegistry *peers, IdentityPolicy policy);
+  // With a gate, every call is refused while the gate says this server does
+  // not lead (ha/leader_gate.h); without one (a server alone), none is.
+  void set_leader_gate(const LeaderGate *gate) { gate_ = gate; }
 
 #define MARU_RPC(Name, Req, Rep)                                                        \
   grpc::ServerUnaryReactor *Name(grpc::CallbackServerContext *ctx, const rpc::Req *req, \
@@ -50,10 +54,14 @@ class MetaService final : public rpc::Meta::CallbackService {
 
   // The caller, or why a TCP caller is refused (a token nobody issued).
   Result<Caller> CallerOf(grpc::CallbackServerContext *ctx, const rpc::Header &header) const;
+  // True (the call finished with FAILED_PRECONDITION, naming the leader if
+  // known) when a gate says this server does not lead.
+  bool RefusedAsStandby(grpc::ServerUnaryReactor *reactor) const;
 
   MetaEngine *engine_;
   const PeerRegistry *peers_;
   IdentityPolicy policy_;
+  const LeaderGate *gate_ = nullptr;
   std::vector<int> slots_;
 #define MARU_RPC(Name, Req, Rep) ArenaAllocator<rpc::Req, rpc::Rep> allocator_##Name;
 #include "meta/rpc_list.inc"

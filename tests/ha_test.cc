@@ -1,0 +1,374 @@
+// Leader election and fencing against real etcd: three etcd members on
+// loopback (helpers/etcd_cluster.h), candidates as separate processes
+// (helpers/ha_candidate.cc) that are killed, frozen and cut off from etcd.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "ha/epoch_fence.h"
+#include "ha/etcd_client.h"
+#include "ha/leader_election.h"
+#include "harness.h"
+#include "helpers/etcd_cluster.h"
+
+using namespace maru_test;
+
+namespace {
+
+// The stand-in for the pool's control page the candidates share.
+class ControlPage {
+ public:
+  ControlPage() : path_("/dev/shm/" + UniqueName("maru-ha-control")) {
+    int fd = open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd < 0 || ftruncate(fd, 4096) < 0) abort();
+    map_ = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (map_ == MAP_FAILED) abort();
+  }
+  ~ControlPage() {
+    munmap(map_, 4096);
+    unlink(path_.c_str());
+  }
+  const std::string &path() const { return path_; }
+  std::atomic<uint64_t> &epoch() { return words()[0]; }
+  uint64_t writes(uint64_t epoch) { return words()[8 + epoch].load(); }
+
+ private:
+  std::atomic<uint64_t> *words() { return static_cast<std::atomic<uint64_t> *>(map_); }
+  std::string path_;
+  void *map_;
+};
+
+// One ha_candidate process; killed on destruction if still running.
+class Candidate {
+ public:
+  Candidate(const std::string &etcd, const std::string &pool, const std::string &id,
+            const ControlPage &control, std::vector<std::string> extra = {})
+      : log_(dir_.path() + "/out") {
+    std::vector<std::string> args = {BinDir("tests/ha_candidate"),
+                                     "--etcd",
+                                     etcd,
+                                     "--pool",
+                                     pool,
+                                     "--id",
+                                     id,
+                                     "--control",
+                                     control.path()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    pid_ = fork();
+    if (pid_ == 0) {
+      int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(fd, 1);
+      dup2(fd, 2);
+      std::vector<char *> argv;
+      for (std::string &a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+  }
+  ~Candidate() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  std::string output() const {
+    std::ifstream in(log_);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+  bool Said(const std::string &line) const {
+    return ("\n" + output()).find("\n" + line) != std::string::npos;
+  }
+  // The epoch it leads with, 0 if it does not lead (yet).
+  uint64_t led() const {
+    const std::string out = "\n" + output();
+    size_t at = out.rfind("\nleader ");
+    return at == std::string::npos ? 0 : std::stoull(out.substr(at + 8));
+  }
+  // The renewals it last reported.
+  int64_t renewed() const {
+    const std::string out = "\n" + output();
+    size_t at = out.rfind("\nrenewed ");
+    return at == std::string::npos ? 0 : std::stoll(out.substr(at + 9));
+  }
+  void Kill9() {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+  bool Exited() {
+    if (pid_ <= 0) return true;
+    int status;
+    if (waitpid(pid_, &status, WNOHANG) != pid_) return false;
+    code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    pid_ = -1;
+    return true;
+  }
+  int code() const { return code_; }
+  pid_t pid() const { return pid_; }
+
+ private:
+  TempDir dir_;
+  std::string log_;
+  pid_t pid_ = -1;
+  int code_ = -1;
+};
+
+std::unique_ptr<maru::EtcdClient> ClientOf(const std::string &endpoints, int64_t timeout = 1000) {
+  maru::EtcdOptions options;
+  options.endpoints = maru::ParseEtcdEndpoints(endpoints);
+  options.call_timeout_ms = timeout;
+  auto c = maru::EtcdClient::Create(options);
+  return c.ok() ? std::move(*c) : nullptr;
+}
+
+// Exactly one of `all` leads; its index, or -1.
+int OnlyLeader(std::vector<std::unique_ptr<Candidate>> &all) {
+  int leader = -1;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (all[i]->led() == 0) continue;
+    if (leader >= 0) return -2;
+    leader = static_cast<int>(i);
+  }
+  return leader;
+}
+
+class HaTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(etcd_.Start()); }
+  std::vector<std::unique_ptr<Candidate>> Three(std::vector<std::string> extra = {}) {
+    std::vector<std::unique_ptr<Candidate>> all;
+    for (int i = 0; i < 3; ++i)
+      all.push_back(std::make_unique<Candidate>(etcd_.endpoints(), pool_, "s" + std::to_string(i),
+                                                control_, extra));
+    return all;
+  }
+
+  EtcdCluster etcd_{3};
+  ControlPage control_;
+  const std::string pool_ = UniqueName("pool");
+};
+
+TEST_F(HaTest, ClientKvTxnAndLeases) {
+  auto c = ClientOf(etcd_.endpoints());
+  ASSERT_TRUE(c);
+  ASSERT_TRUE(c->Put("/t/a", "1").ok());
+  auto a = c->Get("/t/a");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->value, "1");
+  EXPECT_EQ(c->Get("/t/none")->version, 0);
+
+  // Compare-and-put: only the writer that read the current revision wins.
+  maru::EtcdCompare same{"/t/a", maru::EtcdCompare::kMod, maru::EtcdCompare::kEqual,
+                         a->mod_revision, ""};
+  maru::EtcdOp put{maru::EtcdOp::kPut, "/t/a", "2", 0, false};
+  maru::EtcdOp get{maru::EtcdOp::kGet, "/t/a", "", 0, false};
+  auto first = c->Txn({same}, {put}, {get});
+  ASSERT_TRUE(first.ok());
+  EXPECT_TRUE(first->succeeded);
+  auto second = c->Txn({same}, {put}, {get});
+  ASSERT_TRUE(second.ok());
+  EXPECT_FALSE(second->succeeded);
+  ASSERT_EQ(second->gets.size(), 1u);
+  EXPECT_EQ(second->gets[0][0].value, "2");
+
+  // A key under a lease goes with it.
+  auto lease = c->LeaseGrant(1);
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  EXPECT_EQ(lease->ttl_s, 1);  // the members allow 1 s (etcd_cluster.h)
+  ASSERT_TRUE(c->Put("/t/leased", "x", lease->id).ok());
+  EXPECT_TRUE(c->LeaseKeepAlive(lease->id).ok());
+  EXPECT_TRUE(c->LeaseTimeToLive(lease->id).ok());
+  ASSERT_TRUE(c->LeaseRevoke(lease->id).ok());
+  EXPECT_EQ(c->Get("/t/leased")->version, 0);
+  EXPECT_EQ(c->LeaseKeepAlive(lease->id).status().errnum(), ENOENT);
+  EXPECT_EQ(c->GetPrefix("/t/")->size(), 1u);
+  ASSERT_TRUE(c->Delete("/t/a").ok());
+  EXPECT_EQ(c->GetPrefix("/t/")->size(), 0u);
+}
+
+TEST_F(HaTest, ClientMovesPastDeadEndpoints) {
+  // The first endpoint refuses connections: the call goes to the next.
+  const std::string dead = "127.0.0.1:" + std::to_string(FreePort());
+  auto c = ClientOf(dead + "," + etcd_.endpoint(1), 2000);
+  ASSERT_TRUE(c);
+  EXPECT_TRUE(c->Put("/t/x", "y").ok());
+  EXPECT_EQ(c->Get("/t/x")->value, "y");
+}
+
+TEST(HaStartTest, UnreachableEtcdIsAOneLineError) {
+  const std::string nowhere =
+      "127.0.0.1:" + std::to_string(FreePort()) + ",127.0.0.1:" + std::to_string(FreePort());
+  auto c = ClientOf(nowhere, 500);
+  ASSERT_TRUE(c);
+  maru::Result<maru::EtcdKeyValue> got = c->Get("/x");
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().message().find('\n'), std::string::npos);
+
+  ControlPage control;
+  Candidate lone(nowhere, UniqueName("pool"), "s0", control);
+  ASSERT_TRUE(WaitFor([&] { return lone.Exited(); }, 30000));
+  EXPECT_EQ(lone.code(), 2);
+  const std::string out = lone.output();
+  EXPECT_NE(out.find("etcd"), std::string::npos) << out;
+  EXPECT_EQ(out.find('\n'), out.size() - 1) << out;  // one line
+}
+
+TEST_F(HaTest, ThreeCandidatesOneLeader) {
+  auto all = Three();
+  ASSERT_TRUE(WaitFor([&] { return OnlyLeader(all) >= 0; }));
+  const int leader = OnlyLeader(all);
+  ASSERT_GE(leader, 0);
+  EXPECT_EQ(all[leader]->led(), 1u);
+  EXPECT_EQ(control_.epoch().load(), 1u);
+  // The others are members, and see who leads.
+  auto c = ClientOf(etcd_.endpoints());
+  auto key = c->Get(maru::LeaderElection::Prefix(pool_) + "leader");
+  ASSERT_TRUE(key.ok());
+  auto info = maru::LeaderElection::ParseLeader(key->value);
+  ASSERT_TRUE(info);
+  EXPECT_EQ(info->id, "s" + std::to_string(leader));
+  EXPECT_EQ(info->epoch, 1u);
+  EXPECT_EQ(c->GetPrefix(maru::LeaderElection::Prefix(pool_) + "members/")->size(), 3u);
+  // It keeps leading: renewals go on, no one else is elected.
+  ASSERT_TRUE(WaitFor([&] { return all[leader]->Said("renewed 20"); }));
+  EXPECT_EQ(OnlyLeader(all), leader);
+}
+
+TEST_F(HaTest, KilledLeaderIsReplacedWithAHigherEpoch) {
+  auto all = Three();
+  ASSERT_TRUE(WaitFor([&] { return OnlyLeader(all) >= 0; }));
+  const int first = OnlyLeader(all);
+  const uint64_t first_epoch = all[first]->led();
+  all[first]->Kill9();
+  all.erase(all.begin() + first);
+  ASSERT_TRUE(WaitFor([&] { return OnlyLeader(all) >= 0; }));
+  const int second = OnlyLeader(all);
+  EXPECT_GT(all[second]->led(), first_epoch);
+  EXPECT_EQ(control_.epoch().load(), all[second]->led());
+}
+
+TEST_F(HaTest, FrozenLeaderIsFencedWhenItWakes) {
+  auto all = Three();
+  ASSERT_TRUE(WaitFor([&] { return OnlyLeader(all) >= 0; }));
+  const int first = OnlyLeader(all);
+  const uint64_t old_epoch = all[first]->led();
+  ASSERT_TRUE(Freeze(all[first]->pid()));
+  const uint64_t writes_when_frozen = control_.writes(old_epoch);
+  // Past its TTL another is elected and raises the pool's epoch.
+  int second = -1;
+  ASSERT_TRUE(WaitFor([&] {
+    for (size_t i = 0; i < all.size(); ++i)
+      if (static_cast<int>(i) != first && all[i]->led() > old_epoch) second = static_cast<int>(i);
+    return second >= 0;
+  }));
+  ASSERT_TRUE(WaitFor([&] { return control_.writes(all[second]->led()) > 0; }));
+  kill(all[first]->pid(), SIGCONT);
+  // It finds its fence down before any write, and stops.
+  ASSERT_TRUE(WaitFor([&] { return all[first]->Exited(); }));
+  EXPECT_EQ(all[first]->code(), 5) << all[first]->output();
+  EXPECT_TRUE(all[first]->Said("fenced")) << all[first]->output();
+  EXPECT_EQ(control_.writes(old_epoch), writes_when_frozen);
+  EXPECT_EQ(control_.epoch().load(), all[second]->led());
+}
+
+TEST_F(HaTest, LosingOneEtcdMemberChangesNothing) {
+  auto all = Three();
+  ASSERT_TRUE(WaitFor([&] { return OnlyLeader(all) >= 0; }));
+  const int leader = OnlyLeader(all);
+  const uint64_t epoch = all[leader]->led();
+  const int64_t before = all[leader]->renewed();
+  etcd_.Kill(0);
+  // Renewals go on through the two members left; no one else is elected.
+  ASSERT_TRUE(WaitFor([&] { return all[leader]->renewed() >= before + 20; }, 30000))
+      << all[leader]->output();
+  EXPECT_FALSE(all[leader]->Said("lost")) << all[leader]->output();
+  EXPECT_EQ(OnlyLeader(all), leader);
+  EXPECT_EQ(all[leader]->led(), epoch);
+}
+
+TEST_F(HaTest, LosingAllEtcdMembersStopsTheLeaderAndFailovers) {
+  auto all = Three({"--give-up", "2000"});
+  ASSERT_TRUE(WaitFor([&] { return OnlyLeader(all) >= 0; }));
+  for (auto &c : all) ASSERT_TRUE(WaitFor([&] { return c->Said("member"); }));
+  const int leader = OnlyLeader(all);
+  etcd_.KillAll();
+  // The leader stops: it can no longer be sure of its lease.
+  ASSERT_TRUE(WaitFor([&] { return all[leader]->Said("lost"); }));
+  // Every campaign ends with a clear error; no one else leads.
+  for (auto &c : all) {
+    ASSERT_TRUE(WaitFor([&] { return c->Exited(); }, 30000)) << c->output();
+    EXPECT_EQ(c->code(), 3) << c->output();
+    EXPECT_TRUE(c->Said("campaign: campaign gave up: etcd")) << c->output();
+  }
+  EXPECT_EQ(OnlyLeader(all), leader);
+}
+
+TEST_F(HaTest, MemberBehindDoesNotCampaign) {
+  Candidate behind(etcd_.endpoints(), pool_, "behind", control_, {"--not-electable"});
+  auto c = ClientOf(etcd_.endpoints());
+  const std::string key = maru::LeaderElection::Prefix(pool_) + "members/behind";
+  ASSERT_TRUE(WaitFor([&] {
+    auto kv = c->Get(key);
+    if (!kv.ok() || kv->version == 0) return false;
+    auto m = maru::LeaderElection::ParseMember("behind", kv->value);
+    return m && !m->electable;
+  }));
+  EXPECT_EQ(c->Get(maru::LeaderElection::Prefix(pool_) + "leader")->version, 0);
+  Candidate ready(etcd_.endpoints(), pool_, "ready", control_);
+  ASSERT_TRUE(WaitFor([&] { return ready.led() != 0; }));
+  EXPECT_EQ(ready.led(), 1u);  // the first epoch: the one behind never took one
+  EXPECT_EQ(behind.led(), 0u);
+}
+
+TEST_F(HaTest, PoolEpochAheadRefusesToLead) {
+  control_.epoch().store(100);
+  Candidate c(etcd_.endpoints(), pool_, "s0", control_);
+  ASSERT_TRUE(WaitFor([&] { return c.Exited(); }));
+  EXPECT_EQ(c.code(), 4) << c.output();
+  EXPECT_TRUE(c.Said("refused: the pool's epoch 100 is ahead")) << c.output();
+  EXPECT_EQ(control_.epoch().load(), 100u);
+  // It stepped down: the leader key is free again.
+  auto client = ClientOf(etcd_.endpoints());
+  EXPECT_EQ(client->Get(maru::LeaderElection::Prefix(pool_) + "leader")->version, 0);
+}
+
+TEST(EpochFenceTest, RaiseOnlyUpAndOkUntilPassed) {
+  std::atomic<uint64_t> word{3};
+  maru::EpochFence old(&word, 2, false);
+  EXPECT_EQ(old.Raise().errnum(), EEXIST);
+  maru::EpochFence mine(&word, 5, true);
+  ASSERT_TRUE(mine.Raise().ok());
+  EXPECT_TRUE(mine.Ok());
+  EXPECT_TRUE(mine.Raise().ok());  // already ours
+  maru::EpochFence next(&word, 6, false);
+  ASSERT_TRUE(next.Raise().ok());
+  EXPECT_FALSE(mine.Ok());
+  EXPECT_EQ(mine.Current(), 6u);
+}
+
+TEST(EtcdEndpointsTest, Parse) {
+  auto e = maru::ParseEtcdEndpoints("http://a:1,b:2/,,c:3");
+  ASSERT_EQ(e.size(), 3u);
+  EXPECT_EQ(e[0], "a:1");
+  EXPECT_EQ(e[1], "b:2");
+  EXPECT_EQ(e[2], "c:3");
+  maru::EtcdOptions none;
+  EXPECT_FALSE(maru::EtcdClient::Create(none).ok());
+  none.endpoints = {"nocolon"};
+  EXPECT_FALSE(maru::EtcdClient::Create(none).ok());
+  EXPECT_EQ(maru::EtcdPrefixEnd("/a/"), "/a0");
+}
+
+}  // namespace

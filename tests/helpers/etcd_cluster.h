@@ -1,0 +1,47 @@
+// EtcdCluster: real etcd members (/usr/bin/etcd) on loopback for tests, each
+// with its own ports and temp data directory; stopped by pid and removed on
+// destruction, also when the test fails.
+//
+// Members run with --heartbeat-interval 50 --election-timeout 500, so that
+// etcd grants 1 s leases (its minimum TTL is ceil(1.5 x election timeout)).
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "harness.h"
+
+namespace maru_test {
+
+class EtcdCluster {
+ public:
+  explicit EtcdCluster(int members = 3);
+  ~EtcdCluster();
+  EtcdCluster(const EtcdCluster &) = delete;
+  EtcdCluster &operator=(const EtcdCluster &) = delete;
+
+  // Starts every member and waits until the cluster answers; false (with
+  // the logs on stderr) if it did not.
+  bool Start();
+  // "127.0.0.1:P1,127.0.0.1:P2,...": the client endpoints.
+  std::string endpoints() const;
+  const std::string &endpoint(int i) const { return client_[i]; }
+  int size() const { return static_cast<int>(client_.size()); }
+  void Kill(int i);  // SIGKILL and wait
+  void KillAll();
+  bool running(int i) const { return pids_[i] > 0; }
+  std::string log(int i) const;
+
+ private:
+  TempDir dir_;
+  std::string token_;
+  std::vector<std::string> client_, peer_;
+  std::vector<pid_t> pids_;
+};
+
+// A TCP port on 127.0.0.1 that nothing listens on now.
+int FreePort();
+
+}  // namespace maru_test
