@@ -372,3 +372,37 @@ TEST(EtcdEndpointsTest, Parse) {
 }
 
 }  // namespace
+
+namespace {
+
+// A client given a list of servers connects to the first that answers, and
+// moves to the next when its server dies: its session resumes there.
+TEST(ServerListTest, ClientMovesToTheNextServer) {
+  TestPool pool;
+  Server a(pool.path()), b(pool.path());
+  ASSERT_TRUE(b.Start()) << b.log();
+  // The first is not there yet: the client starts on the second.
+  const std::string list = a.address() + "," + b.address();
+  std::string out;
+  ASSERT_EQ(RunClient(list, "store /first 65536", &out), 0) << out;
+  ASSERT_EQ(RunClient(b.address(), "load /first 65536 " + pool.path(), &out), 0) << out;
+
+  // Connected to the first, which then dies: the next call goes to the second.
+  ASSERT_TRUE(a.Start()) << a.log();
+  TempDir dir;
+  const std::string go = dir.path() + "/go";
+  const std::string log = dir.path() + "/client.log";
+  pid_t client =
+      SpawnClient(list, "connect + wait-for " + go + " + store /second 65536 >" + log + " 2>&1");
+  ASSERT_TRUE(WaitFor([&] {
+    std::string said;
+    maru_test::Run("cat " + log, &said);
+    return said.find("connected") != std::string::npos;
+  }));
+  a.Kill9();
+  ASSERT_EQ(maru_test::Run("touch " + go), 0);
+  EXPECT_EQ(Wait(client), 0);
+  ASSERT_EQ(RunClient(b.address(), "load /second 65536 " + pool.path(), &out), 0) << out;
+}
+
+}  // namespace
