@@ -13,6 +13,7 @@
 #include <memory>
 #include <sstream>
 
+#include "alloc/pool_device.h"
 #include "ha/epoch_fence.h"
 #include "ha/etcd_client.h"
 #include "ha/leader_election.h"
@@ -23,45 +24,57 @@ using namespace maru_test;
 
 namespace {
 
-// The stand-in for the pool's control page the candidates share.
-class ControlPage {
+// A pool (with its control page) that the candidates lead, and a file that
+// stands in for a structure they share in it: word E counts the writes made
+// under epoch E.
+class LedPool {
  public:
-  ControlPage() : path_("/dev/shm/" + UniqueName("maru-ha-control")) {
-    int fd = open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  LedPool() : shared_("/dev/shm/" + UniqueName("maru-ha-shared")) {
+    device_ = std::move(*maru::PoolDevice::Open(pool_.path(), maru::PoolDevice::OpenOptions()));
+    control_ = std::make_unique<maru::PoolControl>(
+        *maru::PoolControl::At(device_->base(), device_->superblock()));
+    int fd = open(shared_.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
     if (fd < 0 || ftruncate(fd, 4096) < 0) abort();
     map_ = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     if (map_ == MAP_FAILED) abort();
   }
-  ~ControlPage() {
+  ~LedPool() {
     munmap(map_, 4096);
-    unlink(path_.c_str());
+    unlink(shared_.c_str());
   }
-  const std::string &path() const { return path_; }
-  std::atomic<uint64_t> &epoch() { return words()[0]; }
-  uint64_t writes(uint64_t epoch) { return words()[8 + epoch].load(); }
+  const std::string &path() const { return pool_.path(); }
+  const std::string &shared() const { return shared_; }
+  std::string uuid() const { return maru::UuidToString(device_->superblock().pool_uuid); }
+  maru::PoolControl &control() { return *control_; }
+  uint64_t epoch() { return control_->FenceEpoch(); }
+  uint64_t writes(uint64_t epoch) {
+    return static_cast<std::atomic<uint64_t> *>(map_)[epoch].load();
+  }
 
  private:
-  std::atomic<uint64_t> *words() { return static_cast<std::atomic<uint64_t> *>(map_); }
-  std::string path_;
+  TestPool pool_{64ull << 20};
+  std::unique_ptr<maru::PoolDevice> device_;
+  std::unique_ptr<maru::PoolControl> control_;
+  std::string shared_;
   void *map_;
 };
 
 // One ha_candidate process; killed on destruction if still running.
 class Candidate {
  public:
-  Candidate(const std::string &etcd, const std::string &pool, const std::string &id,
-            const ControlPage &control, std::vector<std::string> extra = {})
+  Candidate(const std::string &etcd, LedPool &pool, const std::string &id,
+            std::vector<std::string> extra = {})
       : log_(dir_.path() + "/out") {
     std::vector<std::string> args = {BinDir("tests/ha_candidate"),
                                      "--etcd",
                                      etcd,
                                      "--pool",
-                                     pool,
+                                     pool.path(),
                                      "--id",
                                      id,
-                                     "--control",
-                                     control.path()};
+                                     "--shared",
+                                     pool.shared()};
     args.insert(args.end(), extra.begin(), extra.end());
     pid_ = fork();
     if (pid_ == 0) {
@@ -150,14 +163,13 @@ class HaTest : public ::testing::Test {
   std::vector<std::unique_ptr<Candidate>> Three(std::vector<std::string> extra = {}) {
     std::vector<std::unique_ptr<Candidate>> all;
     for (int i = 0; i < 3; ++i)
-      all.push_back(std::make_unique<Candidate>(etcd_.endpoints(), pool_, "s" + std::to_string(i),
-                                                control_, extra));
+      all.push_back(
+          std::make_unique<Candidate>(etcd_.endpoints(), pool_, "s" + std::to_string(i), extra));
     return all;
   }
 
   EtcdCluster etcd_{3};
-  ControlPage control_;
-  const std::string pool_ = UniqueName("pool");
+  LedPool pool_;
 };
 
 TEST_F(HaTest, ClientKvTxnAndLeases) {
@@ -216,8 +228,8 @@ TEST(HaStartTest, UnreachableEtcdIsAOneLineError) {
   ASSERT_FALSE(got.ok());
   EXPECT_EQ(got.status().message().find('\n'), std::string::npos);
 
-  ControlPage control;
-  Candidate lone(nowhere, UniqueName("pool"), "s0", control);
+  LedPool pool;
+  Candidate lone(nowhere, pool, "s0");
   ASSERT_TRUE(WaitFor([&] { return lone.Exited(); }, 30000));
   EXPECT_EQ(lone.code(), 2);
   const std::string out = lone.output();
@@ -231,16 +243,17 @@ TEST_F(HaTest, ThreeCandidatesOneLeader) {
   const int leader = OnlyLeader(all);
   ASSERT_GE(leader, 0);
   EXPECT_EQ(all[leader]->led(), 1u);
-  EXPECT_EQ(control_.epoch().load(), 1u);
+  EXPECT_EQ(pool_.epoch(), 1u);
   // The others are members, and see who leads.
+  for (auto &c : all) ASSERT_TRUE(WaitFor([&] { return c->Said("member"); }));
   auto c = ClientOf(etcd_.endpoints());
-  auto key = c->Get(maru::LeaderElection::Prefix(pool_) + "leader");
+  auto key = c->Get(maru::LeaderElection::Prefix(pool_.uuid()) + "leader");
   ASSERT_TRUE(key.ok());
   auto info = maru::LeaderElection::ParseLeader(key->value);
   ASSERT_TRUE(info);
   EXPECT_EQ(info->id, "s" + std::to_string(leader));
   EXPECT_EQ(info->epoch, 1u);
-  EXPECT_EQ(c->GetPrefix(maru::LeaderElection::Prefix(pool_) + "members/")->size(), 3u);
+  EXPECT_EQ(c->GetPrefix(maru::LeaderElection::Prefix(pool_.uuid()) + "members/")->size(), 3u);
   // It keeps leading: renewals go on, no one else is elected.
   ASSERT_TRUE(WaitFor([&] { return all[leader]->Said("renewed 20"); }));
   EXPECT_EQ(OnlyLeader(all), leader);
@@ -256,7 +269,7 @@ TEST_F(HaTest, KilledLeaderIsReplacedWithAHigherEpoch) {
   ASSERT_TRUE(WaitFor([&] { return OnlyLeader(all) >= 0; }));
   const int second = OnlyLeader(all);
   EXPECT_GT(all[second]->led(), first_epoch);
-  EXPECT_EQ(control_.epoch().load(), all[second]->led());
+  EXPECT_EQ(pool_.epoch(), all[second]->led());
 }
 
 TEST_F(HaTest, FrozenLeaderIsFencedWhenItWakes) {
@@ -265,7 +278,7 @@ TEST_F(HaTest, FrozenLeaderIsFencedWhenItWakes) {
   const int first = OnlyLeader(all);
   const uint64_t old_epoch = all[first]->led();
   ASSERT_TRUE(Freeze(all[first]->pid()));
-  const uint64_t writes_when_frozen = control_.writes(old_epoch);
+  const uint64_t writes_when_frozen = pool_.writes(old_epoch);
   // Past its TTL another is elected and raises the pool's epoch.
   int second = -1;
   ASSERT_TRUE(WaitFor([&] {
@@ -273,14 +286,14 @@ TEST_F(HaTest, FrozenLeaderIsFencedWhenItWakes) {
       if (static_cast<int>(i) != first && all[i]->led() > old_epoch) second = static_cast<int>(i);
     return second >= 0;
   }));
-  ASSERT_TRUE(WaitFor([&] { return control_.writes(all[second]->led()) > 0; }));
+  ASSERT_TRUE(WaitFor([&] { return pool_.writes(all[second]->led()) > 0; }));
   kill(all[first]->pid(), SIGCONT);
   // It finds its fence down before any write, and stops.
   ASSERT_TRUE(WaitFor([&] { return all[first]->Exited(); }));
   EXPECT_EQ(all[first]->code(), 5) << all[first]->output();
   EXPECT_TRUE(all[first]->Said("fenced")) << all[first]->output();
-  EXPECT_EQ(control_.writes(old_epoch), writes_when_frozen);
-  EXPECT_EQ(control_.epoch().load(), all[second]->led());
+  EXPECT_EQ(pool_.writes(old_epoch), writes_when_frozen);
+  EXPECT_EQ(pool_.epoch(), all[second]->led());
 }
 
 TEST_F(HaTest, LosingOneEtcdMemberChangesNothing) {
@@ -316,46 +329,48 @@ TEST_F(HaTest, LosingAllEtcdMembersStopsTheLeaderAndFailovers) {
 }
 
 TEST_F(HaTest, MemberBehindDoesNotCampaign) {
-  Candidate behind(etcd_.endpoints(), pool_, "behind", control_, {"--not-electable"});
+  Candidate behind(etcd_.endpoints(), pool_, "behind", {"--not-electable"});
   auto c = ClientOf(etcd_.endpoints());
-  const std::string key = maru::LeaderElection::Prefix(pool_) + "members/behind";
+  const std::string key = maru::LeaderElection::Prefix(pool_.uuid()) + "members/behind";
   ASSERT_TRUE(WaitFor([&] {
     auto kv = c->Get(key);
     if (!kv.ok() || kv->version == 0) return false;
     auto m = maru::LeaderElection::ParseMember("behind", kv->value);
     return m && !m->electable;
   }));
-  EXPECT_EQ(c->Get(maru::LeaderElection::Prefix(pool_) + "leader")->version, 0);
-  Candidate ready(etcd_.endpoints(), pool_, "ready", control_);
+  EXPECT_EQ(c->Get(maru::LeaderElection::Prefix(pool_.uuid()) + "leader")->version, 0);
+  Candidate ready(etcd_.endpoints(), pool_, "ready");
   ASSERT_TRUE(WaitFor([&] { return ready.led() != 0; }));
   EXPECT_EQ(ready.led(), 1u);  // the first epoch: the one behind never took one
   EXPECT_EQ(behind.led(), 0u);
 }
 
 TEST_F(HaTest, PoolEpochAheadRefusesToLead) {
-  control_.epoch().store(100);
-  Candidate c(etcd_.endpoints(), pool_, "s0", control_);
+  ASSERT_TRUE(pool_.control().RaiseFence(100).ok());
+  Candidate c(etcd_.endpoints(), pool_, "s0");
   ASSERT_TRUE(WaitFor([&] { return c.Exited(); }));
   EXPECT_EQ(c.code(), 4) << c.output();
-  EXPECT_TRUE(c.Said("refused: the pool's epoch 100 is ahead")) << c.output();
-  EXPECT_EQ(control_.epoch().load(), 100u);
+  EXPECT_TRUE(c.Said("refused: the pool is fenced at epoch 100")) << c.output();
+  EXPECT_EQ(pool_.epoch(), 100u);
   // It stepped down: the leader key is free again.
   auto client = ClientOf(etcd_.endpoints());
-  EXPECT_EQ(client->Get(maru::LeaderElection::Prefix(pool_) + "leader")->version, 0);
+  EXPECT_EQ(client->Get(maru::LeaderElection::Prefix(pool_.uuid()) + "leader")->version, 0);
 }
 
 TEST(EpochFenceTest, RaiseOnlyUpAndOkUntilPassed) {
-  std::atomic<uint64_t> word{3};
-  maru::EpochFence old(&word, 2, false);
-  EXPECT_EQ(old.Raise().errnum(), EEXIST);
-  maru::EpochFence mine(&word, 5, true);
+  LedPool pool;
+  ASSERT_TRUE(pool.control().RaiseFence(3).ok());
+  maru::EpochFence old(pool.control(), 2);
+  EXPECT_EQ(old.Raise().errnum(), ESTALE);
+  EXPECT_FALSE(old.Ok());
+  maru::EpochFence mine(pool.control(), 5);
   ASSERT_TRUE(mine.Raise().ok());
   EXPECT_TRUE(mine.Ok());
   EXPECT_TRUE(mine.Raise().ok());  // already ours
-  maru::EpochFence next(&word, 6, false);
+  maru::EpochFence next(pool.control(), 6);
   ASSERT_TRUE(next.Raise().ok());
   EXPECT_FALSE(mine.Ok());
-  EXPECT_EQ(mine.Current(), 6u);
+  EXPECT_EQ(pool.epoch(), 6u);
 }
 
 TEST(EtcdEndpointsTest, Parse) {

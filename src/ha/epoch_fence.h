@@ -1,46 +1,40 @@
-// EpochFence: the pool's copy of the fencing epoch, checked before every write
-// to shared structures.
+// EpochFence: one leader's hold on the pool's fencing epoch, checked before
+// every write to shared structures.
 //
 // etcd hands each leader a higher epoch (ha/leader_election.h). The leader
-// raises the epoch word in the pool's control page to its own before it
-// writes anything shared, and refuses to lead if the pool's is already
-// higher. A writer checks Ok() before each write: once a newer leader
-// raised the word, the old one's checks fail, however late it wakes from a
-// freeze, whatever it still believes about its etcd lease.
+// raises the epoch in the pool's control page (alloc/pool_control.h) to its
+// own before it writes anything shared, and refuses to lead if the pool's
+// is already higher. A writer checks Ok() before each write: once a newer
+// leader raised the epoch, the old one's checks fail, however late it wakes
+// from a freeze and whatever it still believes about its etcd lease.
 //
 // The word is in memory every pool user can write; the worst a member of
 // that trust domain can do by raising it is to stop the leader (which then
-// steps down), not to make a stale leader write.
+// steps down), never to make a stale leader write.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 
+#include "alloc/pool_control.h"
 #include "util/status.h"
 
 namespace maru {
 
 class EpochFence {
  public:
-  // `word`: the epoch in the pool's control page (8-byte aligned). `flush`:
-  // the pool is not coherent in hardware, so each check invalidates the
-  // line first and a raise writes it back.
-  EpochFence(std::atomic<uint64_t> *word, uint64_t ours, bool flush);
+  EpochFence(PoolControl control, uint64_t ours) : control_(control), ours_(ours) {}
 
-  // Raises the pool's epoch to ours by compare-and-swap. EEXIST (refuse to
-  // lead) if it is already past ours; ok if it equals ours.
-  Status Raise();
-  // True while the pool's epoch is still ours: one atomic load (plus a
-  // cache-line invalidation on a flush pool).
-  bool Ok() const;
+  // Raises the pool's epoch to ours. ESTALE (refuse to lead) if it is
+  // already past ours; ok if it equals ours.
+  Status Raise() { return control_.RaiseFence(ours_); }
+  // True while the pool's epoch is still ours: one atomic load (after a
+  // cache-line invalidation on a pool without hardware coherence).
+  bool Ok() const { return control_.Holds(ours_); }
   uint64_t ours() const { return ours_; }
-  // The pool's epoch now.
-  uint64_t Current() const;
 
  private:
-  std::atomic<uint64_t> *const word_;
+  PoolControl control_;
   const uint64_t ours_;
-  const bool flush_;
 };
 
 }  // namespace maru

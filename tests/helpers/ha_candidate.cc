@@ -1,10 +1,11 @@
 // A member of a leader election, as a maru-server runs one, for the HA tests:
-//   ha_candidate --etcd EPS --pool UUID --id ID --control FILE
+//   ha_candidate --etcd EPS --pool POOL --id ID --shared FILE
 //                [--ttl S] [--give-up MS] [--not-electable]
-// FILE stands in for the pool's control page: word 0 is the pool's epoch,
-// word 8+E counts the writes made under epoch E. It campaigns, raises the
-// epoch when elected, then writes (checking the fence and its lease before
-// each write) until it loses. It prints one line per event on stdout:
+// It campaigns for POOL (a pool file formatted by maructl: the election is
+// the pool's UUID's), raises the fencing epoch in the pool's control page
+// when elected, then writes to FILE, which stands in for a structure shared
+// in the pool (word E counts the writes made under epoch E), checking the
+// fence and its lease before each write, until it loses. It prints one line per event on stdout:
 // "leader E", "renewed N", "lost", "fenced", "not leading", "refused: ...",
 // "campaign: ...", and exits with a code that says why it stopped.
 #include <fcntl.h>
@@ -18,6 +19,7 @@
 #include <string>
 #include <thread>
 
+#include "alloc/pool_device.h"
 #include "ha/epoch_fence.h"
 #include "ha/leader_election.h"
 
@@ -34,7 +36,7 @@ void Say(const std::string &line) {
 
 int main(int argc, char **argv) {
   maru::ElectionOptions options;
-  std::string control;
+  std::string pool, shared;
   bool electable = true;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -42,11 +44,11 @@ int main(int argc, char **argv) {
     if (a == "--etcd")
       options.etcd.endpoints = maru::ParseEtcdEndpoints(next());
     else if (a == "--pool")
-      options.pool = next();
+      pool = next();
     else if (a == "--id")
       options.id = next();
-    else if (a == "--control")
-      control = next();
+    else if (a == "--shared")
+      shared = next();
     else if (a == "--ttl")
       options.ttl_s = std::stoll(next());
     else if (a == "--give-up")
@@ -60,9 +62,22 @@ int main(int argc, char **argv) {
   }
   options.endpoint = "unix:///run/" + options.id + ".sock";
   options.on_lost = [] { Say("lost"); };
-  int fd = open(control.c_str(), O_RDWR);
+  maru::Result<std::unique_ptr<maru::PoolDevice>> device =
+      maru::PoolDevice::Open(pool, maru::PoolDevice::OpenOptions());
+  if (!device.ok()) {
+    fprintf(stderr, "ha_candidate: %s\n", device.status().ToString().c_str());
+    return 1;
+  }
+  maru::Result<maru::PoolControl> control =
+      maru::PoolControl::At((*device)->base(), (*device)->superblock());
+  if (!control.ok()) {
+    fprintf(stderr, "ha_candidate: %s\n", control.status().ToString().c_str());
+    return 1;
+  }
+  options.pool = maru::UuidToString((*device)->superblock().pool_uuid);
+  int fd = open(shared.c_str(), O_RDWR);
   if (fd < 0) {
-    perror("ha_candidate: control file");
+    perror("ha_candidate: shared file");
     return 1;
   }
   void *map = mmap(nullptr, kWords * 8, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -84,7 +99,7 @@ int main(int argc, char **argv) {
       Say("campaign: " + epoch.status().ToString());
       return 3;
     }
-    maru::EpochFence fence(&words[0], *epoch, false);
+    maru::EpochFence fence(*control, *epoch);
     maru::Status raised = fence.Raise();
     if (!raised.ok()) {
       Say("refused: " + raised.message());
@@ -100,7 +115,7 @@ int main(int argc, char **argv) {
         return 5;
       }
       if (!e.Leading()) break;
-      if (*epoch < kWords - 8) words[8 + *epoch].fetch_add(1);
+      if (*epoch < kWords) words[*epoch].fetch_add(1);
       if (e.renewals() >= said + 10) {
         said = e.renewals();
         Say("renewed " + std::to_string(said));
