@@ -94,11 +94,24 @@ size_t DecodeInodes(const Records<schema::Inode> &records, std::unique_ptr<Inode
 
 }  // namespace
 
+// From here on every metadata write, the start's own included, goes to the
+// pool's replication log first (when the pool has one), so that standbys
+// hold what this server holds.
+Status MetaEngine::AttachReplicationLog() {
+  if (options_.pool_paths.empty()) return Status::Ok();
+  Result<std::unique_ptr<PoolLog>> log = PoolLog::Open(options_.pool_paths[0]);
+  if (!log.ok()) return log.status();
+  if (!*log) return Status::Ok();
+  pool_log_ = std::move(*log);
+  return db_->AttachLog(&pool_log_->log(), options_.log_epoch, options_.log_fence);
+}
+
 Status MetaEngine::Load() {
   PhaseClock clock;
   Result<std::unique_ptr<MetaDb>> db = MetaDb::Open(options_.db_dir, options_.sync_writes);
   if (!db.ok()) return db.status();
   db_ = std::move(*db);
+  MARU_RETURN_IF_ERROR(AttachReplicationLog());
   Result<MetaDb::Contents> contents = db_->Load();
   if (!contents.ok()) return contents.status();
   clock.Lap("read");

@@ -17,6 +17,8 @@ constexpr char kRetiredPrefix = 'f';
 constexpr const char *kIdentityKey = "m:identity";
 constexpr const char *kCountersKey = "m:counters";
 constexpr char kQuotaPrefix = 'q';
+// The replication log position of the write that holds it.
+constexpr const char *kLogPositionKey = "m:oplog";
 
 std::string NumberKey(char prefix, uint64_t n) {
   std::string key(9, '\0');
@@ -222,10 +224,154 @@ Result<MetaDb::Contents> MetaDb::Load() {
   return std::move(c);
 }
 
+namespace {
+
+std::string EncodePosition(const OpLogPosition &p) {
+  std::string out(24, '\0');
+  for (int i = 0; i < 8; ++i) {
+    out[i] = static_cast<char>(p.generation >> (8 * i));
+    out[8 + i] = static_cast<char>(p.seq >> (8 * i));
+    out[16 + i] = static_cast<char>(p.pos >> (8 * i));
+  }
+  return out;
+}
+
+bool DecodePosition(std::string_view in, OpLogPosition *p) {
+  if (in.size() != 24) return false;
+  *p = {};
+  for (int i = 7; i >= 0; --i) {
+    p->generation = p->generation << 8 | static_cast<uint8_t>(in[i]);
+    p->seq = p->seq << 8 | static_cast<uint8_t>(in[8 + i]);
+    p->pos = p->pos << 8 | static_cast<uint8_t>(in[16 + i]);
+  }
+  return true;
+}
+
+// What a Put of the position adds to a batch's bytes: the record's size is
+// known before the position (which depends on it) is in it.
+size_t PositionPutBytes() {
+  static const size_t bytes = [] {
+    rocksdb::WriteBatch b;
+    const size_t empty = b.GetDataSize();
+    b.Put(kLogPositionKey, EncodePosition({}));
+    return b.GetDataSize() - empty;
+  }();
+  return bytes;
+}
+
+// A key this database may hold, with a value of a size it may have: what a
+// standby accepts from the log (memory other users can write).
+bool OurKey(const rocksdb::Slice &key) {
+  if (key.size() == 9 && (key[0] == kInodePrefix || key[0] == kRetiredPrefix)) return true;
+  if (key.size() == 10 && key[0] == kQuotaPrefix && (key[1] == 'u' || key[1] == 'd')) return true;
+  return key == kIdentityKey || key == kCountersKey || key == kLogPositionKey;
+}
+
+// Checks every operation of a batch read from the log: only Put and Delete
+// of our own keys (no merge, no range delete, no other column family).
+class BatchChecker : public rocksdb::WriteBatch::Handler {
+ public:
+  rocksdb::Status PutCF(uint32_t cf, const rocksdb::Slice &key, const rocksdb::Slice &) override {
+    return Check(cf, key);
+  }
+  rocksdb::Status DeleteCF(uint32_t cf, const rocksdb::Slice &key) override {
+    return Check(cf, key);
+  }
+  rocksdb::Status SingleDeleteCF(uint32_t, const rocksdb::Slice &) override { return Refuse(); }
+  rocksdb::Status DeleteRangeCF(uint32_t, const rocksdb::Slice &, const rocksdb::Slice &) override {
+    return Refuse();
+  }
+  rocksdb::Status MergeCF(uint32_t, const rocksdb::Slice &, const rocksdb::Slice &) override {
+    return Refuse();
+  }
+
+ private:
+  static rocksdb::Status Check(uint32_t cf, const rocksdb::Slice &key) {
+    return cf == 0 && OurKey(key) ? rocksdb::Status::OK() : Refuse();
+  }
+  static rocksdb::Status Refuse() { return rocksdb::Status::Corruption("not a metadata write"); }
+};
+
+}  // namespace
+
 Status MetaDb::Write(Batch &batch) {
   rocksdb::WriteOptions options;
   options.sync = sync_;
+  MutexLock lock(&log_mu_);
+  if (log_ != nullptr) {
+    rocksdb::WriteBatch *b = batch.batch_.get();
+    const size_t before = b->GetDataSize();
+    b->Put(kLogPositionKey, EncodePosition(log_->After(before + PositionPutBytes())));
+    if (b->GetDataSize() != before + PositionPutBytes())
+      return Status::Error(EIO, "the replication log position does not fit its batch");
+    MARU_RETURN_IF_ERROR(log_->Append(b->Data()));
+  }
   return FromRocks(db_->Write(options, batch.batch_.get()), "writing metadata");
+}
+
+Result<OpLogPosition> MetaDb::LogPosition() {
+  std::string value;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), kLogPositionKey, &value);
+  if (s.IsNotFound()) return OpLogPosition{};
+  if (!s.ok()) return FromRocks(s, "reading the replication log position");
+  OpLogPosition p;
+  if (!DecodePosition(value, &p))
+    return Status::Error(EIO, "corrupted replication log position in the metadata database");
+  return p;
+}
+
+Status MetaDb::AttachLog(OpLog *log, uint64_t epoch, std::function<bool()> fence) {
+  MutexLock lock(&log_mu_);
+  Result<OpLogPosition> last = LogPosition();
+  if (!last.ok()) return last.status();
+  MARU_RETURN_IF_ERROR(log->StartWriter(*last, epoch, std::move(fence)));
+  log_ = log;
+  return Status::Ok();
+}
+
+Status MetaDb::ApplyLogged(const OpLogRecord &record, const OpLogPosition &at) {
+  rocksdb::WriteBatch b(record.data);
+  BatchChecker checker;
+  rocksdb::Status s = b.Iterate(&checker);
+  if (!s.ok() || b.Count() == 0)
+    return Status::Error(EBADMSG, "replication log record " + std::to_string(record.seq) +
+                                      " is not a metadata write: not applied");
+  // Ours, not the leader's: the position this standby read it at.
+  b.Put(kLogPositionKey, EncodePosition(at));
+  rocksdb::WriteOptions options;
+  options.sync = sync_;
+  return FromRocks(db_->Write(options, &b), "applying a replicated write");
+}
+
+Status MetaDb::Scan(const std::function<bool(std::string_view key, std::string_view value)> &emit) {
+  rocksdb::ReadOptions options;
+  options.fill_cache = false;
+  const rocksdb::Snapshot *snap = db_->GetSnapshot();
+  options.snapshot = snap;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(options));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    if (!emit(std::string_view(it->key().data(), it->key().size()),
+              std::string_view(it->value().data(), it->value().size())))
+      break;
+  }
+  Status st = FromRocks(it->status(), "reading a snapshot");
+  it.reset();
+  db_->ReleaseSnapshot(snap);
+  return st;
+}
+
+Status MetaDb::ReplaceWith(const std::vector<std::pair<std::string, std::string>> &records) {
+  rocksdb::WriteBatch b;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) b.Delete(it->key());
+  MARU_RETURN_IF_ERROR(FromRocks(it->status(), "reading the metadata database"));
+  for (const auto &[key, value] : records) {
+    if (!OurKey(key)) return Status::Error(EBADMSG, "a snapshot record of an unknown key");
+    b.Put(key, value);
+  }
+  rocksdb::WriteOptions options;
+  options.sync = sync_;
+  return FromRocks(db_->Write(options, &b), "writing a snapshot");
 }
 
 }  // namespace maru

@@ -4,13 +4,16 @@
 // they survive a kill -9 of the server (not a power loss).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "ha/op_log.h"
 #include "meta/schema.pb.h"
+#include "util/mutex.h"
 #include "util/status.h"
 
 namespace rocksdb {
@@ -122,12 +125,37 @@ class MetaDb {
   // Opened with compactions off (they would slow the start down); on from here.
   void StartCompactions();
   Result<Contents> Load();
+  // Writes `batch`; with a replication log attached, appends it there
+  // first (and records its position in the same write), so that a standby
+  // never holds a write the log lost.
   Status Write(Batch &batch);
+
+  // --- replication (src/ha) ---
+  // The replication log position of the last write this database holds
+  // (all zero when none).
+  Result<OpLogPosition> LogPosition();
+  // Leads `log` from this database's position (OpLog::StartWriter); from
+  // here on every Write is appended to it first. `fence` is asked before
+  // each append (false: this server no longer leads; nothing is written).
+  Status AttachLog(OpLog *log, uint64_t epoch, std::function<bool()> fence);
+  // A standby's write: the batch of a record read from the log (validated
+  // here: only our own keys, well formed), with `at` (the position after
+  // it) in the same write.
+  Status ApplyLogged(const OpLogRecord &record, const OpLogPosition &at);
+  // A snapshot for a standby: every record, in key order, to `emit`
+  // (false stops), from one consistent view; its log position is among
+  // them, so that the standby tails on from there.
+  Status Scan(const std::function<bool(std::string_view key, std::string_view value)> &emit);
+  // Replaces everything with `records` (a snapshot's), in one write; the
+  // same validation as ApplyLogged.
+  Status ReplaceWith(const std::vector<std::pair<std::string, std::string>> &records);
 
  private:
   MetaDb() = default;
   std::unique_ptr<rocksdb::DB> db_;
   bool sync_ = false;
+  Mutex log_mu_;  // one append and its write at a time: the log's order is the database's
+  OpLog *log_ GUARDED_BY(log_mu_) = nullptr;
 };
 
 }  // namespace maru

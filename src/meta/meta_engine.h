@@ -44,6 +44,7 @@
 #include <string>
 #include <vector>
 
+#include "ha/pool_log.h"
 #include "meta/access.h"
 #include "meta/client_limits.h"
 #include "meta/evictor.h"
@@ -84,6 +85,11 @@ struct EngineOptions {
   Limits limits;                // what one request and one session may ask (client_limits.h)
   bool index = true;            // publish the shared-memory index (shm_index.h)
   IndexOptions index_options;
+  // The replication log (src/ha): when the pool has one, every metadata
+  // write is appended to it, once `log_fence` (if set) says this server
+  // still leads at `log_epoch`.
+  uint64_t log_epoch = 0;
+  std::function<bool()> log_fence;
 };
 
 class MetaEngine {
@@ -191,6 +197,7 @@ class MetaEngine {
   uint64_t NextGen(Txn &txn) REQUIRES(mu_);
 
   // --- Start (engine_recovery.cc) ---
+  Status AttachReplicationLog() REQUIRES(mu_);
   Status Load() REQUIRES(mu_);
   // Fills `adopted` (in number order). `index`, if valid, is an index
   // being created (CreateIndex): it is filled once every inode is adopted.
@@ -331,6 +338,7 @@ class MetaEngine {
 
   // --- State ---
   EngineOptions options_;
+  std::unique_ptr<PoolLog> pool_log_;  // before db_: outlives its writes
   std::unique_ptr<MetaDb> db_;
   Mutex mu_;
   NamespaceTree tree_ GUARDED_BY(mu_);

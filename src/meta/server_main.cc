@@ -13,6 +13,7 @@
 #include <memory>
 #include <thread>
 
+#include "ha/standby_server.h"
 #include "meta/acceptor.h"
 #include "meta/connection_gate.h"
 #include "meta/fast_lane_server.h"
@@ -37,6 +38,7 @@ constexpr const char *kDefaultConfig = MARU_SYSCONFDIR "/maru/maru-server.conf";
 struct ServerFlags {
   std::vector<std::string> pools, listen;
   std::string db = "/var/lib/maru/db";
+  bool standby = false;
   std::string config;
   std::string log_level = "info";
   std::string root_mode = "1777";
@@ -148,6 +150,9 @@ int main(int argc, char **argv) {
   flags.Strings("pool", &f.pools,
                 "pool device: a file formatted by 'maructl mkpool' or /dev/daxX.Y (repeatable)");
   flags.String("db", &f.db, "RocksDB directory for the metadata");
+  flags.Bool("standby", &f.standby,
+             "follow the leader through the pool's replication log into --db; SIGUSR1 "
+             "promotes (then serves as usual), state in DB/STANDBY");
   flags.Strings("listen", &f.listen,
                 "unix:///PATH or tcp://HOST:PORT to serve on (repeatable; default "
                 "unix:///run/maru/maru.sock)");
@@ -301,6 +306,11 @@ int main(int argc, char **argv) {
     for (const Address &a : addresses)
       if (a.kind == Address::Kind::kUnix && options.fast_lane.empty())
         options.fast_lane = a.path + fastlane::kSuffix;
+  if (f.standby) {
+    Result<bool> promoted = RunStandby({f.pools[0], f.db, f.sync});
+    if (!promoted.ok()) return Fail(promoted.status().message());
+    if (!*promoted) return 0;
+  }
   Result<std::unique_ptr<MetaEngine>> engine = MetaEngine::Open(options);
   if (!engine.ok()) return Fail(engine.status().message());
 
