@@ -79,14 +79,15 @@ void ForgetOnSignal(const std::string &path) {
 
 }  // namespace
 
-TestPool::TestPool(uint64_t size, uint64_t unit, const std::string &coherence) {
+TestPool::TestPool(uint64_t size, uint64_t unit, const std::string &coherence,
+                   const std::string &extra) {
   path_ = "/dev/shm/" + UniqueName("maru-test") + ".pool";
   RemoveOnSignal(path_);
   RemoveOnSignal(path_ + ".index");  // the server's shared-memory index, after a kill -9
   std::string out;
   int rc = Run(MaructlBinary() + " mkpool " + path_ + " --size " + std::to_string(size) +
                    " --unit " + std::to_string(unit) + " --mode 666" +
-                   (coherence.empty() ? "" : " --coherence " + coherence),
+                   (coherence.empty() ? "" : " --coherence " + coherence) + extra,
                &out);
   if (rc != 0) {
     fprintf(stderr, "mkpool failed: %s\n", out.c_str());
@@ -259,6 +260,28 @@ bool Server::Start() {
       nofile_);
   if (pid_ < 0) fprintf(stderr, "maru-server did not start:\n%s\n", log().c_str());
   return pid_ > 0;
+}
+
+bool Server::StartWhen(const std::function<bool()> &ready) {
+  pid_ = StartLogged(On(host_, ServerArgs(pool_, db_, socket_, extra_)), log_, ready, nofile_);
+  if (pid_ < 0) fprintf(stderr, "maru-server did not start:\n%s\n", log().c_str());
+  return pid_ > 0;
+}
+
+bool Server::Serves() const {
+  return Answers(socket_);
+}
+
+int Server::Exited() {
+  if (pid_ <= 0) return -1;
+  int status = 0;
+  if (waitpid(pid_, &status, WNOHANG) != pid_) return -1;
+  pid_ = -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+void Server::Thaw() {
+  if (pid_ > 0) kill(pid_, SIGCONT);
 }
 
 void Server::Stop() {
@@ -656,6 +679,14 @@ NetNs::~NetNs() {
   // the namespace.
   Run("ip -n " + lan_->switch_ns_ + " link del " + switch_if_);
   Run("ip netns del " + name_);
+}
+
+bool NetNs::Cut() const {
+  return Run("ip -n " + name_ + " link set " + if_ + " down") == 0;
+}
+
+bool NetNs::Reconnect() const {
+  return Run("ip -n " + name_ + " link set " + if_ + " up") == 0;
 }
 
 std::vector<std::string> NetNs::ExecArgs() const {

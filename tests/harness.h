@@ -31,8 +31,9 @@ class TempDir {
 class TestPool {
  public:
   // `coherence`: mkpool's --coherence (hw or flush); empty: its default.
+  // `extra`: more mkpool options (" --log-size 16M").
   explicit TestPool(uint64_t size = 256ull << 20, uint64_t unit = 64u << 10,
-                    const std::string &coherence = "");
+                    const std::string &coherence = "", const std::string &extra = "");
   ~TestPool();
   const std::string &path() const { return path_; }
 
@@ -48,6 +49,14 @@ class Server {
 
   // Starts and waits until it serves; false (with the log) if it exited.
   bool Start();
+  // Starts and waits until `ready` holds (a standby does not serve yet).
+  bool StartWhen(const std::function<bool()> &ready);
+  // True once it answers on its Unix socket.
+  bool Serves() const;
+  // If it exited, reaps it: its exit code (128+signal), else -1.
+  int Exited();
+  // Continues it after a Freeze().
+  void Thaw();
   void Stop();   // SIGTERM and wait
   void Kill9();  // SIGKILL and wait
   bool running() const { return pid_ > 0; }
@@ -173,6 +182,9 @@ class NetNs {
   // `path` as this host sees it, from outside: through its mounts.
   std::string Path(const std::string &path) const;
   pid_t holder() const { return holder_; }  // the process that holds the namespaces
+  // Takes the host off its network (its interface down) and back: a cable cut.
+  bool Cut() const;
+  bool Reconnect() const;
 
  private:
   void Create(Lan *lan);
@@ -190,6 +202,7 @@ class Hosts {
   explicit Hosts(int n);
   bool ok() const;
   NetNs &operator[](int i) { return *hosts_[i]; }
+  const NetNs &operator[](int i) const { return *hosts_[i]; }
   int size() const { return static_cast<int>(hosts_.size()); }
   const Lan &lan() const { return lan_; }
 

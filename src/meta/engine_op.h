@@ -18,6 +18,10 @@
 
 namespace maru {
 
+// The exit status of a server that found it no longer leads (EX_TEMPFAIL):
+// its service restarts it, as a standby.
+constexpr int kNoLongerLeads = 75;
+
 // The changes of one operation: inodes touched are written once at commit.
 class MetaEngine::Txn {
  public:
@@ -39,6 +43,12 @@ class MetaEngine::Txn {
     engine_->mu_.AssertHeld();
     MARU_DCHECK(!committed_);  // one operation, one commit
     committed_ = true;
+    // A server that no longer leads must not touch the index, the log or
+    // the database: a newer leader owns them (docs/ha.md). It stops here.
+    if (engine_->options_.log_fence && !engine_->options_.log_fence()) {
+      LOG_ERROR("this server no longer leads the pool: stopping before a write");
+      std::_Exit(kNoLongerLeads);
+    }
     for (uint64_t ino : dirty_)
       if (const Inode *inode = engine_->tree_.Find(ino)) {
         batch.PutInode(ToRecord(*inode));

@@ -13,6 +13,7 @@
 #include <memory>
 #include <thread>
 
+#include "ha/ha_member.h"
 #include "ha/standby_server.h"
 #include "meta/acceptor.h"
 #include "meta/connection_gate.h"
@@ -39,6 +40,8 @@ struct ServerFlags {
   std::vector<std::string> pools, listen;
   std::string db = "/var/lib/maru/db";
   bool standby = false;
+  std::string etcd, member, advertise;
+  int64_t lease_ttl_s = 1;
   std::string config;
   std::string log_level = "info";
   std::string root_mode = "1777";
@@ -62,6 +65,20 @@ struct ServerFlags {
   int64_t max_tcp_connections = g.tcp_per_listener, max_tcp_per_peer = g.tcp_per_peer;
   TcpAuthConfig tcp;
 };
+
+HaMemberOptions MemberOptions(const ServerFlags &f, const std::vector<Address> &addresses) {
+  HaMemberOptions m;
+  m.pool = f.pools[0];
+  m.db = f.db;
+  m.sync_writes = f.sync;
+  m.election.etcd.endpoints = ParseEtcdEndpoints(f.etcd);
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  m.election.id = f.member.empty() ? host : f.member;
+  m.election.endpoint = f.advertise.empty() ? addresses[0].ToString() : f.advertise;
+  m.election.ttl_s = f.lease_ttl_s;
+  return m;
+}
 
 int Fail(const std::string &message) {
   fprintf(stderr, "maru-server: %s\n", message.c_str());
@@ -153,6 +170,14 @@ int main(int argc, char **argv) {
   flags.Bool("standby", &f.standby,
              "follow the leader through the pool's replication log into --db; SIGUSR1 "
              "promotes (then serves as usual), state in DB/STANDBY");
+  flags.String("etcd", &f.etcd,
+               "etcd endpoints (host:port,...): this server is one of the pool's servers; "
+               "it follows as a hot standby until elected to lead (docs/ha.md)");
+  flags.String("member", &f.member, "this server's name among the pool's (default: the host name)");
+  flags.String("advertise", &f.advertise,
+               "where clients reach this server when it leads (default: the first --listen)");
+  flags.Int("lease-ttl-s", &f.lease_ttl_s,
+            "the leader's etcd lease, in seconds: how long a dead leader goes unnoticed");
   flags.Strings("listen", &f.listen,
                 "unix:///PATH or tcp://HOST:PORT to serve on (repeatable; default "
                 "unix:///run/maru/maru.sock)");
@@ -306,10 +331,22 @@ int main(int argc, char **argv) {
     for (const Address &a : addresses)
       if (a.kind == Address::Kind::kUnix && options.fast_lane.empty())
         options.fast_lane = a.path + fastlane::kSuffix;
+  if (f.standby && !f.etcd.empty()) return Fail("--standby is for a server without --etcd");
   if (f.standby) {
     Result<bool> promoted = RunStandby({f.pools[0], f.db, f.sync});
     if (!promoted.ok()) return Fail(promoted.status().message());
     if (!*promoted) return 0;
+  }
+  // One server leads a pool at a time: elected through etcd, or alone.
+  Result<std::unique_ptr<HaMember>> member =
+      f.etcd.empty() ? HaMember::LeadAlone(f.pools[0], addresses[0].ToString())
+                     : HaMember::FollowUntilLeading(MemberOptions(f, addresses), stop_signals);
+  if (!member.ok()) return Fail(member.status().message());
+  if (!f.etcd.empty() && !*member) return 0;  // stopped while a standby
+  if (!f.etcd.empty()) {
+    HaMember *m = member->get();
+    options.log_epoch = m->epoch();
+    options.log_fence = [m] { return m->MayWrite(); };
   }
   Result<std::unique_ptr<MetaEngine>> engine = MetaEngine::Open(options);
   if (!engine.ok()) return Fail(engine.status().message());
@@ -398,6 +435,7 @@ int main(int argc, char **argv) {
     tick_mu.Unlock();
   });
 
+  if (*member && !f.etcd.empty()) (*member)->Announce();
   std::string where;
   for (const Address &a : addresses) where += " " + a.ToString();
   LOG_INFO("serving%s", where.c_str());

@@ -37,6 +37,15 @@ EtcdCluster::EtcdCluster(int members) : token_(UniqueName("maru-etcd")) {
   pids_.assign(members, -1);
 }
 
+EtcdCluster::EtcdCluster(const std::vector<const NetNs *> &hosts)
+    : token_(UniqueName("maru-etcd")), hosts_(hosts) {
+  for (const NetNs *host : hosts) {
+    client_.push_back(host->ip() + ":2379");
+    peer_.push_back(host->ip() + ":2380");
+  }
+  pids_.assign(hosts.size(), -1);
+}
+
 EtcdCluster::~EtcdCluster() {
   KillAll();
 }
@@ -88,6 +97,10 @@ bool EtcdCluster::Start() {
                                      "zap",
                                      "--log-outputs",
                                      "stderr"};
+    if (i < hosts_.size()) {
+      std::vector<std::string> on = hosts_[i]->ExecArgs();
+      args.insert(args.begin(), on.begin(), on.end());
+    }
     pid_t pid = fork();
     if (pid == 0) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);  // a dead test leaves no etcd behind
@@ -97,7 +110,7 @@ bool EtcdCluster::Start() {
       std::vector<char *> argv;
       for (std::string &a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
-      execv(argv[0], argv.data());
+      execvp(argv[0], argv.data());
       _exit(127);
     }
     pids_[i] = pid;

@@ -18,6 +18,9 @@ namespace maru_test {
 class EtcdCluster {
  public:
   explicit EtcdCluster(int members = 3);
+  // One member on each host, at the host's address (ports 2379 and 2380 of
+  // its own network namespace).
+  explicit EtcdCluster(const std::vector<const NetNs *> &hosts);
   ~EtcdCluster();
   EtcdCluster(const EtcdCluster &) = delete;
   EtcdCluster &operator=(const EtcdCluster &) = delete;
@@ -38,6 +41,7 @@ class EtcdCluster {
   TempDir dir_;
   std::string token_;
   std::vector<std::string> client_, peer_;
+  std::vector<const NetNs *> hosts_;  // where each member runs (none: here)
   std::vector<pid_t> pids_;
 };
 

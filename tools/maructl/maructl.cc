@@ -57,7 +57,9 @@ void Usage() {
       "Administers Maru pools and servers; every command takes --help.\n\n"
       "Pools:\n"
       "  mkpool PATH --size SIZE   format a pool device (file or /dev/daxX.Y)\n"
-      "  pool show PATH            print a device's superblock\n\n"
+      "  pool show PATH            print a device's superblock\n"
+      "  cluster status --pool PATH [--etcd HOST:PORT,...]   the pool's servers: leader,\n"
+      "                            epoch, each standby's lag (docs/ha.md)\n\n"
       "Server (--server ADDRESS, default unix:///run/maru/maru.sock; --json for scripts):\n"
       "  df                        capacity and use per device and top-level directory\n"
       "  ls [PATH]                 chunks with size, hits, last access, pin, leases, parent\n"
@@ -86,9 +88,11 @@ struct Entry {
 };
 
 constexpr Entry kCommands[] = {
-    {"mkpool", Mkpool},     {"pool", Pool},   {"df", Df},       {"ls", Ls},     {"stat", Stat},
-    {"pin", Pin},           {"unpin", Unpin}, {"evict", Evict}, {"fsck", Fsck}, {"verify", Verify},
-    {"sessions", Sessions}, {"stats", Stats}, {"quota", Quota}, {"hint", Hint},
+    {"mkpool", Mkpool}, {"pool", Pool},         {"df", Df},
+    {"ls", Ls},         {"stat", Stat},         {"pin", Pin},
+    {"unpin", Unpin},   {"evict", Evict},       {"fsck", Fsck},
+    {"verify", Verify}, {"sessions", Sessions}, {"stats", Stats},
+    {"quota", Quota},   {"hint", Hint},         {"cluster", Cluster},
 };
 
 }  // namespace

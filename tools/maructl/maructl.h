@@ -58,6 +58,7 @@ int Verify(int argc, char **argv);
 int Sessions(int argc, char **argv);
 int Stats(int argc, char **argv);
 int Quota(int argc, char **argv);
+int Cluster(int argc, char **argv);
 
 // Quotas as df and quota show print them (quota.cc).
 Json QuotasJson(const google::protobuf::RepeatedPtrField<rpc::QuotaInfo> &quotas);

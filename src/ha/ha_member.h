@@ -1,0 +1,80 @@
+// HaMember: a maru-server that is one member of a pool's group of servers
+// (docs/ha.md). It registers in etcd, follows the leader as a hot standby
+// (the pool's replication log into its own database) while publishing how
+// far behind it is, and campaigns. Once elected it fences the pool at its
+// epoch, so that the old leader's next write check fails, applies the log
+// up to the head and returns: the server then starts on its database as
+// after a restart (recovery reclaims the writes that were in flight).
+//
+// While it leads, MayWrite() says whether the server may still change
+// anything shared: its lease is surely held and the pool is still fenced at
+// its epoch. The engine checks it before each commit; when the lease is
+// lost the server stops (fail-stop: the service restarts it as a standby).
+#pragma once
+
+#include <signal.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "alloc/pool_control.h"
+#include "alloc/pool_device.h"
+#include "ha/leader_election.h"
+#include "util/status.h"
+
+namespace maru {
+
+struct HaMemberOptions {
+  std::string pool;  // the pool's path (the first --pool)
+  std::string db;    // this server's own metadata database
+  bool sync_writes = false;
+  ElectionOptions election;  // etcd, id, endpoint, TTL (the pool's UUID is filled in)
+};
+
+class HaMember {
+ public:
+  // A server without etcd leads the pool alone: it refuses while another
+  // server of the pool is alive (its heartbeat in the control page is
+  // fresh, or its process on this host still runs), and when the pool is led
+  // through etcd (its fence epoch is set); then it announces itself and
+  // keeps a heartbeat, so that a second one refuses in turn. A pool without
+  // a control page (an older format) is led as before, unchecked.
+  static Result<std::unique_ptr<HaMember>> LeadAlone(const std::string &pool,
+                                                     const std::string &endpoint);
+
+  // Follows and campaigns until this member leads. nullptr when one of
+  // `stop` (blocked in the caller) arrived first. A one-line error when
+  // etcd is unreachable at start, the pool has no control page or log, or
+  // the pool is fenced past the epoch this member was given.
+  static Result<std::unique_ptr<HaMember>> FollowUntilLeading(const HaMemberOptions &options,
+                                                              const sigset_t &stop);
+  ~HaMember();
+
+  uint64_t epoch() const { return epoch_; }
+  // One clock read and a few loads: call before every write to shared state.
+  bool MayWrite() const { return (!election_ || election_->Leading()) && control_.Holds(epoch_); }
+  // Publishes this server as the leader in the pool's control page and
+  // starts its heartbeat there (for clients and `maructl cluster status`).
+  void Announce();
+  LeaderElection &election() { return *election_; }
+
+ private:
+  HaMember(std::unique_ptr<PoolDevice> device, PoolControl control)
+      : device_(std::move(device)), control_(control) {}
+  void Beat();
+
+  // Who this process is, in the leader record: "PID@HOST/BOOT".
+  static std::string ProcessId();
+
+  HaMemberOptions options_;
+  std::unique_ptr<PoolDevice> device_;  // maps the control page
+  PoolControl control_;
+  std::unique_ptr<LeaderElection> election_;
+  uint64_t epoch_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread heartbeat_;
+};
+
+}  // namespace maru
