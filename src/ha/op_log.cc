@@ -212,6 +212,8 @@ OpLogPosition OpLog::Head() const {
 Result<OpLogRecord> OpLog::ReadNext(const OpLogPosition &at) const {
   Header *h = header();
   Refresh(h, sizeof *h);
+  // A region no leader has written yet (mkpool leaves it zero).
+  if (h->magic == 0) return Status::Error(ENODATA, "the replication log is not started yet");
   if (h->magic != kMagic || h->version != kVersion || h->ring != ring_ ||
       h->fixed_crc != h->FixedCrc())
     return Status::Error(EBADMSG, "the replication log's header does not verify");
