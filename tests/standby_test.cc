@@ -220,5 +220,30 @@ TEST(StandbyTest, APromotedStandbyLeadsOnInTheSameLog) {
   EXPECT_EQ(writer.After(1).seq, 201u);
 }
 
+// A database behind the log (its leader died between an append and its
+// write; or a standby's, started as the leader): it takes the log's
+// records it lacks before it appends, and the log goes on.
+TEST(StandbyTest, ALeaderBehindTheLogCatchesUpBeforeItAppends) {
+  TempDir dir;
+  ShmRegion region(4 << 20);
+  Leader leader(dir.path() + "/leader", AttachLog(region));
+  std::unique_ptr<MetaDb> db = OpenDb(dir.path() + "/standby");
+  OpLog log = AttachLog(region);
+  {
+    Standby standby(db.get(), &log);
+    ASSERT_TRUE(standby.Open().ok());
+    leader.Churn(10, 20);
+    ASSERT_TRUE(standby.CatchUp().ok());
+  }
+  leader.Churn(30, 7);  // not applied
+  const OpLogPosition head = log.Head();
+  leader.leading = false;
+  OpLog writer = AttachLog(region);
+  ASSERT_TRUE(db->AttachLog(&writer, 2, nullptr).ok());
+  EXPECT_EQ(Dump(db.get()), Dump(leader.db.get()));
+  EXPECT_EQ(writer.After(1).generation, head.generation);
+  EXPECT_EQ(writer.After(1).seq, head.seq + 1);
+}
+
 }  // namespace
 }  // namespace maru
