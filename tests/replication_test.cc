@@ -57,9 +57,20 @@ class StandbyProcess {
       : pool_(pool), db_(db), socket_(dir_.path() + "/standby.sock"), log_(dir_.path() + "/log") {}
   ~StandbyProcess() { Stop(SIGKILL); }
   void Start() {
-    const std::vector<std::string> args = {
-        maru_test::ServerBinary(), "--pool",    pool_,         "--db", db_, "--listen",
-        "unix://" + socket_,       "--standby", "--log-level", "warn"};
+    const std::vector<std::string> args = {maru_test::ServerBinary(),
+                                           "--pool",
+                                           pool_,
+                                           "--db",
+                                           db_,
+                                           "--listen",
+                                           "unix://" + socket_,
+                                           "--standby",
+                                           "--log-level",
+                                           "warn",
+                                           "--session-timeout-ms",
+                                           "1500",
+                                           "--heartbeat-ms",
+                                           "300"};
     pid_ = maru_test::Fork([&] {
       std::vector<char *> argv;
       for (const std::string &a : args) argv.push_back(const_cast<char *>(a.c_str()));
@@ -160,8 +171,13 @@ TEST(ReplicationTest, APromotedStandbyServesEverySealedChunkBitExact) {
         (reads.empty() ? "" : " + ") + (i % 4 == 0 ? "open-errno /r/c" + std::to_string(i) + " 2"
                                                    : "fetch /r/c" + std::to_string(i) + " " + size);
   EXPECT_EQ(maru_test::RunClient(standby.address(), reads), 0);
-  // The chunk in flight is not readable: being written, as after a restart.
+  // The chunk in flight is not readable (being written, as after a
+  // restart), and is reclaimed once its writer's session is seen dead.
   EXPECT_EQ(maru_test::RunClient(standby.address(), "open-errno /r/in-flight 16"), 0);
+  EXPECT_TRUE(maru_test::WaitFor([&] {
+    return maru_test::Run(
+               maru_test::ClientCommand(standby.address(), "open-errno /r/in-flight 2")) == 0;
+  })) << standby.log();
   // It leads: writes go on, into the same log.
   EXPECT_EQ(Store(standby.address(), 100, 101, kSize), 0);
   EXPECT_GT(pool.HeadSeq(), head);
