@@ -57,9 +57,20 @@ class StandbyProcess {
       : pool_(pool), db_(db), socket_(dir_.path() + "/standby.sock"), log_(dir_.path() + "/log") {}
   ~StandbyProcess() { Stop(SIGKILL); }
   void Start() {
-    const std::vector<std::string> args = {
-        maru_test::ServerBinary(), "--pool",    pool_,         "--db", db_, "--listen",
-        "unix://" + socket_,       "--standby", "--log-level", "warn"};
+    const std::vector<std::string> args = {maru_test::ServerBinary(),
+                                           "--pool",
+                                           pool_,
+                                           "--db",
+                                           db_,
+                                           "--listen",
+                                           "unix://" + socket_,
+                                           "--standby",
+                                           "--log-level",
+                                           "warn",
+                                           "--session-timeout-ms",
+                                           "1500",
+                                           "--heartbeat-ms",
+                                           "300"};
     pid_ = maru_test::Fork([&] {
       std::vector<char *> argv;
       for (const std::string &a : args) argv.push_back(const_cast<char *>(a.c_str()));
@@ -84,8 +95,12 @@ class StandbyProcess {
     std::getline(in, line);
     return line;
   }
+  // It holds record `seq` (or a later one) and is fit to lead.
   bool Applied(uint64_t seq) const {
-    return State().rfind("applied " + std::to_string(seq) + " lag 0 0 electable", 0) == 0;
+    unsigned long long applied = 0;
+    char state[64] = "";
+    return sscanf(State().c_str(), "applied %llu lag %*u %*u %63s", &applied, state) == 2 &&
+           applied >= seq && std::string(state) == "electable";
   }
   std::string address() const { return "unix://" + socket_; }
   // What it wrote to stderr.
@@ -128,30 +143,46 @@ std::vector<std::pair<std::string, std::string>> Dump(const std::string &dir) {
   return out;
 }
 
-TEST(ReplicationTest, APromotedStandbyServesEverySealedChunkBitExact) {
-  LogPool pool(4 << 20);
-  TempDir dir;
-  Server leader(pool.path());
-  ASSERT_TRUE(leader.Start());
-  StandbyProcess standby(pool.path(), dir.path() + "/standby");
-  standby.Start();
+// A leader on a pool with a log of `log_bytes`, and a standby following it.
+class ReplicationTest : public ::testing::Test {
+ protected:
+  void Begin(uint64_t log_bytes) {
+    pool_ = std::make_unique<LogPool>(log_bytes);
+    leader_ = std::make_unique<Server>(pool_->path());
+    ASSERT_TRUE(leader_->Start());
+    standby_ = std::make_unique<StandbyProcess>(pool_->path(), dir_.path() + "/standby");
+    standby_->Start();
+  }
+  // Waits until the standby holds the log's last record.
+  bool CaughtUp() {
+    return maru_test::WaitFor([&] { return standby_->Applied(pool_->HeadSeq()); });
+  }
+
+  TempDir dir_;
+  std::unique_ptr<LogPool> pool_;
+  std::unique_ptr<Server> leader_;
+  std::unique_ptr<StandbyProcess> standby_;
+};
+
+TEST_F(ReplicationTest, APromotedStandbyServesEverySealedChunkBitExact) {
+  Begin(4 << 20);
   constexpr size_t kSize = 256 << 10;
   const std::string size = std::to_string(kSize);
-  ASSERT_EQ(Store(leader.address(), 0, 24, kSize), 0);
+  ASSERT_EQ(Store(leader_->address(), 0, 24, kSize), 0);
   std::string unlinks;
   for (int i = 0; i < 24; i += 4)
     unlinks += (unlinks.empty() ? "" : " + ") + std::string("unlink-errno /r/c") +
                std::to_string(i) + " 0";
-  ASSERT_EQ(maru_test::RunClient(leader.address(), unlinks), 0);
-  // Created, never sealed (its writer dies): reclaimed by the new leader.
-  maru_test::RunClient(leader.address(), "create-and-die /r/in-flight " + size);
-  const uint64_t head = pool.HeadSeq();
-  ASSERT_TRUE(maru_test::WaitFor([&] { return standby.Applied(head); })) << standby.State();
-  leader.Kill9();
-  standby.Promote();
+  ASSERT_EQ(maru_test::RunClient(leader_->address(), unlinks), 0);
+  // Created, never sealed (its writer dies): reclaimed by the new leader_->
+  maru_test::RunClient(leader_->address(), "create-and-die /r/in-flight " + size);
+  const uint64_t head = pool_->HeadSeq();
+  ASSERT_TRUE(maru_test::WaitFor([&] { return standby_->Applied(head); })) << standby_->State();
+  leader_->Kill9();
+  standby_->Promote();
   ASSERT_TRUE(maru_test::WaitFor([&] {
-    return maru_test::Run(maru_test::ClientCommand(standby.address(), "count 0 /x")) == 0;
-  })) << standby.State();
+    return maru_test::Run(maru_test::ClientCommand(standby_->address(), "count 0 /x")) == 0;
+  })) << standby_->State();
   // Every sealed chunk reads back bit-exact; the unlinked ones and the one
   // in flight are gone.
   std::string reads;
@@ -159,55 +190,48 @@ TEST(ReplicationTest, APromotedStandbyServesEverySealedChunkBitExact) {
     reads +=
         (reads.empty() ? "" : " + ") + (i % 4 == 0 ? "open-errno /r/c" + std::to_string(i) + " 2"
                                                    : "fetch /r/c" + std::to_string(i) + " " + size);
-  EXPECT_EQ(maru_test::RunClient(standby.address(), reads), 0);
-  // The chunk in flight is not readable: being written, as after a restart.
-  EXPECT_EQ(maru_test::RunClient(standby.address(), "open-errno /r/in-flight 16"), 0);
+  EXPECT_EQ(maru_test::RunClient(standby_->address(), reads), 0);
+  // The chunk in flight is not readable (being written, as after a
+  // restart), and is reclaimed once its writer's session is seen dead.
+  EXPECT_EQ(maru_test::RunClient(standby_->address(), "open-errno /r/in-flight 16"), 0);
+  EXPECT_TRUE(maru_test::WaitFor([&] {
+    return maru_test::Run(
+               maru_test::ClientCommand(standby_->address(), "open-errno /r/in-flight 2")) == 0;
+  })) << standby_->log();
   // It leads: writes go on, into the same log.
-  EXPECT_EQ(Store(standby.address(), 100, 101, kSize), 0);
-  EXPECT_GT(pool.HeadSeq(), head);
+  EXPECT_EQ(Store(standby_->address(), 100, 101, kSize), 0);
+  EXPECT_GT(pool_->HeadSeq(), head);
 }
 
-TEST(ReplicationTest, AStandbyKilledAndRestartedResumesAtTheNextRecord) {
-  LogPool pool(4 << 20);
-  TempDir dir;
-  Server leader(pool.path());
-  ASSERT_TRUE(leader.Start());
-  StandbyProcess standby(pool.path(), dir.path() + "/standby");
-  standby.Start();
-  ASSERT_EQ(Store(leader.address(), 0, 10, 64 << 10), 0);
-  ASSERT_TRUE(maru_test::WaitFor([&] { return standby.Applied(pool.HeadSeq()); }))
-      << standby.State();
+TEST_F(ReplicationTest, AStandbyKilledAndRestartedResumesAtTheNextRecord) {
+  Begin(4 << 20);
+  ASSERT_EQ(Store(leader_->address(), 0, 10, 64 << 10), 0);
+  ASSERT_TRUE(CaughtUp()) << standby_->State();
   // Killed while the leader writes on.
-  const pid_t writer = maru_test::Fork([&] { return Store(leader.address(), 10, 40, 64 << 10); });
-  ASSERT_TRUE(maru_test::WaitFor([&] { return pool.HeadSeq() > 40; }));
-  standby.Stop(SIGKILL);
+  const pid_t writer = maru_test::Fork([&] { return Store(leader_->address(), 10, 40, 64 << 10); });
+  ASSERT_TRUE(maru_test::WaitFor([&] { return pool_->HeadSeq() > 40; }));
+  standby_->Stop(SIGKILL);
   ASSERT_EQ(maru_test::Wait(writer), 0);
-  standby.Start();
-  ASSERT_EQ(Store(leader.address(), 40, 50, 64 << 10), 0);
-  leader.Stop();
-  const uint64_t head = pool.HeadSeq();
-  ASSERT_TRUE(maru_test::WaitFor([&] { return standby.Applied(head); })) << standby.State();
-  standby.Stop();
-  EXPECT_EQ(Dump(dir.path() + "/standby"), Dump(leader.db()));
+  standby_->Start();
+  ASSERT_EQ(Store(leader_->address(), 40, 50, 64 << 10), 0);
+  leader_->Stop();
+  const uint64_t head = pool_->HeadSeq();
+  ASSERT_TRUE(maru_test::WaitFor([&] { return standby_->Applied(head); })) << standby_->State();
+  standby_->Stop();
+  EXPECT_EQ(Dump(dir_.path() + "/standby"), Dump(leader_->db()));
 }
 
-TEST(ReplicationTest, AnOverrunStandbySaysItNeedsASnapshot) {
-  LogPool pool(128 << 10);
-  TempDir dir;
-  Server leader(pool.path());
-  ASSERT_TRUE(leader.Start());
-  StandbyProcess standby(pool.path(), dir.path() + "/standby");
-  standby.Start();
-  ASSERT_EQ(Store(leader.address(), 0, 1, 64 << 10), 0);
-  ASSERT_TRUE(maru_test::WaitFor([&] { return standby.Applied(pool.HeadSeq()); }))
-      << standby.State();
-  standby.Stop();
-  ASSERT_EQ(Store(leader.address(), 1, 400, 64 << 10), 0);  // laps the ring many times
-  standby.Start();
+TEST_F(ReplicationTest, AnOverrunStandbySaysItNeedsASnapshot) {
+  Begin(128 << 10);
+  ASSERT_EQ(Store(leader_->address(), 0, 1, 64 << 10), 0);
+  ASSERT_TRUE(CaughtUp()) << standby_->State();
+  standby_->Stop();
+  ASSERT_EQ(Store(leader_->address(), 1, 400, 64 << 10), 0);  // laps the ring many times
+  standby_->Start();
   ASSERT_TRUE(maru_test::WaitFor([&] {
-    return standby.State().find("behind: needs a snapshot") != std::string::npos;
-  })) << standby.State();
-  EXPECT_TRUE(standby.running());  // says so; does not crash
+    return standby_->State().find("behind: needs a snapshot") != std::string::npos;
+  })) << standby_->State();
+  EXPECT_TRUE(standby_->running());  // says so; does not crash
 }
 
 }  // namespace

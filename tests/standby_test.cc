@@ -72,15 +72,25 @@ struct Leader {
   bool leading = true;
 };
 
+// A standby on its own database in `dir`, following the log in `region`.
+struct Follower {
+  Follower(const std::string &dir, const ShmRegion &region)
+      : db(OpenDb(dir)), log(AttachLog(region)), standby(db.get(), &log) {
+    EXPECT_TRUE(standby.Open().ok());
+  }
+  std::unique_ptr<MetaDb> db;
+  OpLog log;
+  Standby standby;
+};
+
 TEST(StandbyTest, AStandbyHoldsWhatTheLeaderWrote) {
   TempDir dir;
   ShmRegion region(4 << 20);
   Leader leader(dir.path() + "/leader", AttachLog(region));
   leader.Churn(10, 500);
-  std::unique_ptr<MetaDb> db = OpenDb(dir.path() + "/standby");
-  OpLog log = AttachLog(region);
-  Standby standby(db.get(), &log);
-  ASSERT_TRUE(standby.Open().ok());
+  Follower f(dir.path() + "/standby", region);
+  std::unique_ptr<MetaDb> &db = f.db;
+  Standby &standby = f.standby;
   EXPECT_EQ(standby.lag().records, 500u);
   ASSERT_TRUE(standby.CatchUp().ok());
   EXPECT_EQ(Dump(db.get()), Dump(leader.db.get()));
@@ -124,10 +134,9 @@ TEST(StandbyTest, AnOverrunStandbySaysSoAndBootstrapsFromASnapshot) {
   TempDir dir;
   ShmRegion region(OpLog::kMinBytes);
   Leader leader(dir.path() + "/leader", AttachLog(region));
-  std::unique_ptr<MetaDb> db = OpenDb(dir.path() + "/standby");
-  OpLog log = AttachLog(region);
-  Standby standby(db.get(), &log);
-  ASSERT_TRUE(standby.Open().ok());
+  Follower f(dir.path() + "/standby", region);
+  std::unique_ptr<MetaDb> &db = f.db;
+  Standby &standby = f.standby;
   leader.Churn(10, 100);
   ASSERT_TRUE(standby.CatchUp().ok());
   leader.Churn(110, 2000);  // far more than the ring holds
@@ -149,10 +158,9 @@ TEST(StandbyTest, ACorruptedRecordIsNotApplied) {
   TempDir dir;
   ShmRegion region(4 << 20);
   Leader leader(dir.path() + "/leader", AttachLog(region));
-  std::unique_ptr<MetaDb> db = OpenDb(dir.path() + "/standby");
-  OpLog log = AttachLog(region);
-  Standby standby(db.get(), &log);
-  ASSERT_TRUE(standby.Open().ok());
+  Follower f(dir.path() + "/standby", region);
+  std::unique_ptr<MetaDb> &db = f.db;
+  Standby &standby = f.standby;
   leader.Churn(10, 5);
   ASSERT_TRUE(standby.CatchUp().ok());
   const auto before = Dump(db.get());
@@ -196,10 +204,9 @@ TEST(StandbyTest, APromotedStandbyLeadsOnInTheSameLog) {
   TempDir dir;
   ShmRegion region(4 << 20);
   auto leader = std::make_unique<Leader>(dir.path() + "/leader", AttachLog(region));
-  std::unique_ptr<MetaDb> db = OpenDb(dir.path() + "/standby");
-  OpLog log = AttachLog(region);
-  Standby standby(db.get(), &log);
-  ASSERT_TRUE(standby.Open().ok());
+  Follower f(dir.path() + "/standby", region);
+  std::unique_ptr<MetaDb> &db = f.db;
+  Standby &standby = f.standby;
   standby.Start();
   leader->Churn(10, 200);
   // The old leader stops leading (its fence says no): nothing more is written.
@@ -218,6 +225,31 @@ TEST(StandbyTest, APromotedStandbyLeadsOnInTheSameLog) {
   ASSERT_TRUE(writer.StartWriter(*last, 2, nullptr).ok());
   EXPECT_EQ(writer.After(1).generation, at.generation);
   EXPECT_EQ(writer.After(1).seq, 201u);
+}
+
+// A database behind the log (its leader died between an append and its
+// write; or a standby's, started as the leader): it takes the log's
+// records it lacks before it appends, and the log goes on.
+TEST(StandbyTest, ALeaderBehindTheLogCatchesUpBeforeItAppends) {
+  TempDir dir;
+  ShmRegion region(4 << 20);
+  Leader leader(dir.path() + "/leader", AttachLog(region));
+  std::unique_ptr<MetaDb> db = OpenDb(dir.path() + "/standby");
+  OpLog log = AttachLog(region);
+  {
+    Standby standby(db.get(), &log);
+    ASSERT_TRUE(standby.Open().ok());
+    leader.Churn(10, 20);
+    ASSERT_TRUE(standby.CatchUp().ok());
+  }
+  leader.Churn(30, 7);  // not applied
+  const OpLogPosition head = log.Head();
+  leader.leading = false;
+  OpLog writer = AttachLog(region);
+  ASSERT_TRUE(db->AttachLog(&writer, 2, nullptr).ok());
+  EXPECT_EQ(Dump(db.get()), Dump(leader.db.get()));
+  EXPECT_EQ(writer.After(1).generation, head.generation);
+  EXPECT_EQ(writer.After(1).seq, head.seq + 1);
 }
 
 }  // namespace

@@ -212,6 +212,8 @@ OpLogPosition OpLog::Head() const {
 Result<OpLogRecord> OpLog::ReadNext(const OpLogPosition &at) const {
   Header *h = header();
   Refresh(h, sizeof *h);
+  // A region no leader has written yet (mkpool leaves it zero).
+  if (h->magic == 0) return Status::Error(ENODATA, "the replication log is not started yet");
   if (h->magic != kMagic || h->version != kVersion || h->ring != ring_ ||
       h->fixed_crc != h->FixedCrc())
     return Status::Error(EBADMSG, "the replication log's header does not verify");
@@ -227,6 +229,18 @@ Result<OpLogRecord> OpLog::ReadNext(const OpLogPosition &at) const {
   if (head - from.pos > ring_) return Status::Error(ESTALE, "behind: needs a snapshot");
   uint64_t pos = from.pos;
   OpLogRecord rec;
+  // Whatever the writer reserved since may have overwritten what we read:
+  // asked before any verdict on the bytes, so that a record torn by a
+  // writer lapping this reader reads as "behind", not as corruption.
+  auto lapped = [&] {
+    std::atomic_thread_fence(std::memory_order_acquire);
+    Refresh(&h->reserved_pos, sizeof(uint64_t));
+    return h->reserved_pos.load(std::memory_order_acquire) > from.pos + ring_;
+  };
+  auto refuse = [&](const std::string &why) {
+    if (lapped()) return Status::Error(ESTALE, "behind: needs a snapshot");
+    return Status::Error(EBADMSG, why);
+  };
   for (int hop = 0; hop < 2; ++hop) {
     const uint64_t off = pos % ring_;
     if (ring_ - off < sizeof(RecordHeader)) {  // too little room for a header: wrapped
@@ -238,20 +252,16 @@ Result<OpLogRecord> OpLog::ReadNext(const OpLogPosition &at) const {
     std::memcpy(&rh, ring() + off, sizeof rh);
     if (rh.length == kPadLength) {
       if (rh.seq != 0 || rh.crc != RecordCrc(rh, nullptr, 0))
-        return Status::Error(EBADMSG, "a corrupted record in the replication log");
+        return refuse("a corrupted record in the replication log");
       pos += ring_ - off;
       continue;
     }
     if (rh.length > max_record_bytes() || off + sizeof rh + Align8(rh.length) > ring_ ||
         pos + sizeof rh + Align8(rh.length) > head)
-      return Status::Error(EBADMSG, "a record in the replication log has a length it cannot have");
+      return refuse("a record in the replication log has a length it cannot have");
     Refresh(ring() + off + sizeof rh, rh.length);
     rec.data.assign(reinterpret_cast<const char *>(ring() + off + sizeof rh), rh.length);
-    std::atomic_thread_fence(std::memory_order_acquire);
-    // Whatever the writer reserved since may have overwritten what we read.
-    Refresh(&h->reserved_pos, sizeof(uint64_t));
-    if (h->reserved_pos.load(std::memory_order_acquire) > from.pos + ring_)
-      return Status::Error(ESTALE, "behind: needs a snapshot");
+    if (lapped()) return Status::Error(ESTALE, "behind: needs a snapshot");
     if (rh.crc != RecordCrc(rh, rec.data.data(), rec.data.size()))
       return Status::Error(EBADMSG, "a record in the replication log fails its crc");
     if (rh.seq != from.seq + 1)

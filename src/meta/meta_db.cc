@@ -322,8 +322,21 @@ Result<OpLogPosition> MetaDb::LogPosition() {
 
 Status MetaDb::AttachLog(OpLog *log, uint64_t epoch, std::function<bool()> fence) {
   MutexLock lock(&log_mu_);
+  if (fence && !fence())
+    return Status::Error(EPERM, "not the leader: the replication log is not taken");
   Result<OpLogPosition> last = LogPosition();
   if (!last.ok()) return last.status();
+  // The log may hold writes this database does not: a leader that died
+  // between its append and its write, or a standby's database started as
+  // the leader. They are applied as a standby would, so that the log goes
+  // on (no new generation, no snapshot for the standbys).
+  for (;;) {
+    Result<OpLogRecord> rec = log->ReadNext(*last);
+    if (!rec.ok()) break;  // caught up; or not readable: StartWriter formats anew
+    const OpLogPosition next{rec->generation, rec->seq, rec->next_pos};
+    if (!ApplyLogged(*rec, next).ok()) break;
+    *last = next;
+  }
   MARU_RETURN_IF_ERROR(log->StartWriter(*last, epoch, std::move(fence)));
   log_ = log;
   return Status::Ok();
