@@ -255,7 +255,7 @@ TEST_F(HaTest, ThreeCandidatesOneLeader) {
   EXPECT_EQ(info->epoch, 1u);
   EXPECT_EQ(c->GetPrefix(maru::LeaderElection::Prefix(pool_.uuid()) + "members/")->size(), 3u);
   // It keeps leading: renewals go on, no one else is elected.
-  ASSERT_TRUE(WaitFor([&] { return all[leader]->Said("renewed 20"); }));
+  ASSERT_TRUE(WaitFor([&] { return all[leader]->Said("renewed 10"); }));
   EXPECT_EQ(OnlyLeader(all), leader);
 }
 
