@@ -8,7 +8,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -76,17 +78,7 @@ class Candidate {
                                      "--shared",
                                      pool.shared()};
     args.insert(args.end(), extra.begin(), extra.end());
-    pid_ = fork();
-    if (pid_ == 0) {
-      int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      dup2(fd, 1);
-      dup2(fd, 2);
-      std::vector<char *> argv;
-      for (std::string &a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
+    pid_ = SpawnLogged(std::move(args), log_);
   }
   ~Candidate() {
     if (pid_ > 0) {
@@ -418,6 +410,48 @@ TEST(ServerListTest, ClientMovesToTheNextServer) {
   ASSERT_EQ(maru_test::Run("touch " + go), 0);
   EXPECT_EQ(Wait(client), 0);
   ASSERT_EQ(RunClient(b.address(), "load /second 65536 " + pool.path(), &out), 0) << out;
+}
+
+}  // namespace
+
+namespace {
+
+// Not a check: how long the election takes to replace a killed leader,
+// over MARU_HA_FAILOVERS kills (skipped when unset). Prints p50 and p99.
+TEST(HaFigures, ElectionFailoverAfterKill) {
+  const char *env = getenv("MARU_HA_FAILOVERS");
+  if (!env) GTEST_SKIP() << "set MARU_HA_FAILOVERS=N to measure";
+  const int rounds = atoi(env);
+  EtcdCluster etcd(3);
+  ASSERT_TRUE(etcd.Start());
+  LedPool pool;
+  std::vector<std::unique_ptr<Candidate>> all;
+  int next_id = 0;
+  auto add = [&] {
+    all.push_back(
+        std::make_unique<Candidate>(etcd.endpoints(), pool, "s" + std::to_string(next_id++)));
+  };
+  for (int i = 0; i < 3; ++i) add();
+  std::vector<double> gaps;
+  for (int r = 0; r < rounds; ++r) {
+    ASSERT_TRUE(WaitFor([&] { return OnlyLeader(all) >= 0; }));
+    for (auto &c : all) ASSERT_TRUE(WaitFor([&] { return c->Said("member"); }));
+    const int leader = OnlyLeader(all);
+    const auto start = std::chrono::steady_clock::now();
+    all[leader]->Kill9();
+    all.erase(all.begin() + leader);
+    ASSERT_TRUE(WaitFor([&] { return OnlyLeader(all) >= 0; }));
+    gaps.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+            .count());
+    add();
+  }
+  std::sort(gaps.begin(), gaps.end());
+  printf(
+      "election failover after kill -9 (TTL 1 s), %d rounds: p50 %.0f ms, p99 %.0f ms, max %.0f "
+      "ms\n",
+      rounds, gaps[gaps.size() / 2], gaps[std::min(gaps.size() - 1, gaps.size() * 99 / 100)],
+      gaps.back());
 }
 
 }  // namespace
