@@ -19,6 +19,8 @@
 #include "ha/epoch_fence.h"
 #include "ha/etcd_client.h"
 #include "ha/leader_election.h"
+#include "ha/leader_gate.h"
+#include "ha/leadership.h"
 #include "harness.h"
 #include "helpers/etcd_cluster.h"
 
@@ -209,6 +211,47 @@ TEST_F(HaTest, ClientMovesPastDeadEndpoints) {
   ASSERT_TRUE(c);
   EXPECT_TRUE(c->Put("/t/x", "y").ok());
   EXPECT_EQ(c->Get("/t/x")->value, "y");
+}
+
+// A server's leadership: one of two opens its gate and fences the pool; the
+// other refuses calls naming it; when the first leaves, the second leads
+// with a higher epoch and the first may write no more.
+TEST_F(HaTest, LeadershipOpensOneGateAndHandsOver) {
+  auto options = [&](const std::string &id) {
+    maru::ElectionOptions o;
+    o.etcd.endpoints = maru::ParseEtcdEndpoints(etcd_.endpoints());
+    o.pool = pool_.uuid();
+    o.id = id;
+    o.endpoint = "unix:///run/" + id + ".sock";
+    return o;
+  };
+  maru::LeaderGate gate_a, gate_b;
+  std::atomic<int> lost_a{0};
+  auto a = maru::Leadership::Start(options("a"), pool_.control(), &gate_a,
+                                   {nullptr, [&] { lost_a.fetch_add(1); }});
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_TRUE(WaitFor([&] { return gate_a.leading(); }));
+  auto b = maru::Leadership::Start(options("b"), pool_.control(), &gate_b, {});
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  const uint64_t first = (*a)->epoch();
+  EXPECT_TRUE((*a)->MayWrite());
+  EXPECT_EQ(pool_.epoch(), first);
+  EXPECT_EQ(pool_.control().Leader().id, "a");
+  ASSERT_TRUE(WaitFor([&] {
+    return gate_b.Refusal().find("unix:///run/a.sock") != std::string::npos;
+  })) << gate_b.Refusal();
+  EXPECT_FALSE(gate_b.leading());
+  EXPECT_FALSE((*b)->MayWrite());
+
+  // The first one's view of the pool, kept past its end.
+  maru::EpochFence old(pool_.control(), first);
+  a->reset();  // leaves: revokes its lease
+  ASSERT_TRUE(WaitFor([&] { return gate_b.leading(); }));
+  EXPECT_GT((*b)->epoch(), first);
+  EXPECT_TRUE((*b)->MayWrite());
+  EXPECT_FALSE(old.Ok());
+  EXPECT_EQ(pool_.control().Leader().id, "b");
+  EXPECT_FALSE(gate_a.leading());
 }
 
 TEST(HaStartTest, UnreachableEtcdIsAOneLineError) {
