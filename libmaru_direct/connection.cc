@@ -131,6 +131,12 @@ int maru_connect_ex(const char *target, const maru_connect_opts_t *opts, maru_t 
     const int no_agent = force_remote ? -ENODEV : maru::ReturnCode(pool.status());
     if (int rc = ReachAgents(m.get(), info, options.call_timeout_ms, no_agent); rc < 0) return rc;
   }
+  // A server fenced out of the pool by a newer leader is refused.
+  if (m->pool && m->pool->device(0)) {
+    const maru::PoolDevice *dev = m->pool->device(0);
+    maru::Result<maru::PoolControl> control = maru::PoolControl::At(dev->base(), dev->superblock());
+    if (control.ok()) m->client->set_pool_control(*control);
+  }
   m->stream_writes = EnvInt("MARU_STREAM_WRITES", 1) != 0;
   // The index is read where the pool is mapped, from a local server.
   const char *use_index = getenv("MARU_INDEX");

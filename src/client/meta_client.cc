@@ -144,6 +144,22 @@ Status MetaClient::OpenTarget(size_t i, bool tls) {
   return FromReturnCode(rc, "cannot open a session with " + addr->ToString());
 }
 
+void MetaClient::set_pool_control(const PoolControl &control) {
+  if (control_) return;
+  control_ = std::make_unique<PoolControl>(control);
+  fence_.store(control_.get(), std::memory_order_release);
+}
+
+bool MetaClient::StaleServer() const {
+  const PoolControl *control = fence_.load(std::memory_order_acquire);
+  const uint64_t epoch = server_epoch_.load(std::memory_order_relaxed);
+  if (!control || epoch == 0 || control->Holds(epoch)) return false;
+  if (control->FenceEpoch() < epoch) return false;  // it has yet to raise it
+  LOG_INFO("server %s leads with epoch %lu, fenced out by the pool's %lu; trying the next",
+           current_address().c_str(), epoch, control->FenceEpoch());
+  return true;
+}
+
 bool MetaClient::NextTarget(size_t seen) {
   if (targets_.size() < 2) return false;
   size_t expected = seen;
@@ -227,6 +243,7 @@ int MetaClient::OpenSession(bool resume) {
   MutexLock lock(&session_mu_);
   info_ = rep;
   session_.store(rep.session());
+  server_epoch_.store(rep.leader_epoch());
   // Half the session timeout of silence is the most a lease may be trusted.
   lease_trust_ms_.store(std::max<int64_t>(rep.timeout_ms() / 2, 1));
   return 0;

@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "alloc/pool_control.h"
 #include "client/fast_lane_client.h"
 #include "client/held_leases.h"
 #include "proto/fast_lane.h"
@@ -126,6 +127,12 @@ class MetaClient {
   // The server of the list this client talks to now.
   const std::string &current_address() const { return targets_[current_.load()].address; }
   size_t targets() const { return targets_.size(); }
+  // The pool's control page, once this process maps the pool: from then on
+  // a reply from a server whose epoch (told at session open) is below the
+  // pool's fencing epoch is refused, as if the server were away. Set once;
+  // checked by Call() only (not by the heartbeat, which may outlive the
+  // pool's mapping).
+  void set_pool_control(const PoolControl &control);
   // Called after the session was resumed under a restarted server.
   void set_on_resume(std::function<void()> f) { on_resume_ = std::move(f); }
 
@@ -166,6 +173,9 @@ class MetaClient {
   // After target `seen` failed: moves to the next one (once, whichever
   // threads saw it fail). True if there was another.
   bool NextTarget(size_t seen);
+  // True if the server answering now leads with an epoch the pool fenced
+  // out.
+  bool StaleServer() const;
   Stub *stub() const { return targets_[current_.load()].stub.get(); }
   grpc::Channel *channel() const { return targets_[current_.load()].channel.get(); }
 
@@ -180,6 +190,9 @@ class MetaClient {
     std::unique_ptr<Stub> stub;
   };
   std::vector<Target> targets_;
+  std::unique_ptr<PoolControl> control_;             // set once
+  std::atomic<const PoolControl *> fence_{nullptr};  // control_, once set
+  std::atomic<uint64_t> server_epoch_{0};            // the server's, at session open
   std::atomic<size_t> current_{0};
   std::atomic<uint64_t> session_{0};
   std::atomic<int64_t> last_answer_ms_{0};  // the server last answered this session
@@ -286,6 +299,10 @@ int MetaClient::Call(Method<Req, Rep> method, Req &req, Rep *rep, const rpc::Cal
     const size_t target = current_.load();
     req.mutable_header()->set_session(session_.load());
     int rc = CallOnce(method, req, rep);
+    if (rc != -ENOTCONN && StaleServer()) {
+      rc = -ENOTCONN;  // a deposed leader: its answer is not trusted
+      rep->set_error(0);
+    }
     // A server that does not answer in time may be frozen: later calls try
     // the next one. This one may have been served, so it is not repeated.
     if (rc == -ETIMEDOUT && rep->error() == 0) NextTarget(target);

@@ -211,7 +211,7 @@ void LeaderElection::Watchdog() {
   }
 }
 
-Result<uint64_t> LeaderElection::TryAcquire() {
+Result<uint64_t> LeaderElection::TryAcquire(std::string *seen) {
   int64_t lease;
   std::string member;
   {
@@ -253,9 +253,15 @@ Result<uint64_t> LeaderElection::TryAcquire() {
   success[1].kind = EtcdOp::kPut;
   success[1].key = EpochKey();
   success[1].value = std::to_string(next);
-  Result<EtcdTxnResult> txn = etcd_->Txn(cmp, success, {});
+  EtcdOp who;
+  who.key = LeaderKey();
+  Result<EtcdTxnResult> txn = etcd_->Txn(cmp, success, {who});
   if (!txn.ok()) return txn.status();
-  if (!txn->succeeded) return uint64_t{0};
+  if (!txn->succeeded) {
+    seen->clear();
+    if (!txn->gets.empty() && !txn->gets[0].empty()) *seen = txn->gets[0][0].value;
+    return uint64_t{0};
+  }
   epoch_.store(next, std::memory_order_release);
   leading_.store(true, std::memory_order_release);
   return next;
@@ -264,6 +270,7 @@ Result<uint64_t> LeaderElection::TryAcquire() {
 Result<uint64_t> LeaderElection::Campaign() {
   int64_t failing_since = 0;
   Status last;
+  std::string last_seen;
   for (;;) {
     bool electable;
     {
@@ -272,10 +279,15 @@ Result<uint64_t> LeaderElection::Campaign() {
       electable = electable_;
     }
     if (electable) {
-      Result<uint64_t> r = TryAcquire();
+      std::string seen;
+      Result<uint64_t> r = TryAcquire(&seen);
       if (r.ok() && *r != 0) return *r;
       if (r.ok()) {
         failing_since = 0;
+        if (seen != last_seen && options_.on_leader_seen) {
+          last_seen = seen;
+          options_.on_leader_seen(ParseLeader(seen).value_or(LeaderInfo()));
+        }
       } else {
         last = r.status();
         if (failing_since == 0) failing_since = MonotonicMs();

@@ -36,6 +36,11 @@
 
 namespace maru {
 
+struct LeaderInfo {
+  std::string id, endpoint;
+  uint64_t epoch = 0;
+};
+
 struct ElectionOptions {
   EtcdOptions etcd;
   std::string pool;      // the pool's UUID
@@ -56,17 +61,15 @@ struct ElectionOptions {
   // Called once, on the election's own thread, the moment the leader can no
   // longer be sure it holds the lease. It must not block.
   std::function<void()> on_lost;
+  // Called from Campaign() with the leader it found in the way, whenever
+  // that changes (an empty endpoint: the leader key was unreadable).
+  std::function<void(const LeaderInfo &)> on_leader_seen;
 };
 
 struct MemberInfo {
   std::string id, endpoint;
   int64_t lag = 0;  // how far behind the leader, as the member says (log bytes)
   bool electable = true;
-};
-
-struct LeaderInfo {
-  std::string id, endpoint;
-  uint64_t epoch = 0;
 };
 
 class LeaderElection {
@@ -110,8 +113,9 @@ class LeaderElection {
   std::string LeaderKey() const { return Prefix(options_.pool) + "leader"; }
   std::string EpochKey() const { return Prefix(options_.pool) + "epoch"; }
   std::string MemberValue() const REQUIRES(mu_);
-  // One attempt to take the leader key: the new epoch, 0 if someone leads.
-  Result<uint64_t> TryAcquire() EXCLUDES(mu_);
+  // One attempt to take the leader key: the new epoch, 0 if someone leads
+  // (then `*seen` is who).
+  Result<uint64_t> TryAcquire(std::string *seen) EXCLUDES(mu_);
   void KeepAlive() EXCLUDES(mu_);
   void Watchdog() EXCLUDES(mu_);
   // Ends leadership; calls on_lost if it was still on.

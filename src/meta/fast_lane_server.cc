@@ -136,6 +136,7 @@ void FastLaneServer::Serve(Connection *conn) {
     uint8_t op;
     if (!ReadFrame(conn->fd, &op, &in, fastlane::kMaxPayload).ok()) break;
     if (wake_) wake_->NoteRequest();
+    if (gate_ && !gate_->leading()) break;
     out.clear();
     if (!Dispatch(conn->peer, op, in, &out)) {
       WriteFrame(conn->fd, fastlane::kBadFrame, "");

@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "ha/leader_gate.h"
 #include "meta/acceptor.h"
 #include "meta/identity.h"
 #include "meta/meta_engine.h"
@@ -34,6 +35,9 @@ class FastLaneServer {
   void Start();
   void Stop();
   const std::string &path() const { return path_; }
+  // With a gate, a server that does not lead closes each connection at its
+  // next request: the client falls back to gRPC, which names the leader.
+  void set_leader_gate(const LeaderGate *gate) { gate_ = gate; }
 
  private:
   friend struct FastLaneFuzzer;  // tests/fuzz/fuzz_fastlane.cc drives Dispatch()
@@ -62,6 +66,7 @@ class FastLaneServer {
   MetaEngine *engine_;
   IdentityPolicy policy_;
   CpuWakeLatency *wake_;
+  const LeaderGate *gate_ = nullptr;
   int slots_[fastlane::kOpLimit] = {};  // op -> OpStats slot
   std::unique_ptr<Acceptor> acceptor_;
   Mutex mu_;

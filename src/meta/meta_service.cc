@@ -49,6 +49,10 @@ Result<Caller> MetaService::CallerOf(grpc::CallbackServerContext *ctx,
   return ResolveCaller(*tcp, header, policy_);
 }
 
+void MetaService::StampEpoch(rpc::OpenSessionReply *rep) const {
+  if (gate_) rep->set_leader_epoch(gate_->epoch());
+}
+
 bool MetaService::RefusedAsStandby(grpc::ServerUnaryReactor *reactor) const {
   if (!gate_ || gate_->leading()) return false;
   reactor->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, gate_->Refusal()));
@@ -68,6 +72,7 @@ bool MetaService::RefusedAsStandby(grpc::ServerUnaryReactor *reactor) const {
       return reactor;                                                                      \
     }                                                                                      \
     engine_->Name(*caller, *req, rep);                                                     \
+    StampEpoch(rep);                                                                       \
     engine_->op_stats().Record(slots_[k##Name], MonotonicNs() - start, rep->error() != 0); \
     reactor->Finish(grpc::Status::OK);                                                     \
     return reactor;                                                                        \

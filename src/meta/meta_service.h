@@ -57,6 +57,11 @@ class MetaService final : public rpc::Meta::CallbackService {
   // True (the call finished with FAILED_PRECONDITION, naming the leader if
   // known) when a gate says this server does not lead.
   bool RefusedAsStandby(grpc::ServerUnaryReactor *reactor) const;
+  // Tells a session the epoch this server leads with; other replies carry
+  // none.
+  void StampEpoch(rpc::OpenSessionReply *rep) const;
+  template <typename Rep>
+  void StampEpoch(Rep *) const {}
 
   MetaEngine *engine_;
   const PeerRegistry *peers_;

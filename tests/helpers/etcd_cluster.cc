@@ -29,6 +29,22 @@ int FreePort() {
   return port;
 }
 
+pid_t SpawnLogged(std::vector<std::string> args, const std::string &log) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // a dead test leaves nothing behind
+    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    std::vector<char *> argv;
+    for (std::string &a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execvp(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
 EtcdCluster::EtcdCluster(int members) : token_(UniqueName("maru-etcd")) {
   for (int i = 0; i < members; ++i) {
     client_.push_back("127.0.0.1:" + std::to_string(FreePort()));
@@ -101,19 +117,7 @@ bool EtcdCluster::Start() {
       std::vector<std::string> on = hosts_[i]->ExecArgs();
       args.insert(args.begin(), on.begin(), on.end());
     }
-    pid_t pid = fork();
-    if (pid == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);  // a dead test leaves no etcd behind
-      int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-      dup2(fd, 1);
-      dup2(fd, 2);
-      std::vector<char *> argv;
-      for (std::string &a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execvp(argv[0], argv.data());
-      _exit(127);
-    }
-    pids_[i] = pid;
+    pids_[i] = SpawnLogged(std::move(args), log);
   }
   // Healthy: every member answers a linearizable read (it has a leader).
   const bool up = WaitFor(
