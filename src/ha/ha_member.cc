@@ -115,7 +115,6 @@ Result<std::unique_ptr<HaMember>> HaMember::LeadAlone(const std::string &pool,
   }
   std::unique_ptr<HaMember> member(new HaMember(std::move(*device), *control));
   member->options_.pool = pool;
-  member->options_.election.id = self;
   member->options_.election.endpoint = endpoint;
   member->Announce();
   return member;
@@ -134,12 +133,6 @@ Result<std::unique_ptr<HaMember>> HaMember::FollowUntilLeading(const HaMemberOpt
                                      "maructl mkpool --log-size SIZE");
   std::unique_ptr<HaMember> member(new HaMember(std::move(*device), *control));
   member->options_ = options;
-  ElectionOptions election = options.election;
-  election.pool = UuidToString(sb.pool_uuid);
-  election.on_lost = LoseLeadership;
-  Result<std::unique_ptr<LeaderElection>> started = LeaderElection::Start(election);
-  if (!started.ok()) return Status::Error(started.status().errnum(), started.status().message());
-  member->election_ = std::move(*started);
 
   Result<std::unique_ptr<PoolLog>> log = PoolLog::Open(options.pool);
   if (!log.ok()) return log.status();
@@ -151,36 +144,32 @@ Result<std::unique_ptr<HaMember>> HaMember::FollowUntilLeading(const HaMemberOpt
   LOG_INFO("standby: following the leader of %s from log record %llu", options.pool.c_str(),
            static_cast<unsigned long long>(standby.applied().seq));
 
-  std::atomic<bool> decided{false};
-  Result<uint64_t> won = Status::Error(ECANCELED, "stopped");
-  std::thread campaign([&] {
-    won = member->election_->Campaign();
-    decided.store(true);
-  });
-  LagPublisher lag(member->election_.get(), &standby);
-  while (!decided.load()) {
+  ElectionOptions election = options.election;
+  election.pool = UuidToString(sb.pool_uuid);
+  std::atomic<uint64_t> elected{0};
+  Leadership::Hooks hooks;
+  hooks.on_lead = [&elected](uint64_t epoch) { elected.store(epoch); };
+  hooks.on_lost = LoseLeadership;
+  Result<std::unique_ptr<Leadership>> leadership =
+      Leadership::Start(election, member->control_, &member->gate_, hooks);
+  if (!leadership.ok()) {
+    standby.Stop();
+    return leadership.status();
+  }
+  member->leadership_ = std::move(*leadership);
+  LagPublisher lag(&member->leadership_->election(), &standby);
+  while (elected.load() == 0) {
     lag.Tick();
     const timespec tick = {0, 20 * 1000 * 1000};
     if (sigtimedwait(&stop, nullptr, &tick) > 0) {
-      member->election_->Stop();
-      campaign.join();
+      member->leadership_.reset();
       standby.Stop();
       return std::unique_ptr<HaMember>();
     }
   }
-  campaign.join();
-  if (!won.ok()) {
-    standby.Stop();
-    return won.status();
-  }
-  member->epoch_ = *won;
-  // Fence first: from here on the old leader's checks fail, so the log's
-  // head cannot move while this server applies up to it.
-  Status fenced = member->control_.RaiseFence(member->epoch_);
-  if (!fenced.ok()) {
-    standby.Stop();
-    return fenced;
-  }
+  member->epoch_ = elected.load();
+  // The pool is fenced at our epoch: the old leader's checks fail from
+  // here on, so the log's head cannot move while we apply up to it.
   MARU_RETURN_IF_ERROR(standby.Promote());
   LOG_INFO("leading at epoch %llu from log record %llu",
            static_cast<unsigned long long>(member->epoch_),
@@ -194,14 +183,13 @@ HaMember::~HaMember() {
 }
 
 void HaMember::Announce() {
-  control_.SetLeader({epoch_, options_.election.id.empty() ? ProcessId() : options_.election.id,
-                      options_.election.endpoint, RealtimeNs()});
+  control_.SetLeader({0, ProcessId(), options_.election.endpoint, RealtimeNs()});
   heartbeat_ = std::thread([this] { Beat(); });
 }
 
 void HaMember::Beat() {
   while (!stop_.load()) {
-    if (MayWrite()) control_.Heartbeat(RealtimeNs());
+    control_.Heartbeat(RealtimeNs());
     usleep(100 * 1000);
   }
 }

@@ -1,15 +1,17 @@
 // HaMember: a maru-server that is one member of a pool's group of servers
-// (docs/ha.md). It registers in etcd, follows the leader as a hot standby
-// (the pool's replication log into its own database) while publishing how
-// far behind it is, and campaigns. Once elected it fences the pool at its
-// epoch, so that the old leader's next write check fails, applies the log
-// up to the head and returns: the server then starts on its database as
-// after a restart (recovery reclaims the writes that were in flight).
+// (docs/ha.md). It follows the leader as a hot standby (the pool's
+// replication log into its own database), publishing how far behind it is,
+// while its Leadership (ha/leadership.h) campaigns. Once elected (the pool
+// fenced at its epoch, so that the old leader's next write check fails) it
+// applies the log up to the head and returns: the server then starts on
+// its database as after a restart (recovery reclaims the writes that were
+// in flight).
 //
 // While it leads, MayWrite() says whether the server may still change
-// anything shared: its lease is surely held and the pool is still fenced at
-// its epoch. The engine checks it before each commit; when the lease is
-// lost the server stops (fail-stop: the service restarts it as a standby).
+// anything shared. The engine checks it before each commit. When the lease
+// is in doubt the server stops at once (fail-stop; its service restarts it
+// as a standby): its memory may be behind a newer leader's, and a standby
+// is what can catch up.
 #pragma once
 
 #include <signal.h>
@@ -22,6 +24,8 @@
 #include "alloc/pool_control.h"
 #include "alloc/pool_device.h"
 #include "ha/leader_election.h"
+#include "ha/leader_gate.h"
+#include "ha/leadership.h"
 #include "util/status.h"
 
 namespace maru {
@@ -54,15 +58,16 @@ class HaMember {
 
   uint64_t epoch() const { return epoch_; }
   // One clock read and a few loads: call before every write to shared state.
-  bool MayWrite() const { return (!election_ || election_->Leading()) && control_.Holds(epoch_); }
-  // Publishes this server as the leader in the pool's control page and
-  // starts its heartbeat there (for clients and `maructl cluster status`).
-  void Announce();
-  LeaderElection &election() { return *election_; }
+  bool MayWrite() const { return leadership_ ? leadership_->MayWrite() : control_.Holds(epoch_); }
+  // What the service tells clients: the epoch it leads with.
+  const LeaderGate &gate() const { return gate_; }
 
  private:
   HaMember(std::unique_ptr<PoolDevice> device, PoolControl control)
       : device_(std::move(device)), control_(control) {}
+  // Publishes this server as the pool's only server in the control page,
+  // and keeps its heartbeat there.
+  void Announce();
   void Beat();
 
   // Who this process is, in the leader record: "PID@HOST/BOOT".
@@ -71,7 +76,8 @@ class HaMember {
   HaMemberOptions options_;
   std::unique_ptr<PoolDevice> device_;  // maps the control page
   PoolControl control_;
-  std::unique_ptr<LeaderElection> election_;
+  LeaderGate gate_;
+  std::unique_ptr<Leadership> leadership_;  // with etcd
   uint64_t epoch_ = 0;
   std::atomic<bool> stop_{false};
   std::thread heartbeat_;

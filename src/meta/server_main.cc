@@ -353,6 +353,7 @@ int main(int argc, char **argv) {
 
   PeerRegistry peers;
   MetaService service(engine->get(), &peers, *policy);
+  if (!f.etcd.empty()) service.set_leader_gate(&(*member)->gate());
   grpc::ServerBuilder builder;
   builder.RegisterService(&service);
   builder.SetMaxReceiveMessageSize(64 << 20);
@@ -435,7 +436,6 @@ int main(int argc, char **argv) {
     tick_mu.Unlock();
   });
 
-  if (*member && !f.etcd.empty()) (*member)->Announce();
   std::string where;
   for (const Address &a : addresses) where += " " + a.ToString();
   LOG_INFO("serving%s", where.c_str());
