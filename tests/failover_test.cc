@@ -134,9 +134,10 @@ TEST_F(FailoverTest, AllEtcdMembersLostStopsWritesAndFailoversNotReads) {
   // A reader holds a sealed chunk across the loss.
   const std::string go = dir_.path() + "/go";
   const std::string held = dir_.path() + "/held";
+  const std::string size = std::to_string(kChunk);
+  ASSERT_EQ(group_.RunClientOn(writer_host_, "store /ha/held " + size), 0);
   pid_t reader = maru_test::Fork([&] {
-    return group_.RunClientOn(
-        writer_host_, "hold-read /ha/c3 " + std::to_string(kChunk) + " " + go + " > " + held);
+    return group_.RunClientOn(writer_host_, "hold-read /ha/held " + size + " " + go + " > " + held);
   });
   ASSERT_TRUE(WaitFor([&] { return Lines(held) >= 1; }));
   group_.etcd().KillAll();

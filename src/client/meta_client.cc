@@ -84,7 +84,10 @@ Result<std::unique_ptr<MetaClient>> MetaClient::Connect(const std::string &addre
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 50);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
+  // With a list of servers, a standby starts to listen the moment it is
+  // elected: a channel that waited longer to try again would add its wait
+  // to the failover a client sees.
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, addrs.size() > 1 ? kFailoverBackoffMs : 500);
   args.SetMaxReceiveMessageSize(64 << 20);
   args.SetMaxSendMessageSize(64 << 20);
   // Each client its own connection: subchannel sharing would make forked

@@ -44,6 +44,10 @@ struct ClientOptions {
   bool heartbeat = true;
 };
 
+// The longest a client with a list of servers waits before it tries them
+// again: about what a new leader takes to start serving after it is elected.
+constexpr int64_t kFailoverBackoffMs = 100;
+
 // Converts a gRPC transport failure into a negative errno.
 int GrpcErrno(const grpc::Status &status);
 
@@ -327,7 +331,7 @@ int MetaClient::Call(Method<Req, Rep> method, Req &req, Rep *rep, const rpc::Cal
       continue;
     }
     AwaitServer(backoff_ms, &early);
-    backoff_ms = std::min<int64_t>(backoff_ms * 2, 500);
+    backoff_ms = std::min<int64_t>(backoff_ms * 2, targets_.size() > 1 ? kFailoverBackoffMs : 500);
   }
 }
 

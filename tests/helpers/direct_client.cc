@@ -41,7 +41,9 @@
 //     read-through-outage PATH SIZE  read until a read fails (the agent went
 //                                 away), then until one succeeds again
 //     store-log DIR COUNT SIZE LOG   store DIR/c0.. one by one, appending each sealed
-//                                 path to LOG; errors (a server away) are retried
+//                                 path to LOG with when it was sealed (CLOCK_MONOTONIC
+//                                 ns); errors (a server away) are retried; COUNT 0:
+//                                 until the file LOG.stop exists
 //     verify-log LOG SIZE         every path in LOG must hold its bytes
 //     churn DIR KEYS SIZE SECONDS rewrite random keys DIR/k* with new versions
 //     read-check DIR KEYS SECONDS MIN  read random keys, check each chunk is its own,
@@ -112,7 +114,8 @@ int StoreVersion(const std::string &path, uint64_t size) {
 int StoreLog(const std::string &dir, uint64_t count, uint64_t size, const std::string &log) {
   FILE *out = fopen(log.c_str(), "a");
   if (!out) return Fail("cannot open " + log, 70);
-  for (uint64_t i = 0; i < count;) {
+  const std::string stop = log + ".stop";
+  for (uint64_t i = 0; count ? i < count : access(stop.c_str(), F_OK) != 0;) {
     std::string path = dir + "/c" + std::to_string(i);
     int rc = StoreVersion(path, size);
     if (rc == -EEXIST) {
@@ -125,7 +128,9 @@ int StoreLog(const std::string &dir, uint64_t count, uint64_t size, const std::s
       }
     }
     if (rc == 0) {
-      fprintf(out, "%s\n", path.c_str());
+      timespec now;
+      clock_gettime(CLOCK_MONOTONIC, &now);
+      fprintf(out, "%s %lld\n", path.c_str(), now.tv_sec * 1000000000ll + now.tv_nsec);
       fflush(out);
       ++i;
     } else if (rc == -EBADMSG) {
@@ -140,9 +145,10 @@ int StoreLog(const std::string &dir, uint64_t count, uint64_t size, const std::s
 
 int VerifyLog(const std::string &log, uint64_t size) {
   std::ifstream in(log);
-  std::string path;
+  std::string line;
   uint64_t checked = 0, bad = 0;
-  while (std::getline(in, path)) {
+  while (std::getline(in, line)) {
+    const std::string path = line.substr(0, line.find(' '));
     maru_chunk_t *c;
     int rc = maru_open(M(), path.c_str(), &c);
     if (rc) {
