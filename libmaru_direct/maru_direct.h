@@ -92,7 +92,10 @@ typedef struct maru_chunk maru_chunk_t;
 
 /* Connects to maru-server at "unix:///path" or "tcp://host:port" (NULL:
  * $MARU_SERVER, else unix:///run/maru/maru.sock), opens a session and maps
- * the pool, once for the whole process. */
+ * the pool, once for the whole process. A comma-separated list names the
+ * servers of one pool (a leader and its standbys): the client uses the one
+ * that leads, and moves to the next, resuming its session, when it dies or
+ * stops leading. */
 int maru_connect(const char *target, maru_t **out);
 
 typedef struct maru_connect_opts {

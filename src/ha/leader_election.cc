@@ -78,7 +78,13 @@ Result<std::unique_ptr<LeaderElection>> LeaderElection::Start(const ElectionOpti
   etcd_options.call_timeout_ms = std::min(etcd_options.call_timeout_ms, options.ttl_s * 500);
   Result<std::unique_ptr<EtcdClient>> etcd = EtcdClient::Create(etcd_options);
   if (!etcd.ok()) return etcd.status();
+  // Renewals get a shorter deadline of their own: one that hangs must leave
+  // time to try again before the lease is in doubt.
+  etcd_options.call_timeout_ms = std::max<int64_t>(options.ttl_s * 250, 100);
+  Result<std::unique_ptr<EtcdClient>> keepalive_etcd = EtcdClient::Create(etcd_options);
+  if (!keepalive_etcd.ok()) return keepalive_etcd.status();
   std::unique_ptr<LeaderElection> e(new LeaderElection(options, std::move(*etcd)));
+  e->keepalive_etcd_ = std::move(*keepalive_etcd);
   MARU_RETURN_IF_ERROR(e->Register());
   e->keepalive_ = std::thread([p = e.get()] { p->KeepAlive(); });
   e->watchdog_ = std::thread([p = e.get()] { p->Watchdog(); });
@@ -169,7 +175,11 @@ void LeaderElection::Stop() {
 }
 
 void LeaderElection::KeepAlive() {
-  while (Pause(ttl_ms_.load() / 3)) {
+  // Renews five times a TTL, and soon again after a failure: etcd may be
+  // without a raft leader for a moment (a member lost), and the renewal
+  // that gets through after it must come before TTL - margin.
+  bool failed = false;
+  while (Pause(failed ? std::max<int64_t>(ttl_ms_.load() / 40, 5) : ttl_ms_.load() / 5)) {
     int64_t lease;
     {
       MutexLock l(&mu_);
@@ -179,7 +189,8 @@ void LeaderElection::KeepAlive() {
     // that lost its lease never gets it back.
     if (lease == 0) continue;
     const int64_t sent = MonotonicMs();
-    Result<int64_t> ttl = etcd_->LeaseKeepAlive(lease);
+    Result<int64_t> ttl = keepalive_etcd_->LeaseKeepAlive(lease);
+    failed = !ttl.ok();
     if (ttl.ok()) {
       confirmed_ms_.store(sent, std::memory_order_release);
       renewals_.fetch_add(1);
@@ -318,16 +329,18 @@ Status LeaderElection::Resign() {
   return txn.ok() ? Status::Ok() : txn.status();
 }
 
-Result<std::optional<LeaderInfo>> LeaderElection::Leader() {
-  Result<EtcdKeyValue> kv = etcd_->Get(LeaderKey());
+Result<std::optional<LeaderInfo>> LeaderElection::ReadLeader(EtcdClient *etcd,
+                                                             const std::string &pool) {
+  Result<EtcdKeyValue> kv = etcd->Get(Prefix(pool) + "leader");
   if (!kv.ok()) return kv.status();
   if (kv->version == 0) return std::optional<LeaderInfo>();
   return ParseLeader(kv->value);
 }
 
-Result<std::vector<MemberInfo>> LeaderElection::Members() {
-  const std::string prefix = Prefix(options_.pool) + "members/";
-  Result<std::vector<EtcdKeyValue>> kvs = etcd_->GetPrefix(prefix);
+Result<std::vector<MemberInfo>> LeaderElection::ReadMembers(EtcdClient *etcd,
+                                                            const std::string &pool) {
+  const std::string prefix = Prefix(pool) + "members/";
+  Result<std::vector<EtcdKeyValue>> kvs = etcd->GetPrefix(prefix);
   if (!kvs.ok()) return kvs.status();
   std::vector<MemberInfo> out;
   for (const EtcdKeyValue &kv : *kvs) {

@@ -96,8 +96,11 @@ class LeaderElection {
   // Makes Campaign() return; stops keeping the lease alive.
   void Stop() EXCLUDES(mu_);
 
-  Result<std::optional<LeaderInfo>> Leader();
-  Result<std::vector<MemberInfo>> Members();
+  Result<std::optional<LeaderInfo>> Leader() { return ReadLeader(etcd_.get(), options_.pool); }
+  Result<std::vector<MemberInfo>> Members() { return ReadMembers(etcd_.get(), options_.pool); }
+  // The same for a tool that is no member (maructl cluster status).
+  static Result<std::optional<LeaderInfo>> ReadLeader(EtcdClient *etcd, const std::string &pool);
+  static Result<std::vector<MemberInfo>> ReadMembers(EtcdClient *etcd, const std::string &pool);
   int64_t ttl_ms() const { return ttl_ms_.load(); }
   int64_t renewals() const { return renewals_.load(); }
 
@@ -126,6 +129,7 @@ class LeaderElection {
 
   const ElectionOptions options_;
   std::unique_ptr<EtcdClient> etcd_;
+  std::unique_ptr<EtcdClient> keepalive_etcd_;  // set before the threads start
   std::atomic<int64_t> ttl_ms_{1000};
   std::atomic<int64_t> margin_ms_{250};
   std::atomic<int64_t> confirmed_ms_{0};  // when the last confirmed renewal was sent

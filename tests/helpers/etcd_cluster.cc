@@ -106,9 +106,9 @@ bool EtcdCluster::Start() {
                                      "--initial-cluster-state",
                                      "new",
                                      "--heartbeat-interval",
-                                     "50",
+                                     "25",
                                      "--election-timeout",
-                                     "500",
+                                     "250",
                                      "--logger",
                                      "zap",
                                      "--log-outputs",
@@ -138,6 +138,23 @@ bool EtcdCluster::Start() {
     for (int i = 0; i < size(); ++i) fprintf(stderr, "etcd m%d:\n%s\n", i, log(i).c_str());
   }
   return all;
+}
+
+int EtcdCluster::RaftLeader() const {
+  for (int i = 0; i < size(); ++i) {
+    if (pids_[i] <= 0) continue;
+    // "endpoint, id, version, db size, is leader, ...".
+    std::string out;
+    if (Run("ETCDCTL_API=3 /usr/bin/etcdctl --dial-timeout=1s --command-timeout=1s -w simple "
+            "--endpoints=" +
+                client_[i] + " endpoint status",
+            &out) != 0)
+      continue;
+    size_t field = 0, pos = 0;
+    for (; field < 4 && pos != std::string::npos; ++field) pos = out.find(", ", pos + 1);
+    if (pos != std::string::npos && out.compare(pos + 2, 4, "true") == 0) return i;
+  }
+  return -1;
 }
 
 void EtcdCluster::Kill(int i) {

@@ -2,8 +2,10 @@
 // with its own ports and temp data directory; stopped by pid and removed on
 // destruction, also when the test fails.
 //
-// Members run with --heartbeat-interval 50 --election-timeout 500, so that
-// etcd grants 1 s leases (its minimum TTL is ceil(1.5 x election timeout)).
+// Members run with --heartbeat-interval 25 --election-timeout 250: etcd
+// grants 1 s leases (its minimum TTL is ceil(1.5 x election timeout)), and
+// losing the member that leads raft leaves the cluster without a leader for
+// less than a lease's margin.
 #pragma once
 
 #include <sys/types.h>
@@ -33,6 +35,8 @@ class EtcdCluster {
   const std::string &endpoint(int i) const { return client_[i]; }
   int size() const { return static_cast<int>(client_.size()); }
   void Kill(int i);  // SIGKILL and wait
+  // The member that leads raft now, or -1.
+  int RaftLeader() const;
   void KillAll();
   bool running(int i) const { return pids_[i] > 0; }
   std::string log(int i) const;
