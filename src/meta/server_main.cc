@@ -13,6 +13,7 @@
 #include <memory>
 #include <thread>
 
+#include "ha/snapshot_service.h"
 #include "ha/standby_server.h"
 #include "meta/acceptor.h"
 #include "meta/connection_gate.h"
@@ -39,6 +40,7 @@ struct ServerFlags {
   std::vector<std::string> pools, listen;
   std::string db = "/var/lib/maru/db";
   bool standby = false;
+  std::string snapshot_from;
   std::string config;
   std::string log_level = "info";
   std::string root_mode = "1777";
@@ -153,6 +155,8 @@ int main(int argc, char **argv) {
   flags.Bool("standby", &f.standby,
              "follow the leader through the pool's replication log into --db; SIGUSR1 "
              "promotes (then serves as usual), state in DB/STANDBY");
+  flags.String("snapshot-from", &f.snapshot_from,
+               "with --standby: the leader (unix://PATH) to take a snapshot from when behind");
   flags.Strings("listen", &f.listen,
                 "unix:///PATH or tcp://HOST:PORT to serve on (repeatable; default "
                 "unix:///run/maru/maru.sock)");
@@ -307,7 +311,7 @@ int main(int argc, char **argv) {
       if (a.kind == Address::Kind::kUnix && options.fast_lane.empty())
         options.fast_lane = a.path + fastlane::kSuffix;
   if (f.standby) {
-    Result<bool> promoted = RunStandby({f.pools[0], f.db, f.sync});
+    Result<bool> promoted = RunStandby({f.pools[0], f.db, f.sync, f.snapshot_from});
     if (!promoted.ok()) return Fail(promoted.status().message());
     if (!*promoted) return 0;
   }
@@ -318,6 +322,8 @@ int main(int argc, char **argv) {
   MetaService service(engine->get(), &peers, *policy);
   grpc::ServerBuilder builder;
   builder.RegisterService(&service);
+  SnapshotService snapshots(engine->get(), &peers, *policy);  // for standbys' bootstraps
+  builder.RegisterService(&snapshots);
   builder.SetMaxReceiveMessageSize(64 << 20);
   builder.SetMaxSendMessageSize(64 << 20);
   std::vector<std::unique_ptr<Acceptor>> unix_listeners;
