@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "ha/pool_log.h"
+#include "ha/snapshot_client.h"
 #include "harness.h"
 #include "meta/meta_db.h"
 
@@ -53,24 +54,30 @@ class LogPool {
 // pid; once promoted (SIGUSR1) it serves on its socket.
 class StandbyProcess {
  public:
-  StandbyProcess(const std::string &pool, const std::string &db)
-      : pool_(pool), db_(db), socket_(dir_.path() + "/standby.sock"), log_(dir_.path() + "/log") {}
+  StandbyProcess(const std::string &pool, const std::string &db,
+                 std::vector<std::string> extra = {})
+      : extra_(std::move(extra)),
+        pool_(pool),
+        db_(db),
+        socket_(dir_.path() + "/standby.sock"),
+        log_(dir_.path() + "/log") {}
   ~StandbyProcess() { Stop(SIGKILL); }
   void Start() {
-    const std::vector<std::string> args = {maru_test::ServerBinary(),
-                                           "--pool",
-                                           pool_,
-                                           "--db",
-                                           db_,
-                                           "--listen",
-                                           "unix://" + socket_,
-                                           "--standby",
-                                           "--log-level",
-                                           "warn",
-                                           "--session-timeout-ms",
-                                           "1500",
-                                           "--heartbeat-ms",
-                                           "300"};
+    std::vector<std::string> args = {maru_test::ServerBinary(),
+                                     "--pool",
+                                     pool_,
+                                     "--db",
+                                     db_,
+                                     "--listen",
+                                     "unix://" + socket_,
+                                     "--standby",
+                                     "--log-level",
+                                     "warn",
+                                     "--session-timeout-ms",
+                                     "1500",
+                                     "--heartbeat-ms",
+                                     "300"};
+    args.insert(args.end(), extra_.begin(), extra_.end());
     pid_ = maru_test::Fork([&] {
       std::vector<char *> argv;
       for (const std::string &a : args) argv.push_back(const_cast<char *>(a.c_str()));
@@ -114,6 +121,7 @@ class StandbyProcess {
 
  private:
   TempDir dir_;
+  std::vector<std::string> extra_;
   std::string pool_, db_, socket_, log_;
   pid_t pid_ = -1;
 };
@@ -146,11 +154,14 @@ std::vector<std::pair<std::string, std::string>> Dump(const std::string &dir) {
 // A leader on a pool with a log of `log_bytes`, and a standby following it.
 class ReplicationTest : public ::testing::Test {
  protected:
-  void Begin(uint64_t log_bytes) {
+  // `snapshots`: the standby takes a snapshot from the leader when behind.
+  void Begin(uint64_t log_bytes, bool snapshots = false) {
     pool_ = std::make_unique<LogPool>(log_bytes);
     leader_ = std::make_unique<Server>(pool_->path());
     ASSERT_TRUE(leader_->Start());
-    standby_ = std::make_unique<StandbyProcess>(pool_->path(), dir_.path() + "/standby");
+    std::vector<std::string> extra;
+    if (snapshots) extra = {"--snapshot-from", leader_->address()};
+    standby_ = std::make_unique<StandbyProcess>(pool_->path(), dir_.path() + "/standby", extra);
     standby_->Start();
   }
   // Waits until the standby holds the log's last record.
@@ -232,6 +243,38 @@ TEST_F(ReplicationTest, AnOverrunStandbySaysItNeedsASnapshot) {
     return standby_->State().find("behind: needs a snapshot") != std::string::npos;
   })) << standby_->State();
   EXPECT_TRUE(standby_->running());  // says so; does not crash
+}
+
+TEST_F(ReplicationTest, AnOverrunStandbyBootstrapsFromTheLeadersSnapshot) {
+  Begin(128 << 10, true);
+  ASSERT_EQ(Store(leader_->address(), 0, 1, 64 << 10), 0);
+  ASSERT_TRUE(CaughtUp()) << standby_->State();
+  standby_->Stop();
+  ASSERT_EQ(Store(leader_->address(), 1, 300, 64 << 10), 0);  // laps the ring many times
+  standby_->Start();
+  ASSERT_TRUE(CaughtUp()) << standby_->State() << standby_->log();
+  ASSERT_EQ(Store(leader_->address(), 300, 310, 64 << 10), 0);  // and tails on
+  leader_->Stop();
+  const uint64_t head = pool_->HeadSeq();
+  ASSERT_TRUE(maru_test::WaitFor([&] { return standby_->Applied(head); })) << standby_->State();
+  standby_->Stop();
+  EXPECT_EQ(Dump(dir_.path() + "/standby"), Dump(leader_->db()));
+}
+
+// The whole metadata is for root: another uid asking is refused.
+TEST_F(ReplicationTest, ASnapshotIsForRootOnly) {
+  Begin(4 << 20);
+  ASSERT_EQ(Store(leader_->address(), 0, 3, 64 << 10), 0);
+  Result<std::vector<std::pair<std::string, std::string>>> root = FetchSnapshot(leader_->address());
+  ASSERT_TRUE(root.ok()) << root.status().ToString();
+  EXPECT_GT(root->size(), 3u);
+  const pid_t other = maru_test::Fork([&] {
+    if (setgid(65534) != 0 || setuid(65534) != 0) return 2;
+    Result<std::vector<std::pair<std::string, std::string>>> r = FetchSnapshot(leader_->address());
+    fprintf(stderr, "as uid 65534: %s\n", r.ok() ? "served" : r.status().ToString().c_str());
+    return !r.ok() && r.status().errnum() == EPERM ? 0 : 1;
+  });
+  EXPECT_EQ(maru_test::Wait(other), 0);
 }
 
 }  // namespace

@@ -6,7 +6,9 @@
 #include <cstdio>
 
 #include "ha/pool_log.h"
+#include "ha/snapshot_client.h"
 #include "ha/standby.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 namespace maru {
@@ -31,6 +33,20 @@ void WriteState(const std::string &db, const std::string &line) {
   if (fclose(f) == 0) rename(tmp.c_str(), (db + "/STANDBY").c_str());
 }
 
+// Replaces the standby's database with the leader's snapshot and tails on
+// from there.
+void Bootstrap(Standby *standby, const std::string &leader) {
+  standby->Stop();
+  Result<std::vector<std::pair<std::string, std::string>>> records = FetchSnapshot(leader);
+  Status s = records.ok() ? standby->Bootstrap(*records) : records.status();
+  if (s.ok())
+    LOG_INFO("standby: bootstrapped from %s at seq %llu", leader.c_str(),
+             static_cast<unsigned long long>(standby->applied().seq));
+  else
+    LOG_WARN("standby: no snapshot from %s: %s", leader.c_str(), s.ToString().c_str());
+  standby->Start();
+}
+
 }  // namespace
 
 Result<bool> RunStandby(const StandbyServerOptions &options) {
@@ -52,7 +68,13 @@ Result<bool> RunStandby(const StandbyServerOptions &options) {
   LOG_INFO("standby: following %s from seq %llu", options.pool.c_str(),
            static_cast<unsigned long long>(standby.applied().seq));
   std::string state;
+  int64_t next_snapshot_ns = 0;  // tries at most once a second
   for (;;) {
+    if (!options.snapshot_from.empty() && standby.lag().behind &&
+        MonotonicNs() >= next_snapshot_ns) {
+      next_snapshot_ns = MonotonicNs() + 1000000000;
+      Bootstrap(&standby, options.snapshot_from);
+    }
     const std::string now = Describe(standby);
     if (now != state) WriteState(options.db, state = now);
     const timespec tick = {0, 20 * 1000 * 1000};

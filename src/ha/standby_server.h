@@ -16,6 +16,9 @@ struct StandbyServerOptions {
   std::string pool;
   std::string db;
   bool sync_writes = false;
+  // The leader to take a snapshot from when behind (empty: none; the
+  // standby then says it is behind and waits).
+  std::string snapshot_from;
 };
 
 // True: promoted (the caller starts the server on options.db); false:

@@ -172,6 +172,11 @@ class MetaEngine {
   void Fsck(const Caller &c, const rpc::StatsRequest &req, rpc::FsckReply *rep);
   // What Stats reports, without a session (for /metrics).
   void Snapshot(rpc::StatsReply *rep);
+  // Every record of the metadata database, from one view (a standby's
+  // bootstrap: src/ha/snapshot_service.h).
+  Status ScanMetadata(const std::function<bool(std::string_view, std::string_view)> &emit) {
+    return db_->Scan(emit);
+  }
 
   // --- Housekeeping (meta_engine.cc) ---
   // Called periodically: expires dead sessions and pins, frees retired

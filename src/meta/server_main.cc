@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "ha/ha_member.h"
+#include "ha/snapshot_service.h"
 #include "ha/standby_server.h"
 #include "meta/acceptor.h"
 #include "meta/connection_gate.h"
@@ -42,6 +43,7 @@ struct ServerFlags {
   bool standby = false;
   std::string etcd, member, advertise;
   int64_t lease_ttl_s = 1;
+  std::string snapshot_from;
   std::string config;
   std::string log_level = "info";
   std::string root_mode = "1777";
@@ -178,6 +180,8 @@ int main(int argc, char **argv) {
                "where clients reach this server when it leads (default: the first --listen)");
   flags.Int("lease-ttl-s", &f.lease_ttl_s,
             "the leader's etcd lease, in seconds: how long a dead leader goes unnoticed");
+  flags.String("snapshot-from", &f.snapshot_from,
+               "with --standby: the leader (unix://PATH) to take a snapshot from when behind");
   flags.Strings("listen", &f.listen,
                 "unix:///PATH or tcp://HOST:PORT to serve on (repeatable; default "
                 "unix:///run/maru/maru.sock)");
@@ -333,7 +337,7 @@ int main(int argc, char **argv) {
         options.fast_lane = a.path + fastlane::kSuffix;
   if (f.standby && !f.etcd.empty()) return Fail("--standby is for a server without --etcd");
   if (f.standby) {
-    Result<bool> promoted = RunStandby({f.pools[0], f.db, f.sync});
+    Result<bool> promoted = RunStandby({f.pools[0], f.db, f.sync, f.snapshot_from});
     if (!promoted.ok()) return Fail(promoted.status().message());
     if (!*promoted) return 0;
   }
@@ -356,6 +360,8 @@ int main(int argc, char **argv) {
   if (!f.etcd.empty()) service.set_leader_gate(&(*member)->gate());
   grpc::ServerBuilder builder;
   builder.RegisterService(&service);
+  SnapshotService snapshots(engine->get(), &peers, *policy);  // for standbys' bootstraps
+  builder.RegisterService(&snapshots);
   builder.SetMaxReceiveMessageSize(64 << 20);
   builder.SetMaxSendMessageSize(64 << 20);
   std::vector<std::unique_ptr<Acceptor>> unix_listeners;
