@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "util/clock.h"
+#include "util/log.h"
 
 namespace maru {
 namespace {
@@ -270,7 +271,18 @@ Result<uint64_t> LeaderElection::TryAcquire(std::string *seen) {
   if (!txn.ok()) return txn.status();
   if (!txn->succeeded) {
     seen->clear();
-    if (!txn->gets.empty() && !txn->gets[0].empty()) *seen = txn->gets[0][0].value;
+    if (txn->gets.empty() || txn->gets[0].empty()) return uint64_t{0};
+    const EtcdKeyValue &holder = txn->gets[0][0];
+    *seen = holder.value;
+    std::optional<LeaderInfo> info = ParseLeader(holder.value);
+    if (info && holder.lease != lease && options_.leader_is_silent &&
+        options_.leader_is_silent(*info)) {
+      LOG_WARN("election: leader %s (epoch %lu) went silent: revoking its lease", info->id.c_str(),
+               info->epoch);
+      Status revoked = etcd_->LeaseRevoke(holder.lease);
+      if (!revoked.ok() && revoked.errnum() != ENOENT) return revoked;
+      return TryAcquire(seen);  // once: a vacant key now, or someone else was quicker
+    }
     return uint64_t{0};
   }
   epoch_.store(next, std::memory_order_release);

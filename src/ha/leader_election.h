@@ -64,6 +64,14 @@ struct ElectionOptions {
   // Called from Campaign() with the leader it found in the way, whenever
   // that changes (an empty endpoint: the leader key was unreadable).
   std::function<void(const LeaderInfo &)> on_leader_seen;
+  // Asked, while another leads, whether that leader has gone silent (its
+  // heartbeat in the pool stopped): then its lease is revoked rather than
+  // left to expire, and this member campaigns at once. Safe because the
+  // pool's fence, not the lease, keeps an old leader from writing.
+  std::function<bool(const LeaderInfo &)> leader_is_silent;
+  // How long a leader's heartbeat in the pool may stand still before the
+  // members deem it silent (ha/leadership.h); 0: wait for its lease.
+  int64_t silence_ms = 400;
 };
 
 struct MemberInfo {

@@ -23,6 +23,7 @@ Result<std::unique_ptr<Leadership>> Leadership::Start(const ElectionOptions &opt
     self->gate_->Follow("");
     if (self->hooks_.on_lost) self->hooks_.on_lost();
   };
+  e.leader_is_silent = [self](const LeaderInfo &leader) { return self->LeaderSilent(leader); };
   e.on_leader_seen = [self](const LeaderInfo &leader) {
     if (self->epoch() == 0) self->gate_->Follow(leader.endpoint);
   };
@@ -67,6 +68,21 @@ bool Leadership::Pause(int64_t ms) {
   if (stopping_) return false;
   cv_.WaitUntil(&mu_, std::chrono::steady_clock::now() + std::chrono::milliseconds(ms));
   return !stopping_;
+}
+
+bool Leadership::LeaderSilent(const LeaderInfo &leader) {
+  if (options_.silence_ms <= 0) return false;
+  const LeaderRecord record = control_.Leader();
+  const int64_t now = MonotonicMs();
+  if (record.epoch != leader.epoch) {  // its record is not in the pool yet
+    seen_ = {};
+    return false;
+  }
+  if (seen_.epoch != record.epoch || seen_.beat_ns != record.heartbeat_ns) {
+    seen_ = {record.epoch, record.heartbeat_ns, now};
+    return false;
+  }
+  return now - seen_.changed_ms >= options_.silence_ms;
 }
 
 void Leadership::Run() {

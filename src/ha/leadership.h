@@ -58,6 +58,10 @@ class Leadership {
   // Leads with `epoch` until the lease or the fence is lost.
   void Lead(uint64_t epoch) EXCLUDES(mu_);
   void SetStatus(Status s) EXCLUDES(mu_);
+  // Whether `leader`'s heartbeat in the pool stood still for
+  // options_.silence_ms, as this host's clock measures it (no clocks of two
+  // hosts are compared). Called by the campaign only.
+  bool LeaderSilent(const LeaderInfo &leader);
   bool Pause(int64_t ms) EXCLUDES(mu_);
 
   const ElectionOptions options_;
@@ -71,6 +75,12 @@ class Leadership {
   bool stopping_ GUARDED_BY(mu_) = false;
   Status status_ GUARDED_BY(mu_);
   std::thread thread_;
+  // The leader's heartbeat as last seen change; the campaign's thread only.
+  struct {
+    uint64_t epoch = 0;
+    int64_t beat_ns = 0;
+    int64_t changed_ms = 0;
+  } seen_;
 };
 
 }  // namespace maru

@@ -42,7 +42,7 @@ struct ServerFlags {
   std::string db = "/var/lib/maru/db";
   bool standby = false;
   std::string etcd, member, advertise;
-  int64_t lease_ttl_s = 1;
+  int64_t lease_ttl_s = 1, leader_silence_ms = 400;
   std::string snapshot_from;
   std::string config;
   std::string log_level = "info";
@@ -79,6 +79,7 @@ HaMemberOptions MemberOptions(const ServerFlags &f, const std::vector<Address> &
   m.election.id = f.member.empty() ? host : f.member;
   m.election.endpoint = f.advertise.empty() ? addresses[0].ToString() : f.advertise;
   m.election.ttl_s = f.lease_ttl_s;
+  m.election.silence_ms = f.leader_silence_ms;
   return m;
 }
 
@@ -180,6 +181,9 @@ int main(int argc, char **argv) {
                "where clients reach this server when it leads (default: the first --listen)");
   flags.Int("lease-ttl-s", &f.lease_ttl_s,
             "the leader's etcd lease, in seconds: how long a dead leader goes unnoticed");
+  flags.Int("leader-silence-ms", &f.leader_silence_ms,
+            "a standby revokes the lease of a leader whose heartbeat in the pool stood "
+            "still this long, and takes over (0: wait for the lease to expire)");
   flags.String("snapshot-from", &f.snapshot_from,
                "with --standby: the leader (unix://PATH) to take a snapshot from when behind");
   flags.Strings("listen", &f.listen,
@@ -383,6 +387,7 @@ int main(int argc, char **argv) {
             std::make_unique<FastLaneServer>(addresses[i].path + fastlane::kSuffix, engine->get(),
                                              IdentityPolicy{},  // Unix peers only
                                              gate.fast_lane_connections(), &wake);
+        if (!f.etcd.empty()) fast_lane->set_leader_gate(&(*member)->gate());
         s = fast_lane->Bind();
         if (!s.ok()) return Fail(s.message());
       }

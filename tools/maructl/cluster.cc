@@ -38,19 +38,15 @@ Result<ClusterView> Look(const std::string &pool, const std::string &etcd) {
   options.endpoints = ParseEtcdEndpoints(etcd);
   Result<std::unique_ptr<EtcdClient>> client = EtcdClient::Create(options);
   if (!client.ok()) return client.status();
-  const std::string prefix = LeaderElection::Prefix(UuidToString(view.sb.pool_uuid));
-  Result<EtcdKeyValue> leader = (*client)->Get(prefix + "leader");
-  const std::string members_prefix = prefix + "members/";
-  Result<std::vector<EtcdKeyValue>> members = (*client)->GetPrefix(members_prefix);
+  const std::string uuid = UuidToString(view.sb.pool_uuid);
+  Result<std::optional<LeaderInfo>> leader = LeaderElection::ReadLeader(client->get(), uuid);
+  Result<std::vector<MemberInfo>> members = LeaderElection::ReadMembers(client->get(), uuid);
   if (!leader.ok() || !members.ok()) {
     view.etcd_error = (leader.ok() ? members.status() : leader.status()).message();
     return view;
   }
-  if (leader->version) view.leader = LeaderElection::ParseLeader(leader->value);
-  for (const EtcdKeyValue &kv : *members)
-    if (std::optional<MemberInfo> m =
-            LeaderElection::ParseMember(kv.key.substr(members_prefix.size()), kv.value))
-      view.members.push_back(*m);
+  view.leader = *leader;
+  view.members = *members;
   return view;
 }
 
