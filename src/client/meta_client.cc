@@ -213,6 +213,12 @@ int MetaClient::OpenSession(bool resume) {
   // lost here, LeaseHeld() must not trust it: it sees `resuming_` odd.
   if (resume) resuming_.fetch_add(1);
   int rc = CallOnce(&Stub::OpenSession, req, &rep);
+  if (rc == 0 && resume && rep.pool_uuid() != session_info().pool_uuid()) {
+    // A server of another pool (a list that mixes pools): the session's
+    // leases and mappings mean nothing there.
+    LOG_ERROR("%s serves another pool: refusing to resume there", current_address().c_str());
+    rc = -ESTALE;
+  }
   if (rc < 0) {
     if (resume) resuming_.fetch_add(1);
     return rc;
