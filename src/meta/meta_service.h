@@ -6,6 +6,7 @@
 #include <google/protobuf/arena.h>
 #include <grpcpp/support/message_allocator.h>
 
+#include "meta/fast_lane_tickets.h"
 #include "meta/identity.h"
 #include "meta/meta_engine.h"
 #include "proto/maru.grpc.pb.h"
@@ -15,6 +16,13 @@ namespace maru {
 class MetaService final : public rpc::Meta::CallbackService {
  public:
   MetaService(MetaEngine *engine, const PeerRegistry *peers, IdentityPolicy policy);
+
+  // Hands each authenticated TCP caller's new session a ticket to the fast
+  // lane over TCP (meta/fast_lane_tickets.h), which listens on `port`.
+  void EnableTcpFastLane(FastLaneTickets *tickets, int port) {
+    tickets_ = tickets;
+    tcp_fast_lane_port_ = port;
+  }
 
 #define MARU_RPC(Name, Req, Rep)                                                        \
   grpc::ServerUnaryReactor *Name(grpc::CallbackServerContext *ctx, const rpc::Req *req, \
@@ -50,10 +58,17 @@ class MetaService final : public rpc::Meta::CallbackService {
 
   // The caller, or why a TCP caller is refused (a token nobody issued).
   Result<Caller> CallerOf(grpc::CallbackServerContext *ctx, const rpc::Header &header) const;
+  // What a reply gets besides the engine's: nothing, but for a session
+  // opened over TCP, the fast lane's port and a ticket to it.
+  template <typename Rep>
+  void Decorate(grpc::CallbackServerContext *, Rep *) {}
+  void Decorate(grpc::CallbackServerContext *ctx, rpc::OpenSessionReply *rep);
 
   MetaEngine *engine_;
   const PeerRegistry *peers_;
   IdentityPolicy policy_;
+  FastLaneTickets *tickets_ = nullptr;
+  int tcp_fast_lane_port_ = 0;
   std::vector<int> slots_;
 #define MARU_RPC(Name, Req, Rep) ArenaAllocator<rpc::Req, rpc::Rep> allocator_##Name;
 #include "meta/rpc_list.inc"
