@@ -4,8 +4,8 @@
 # mutual TLS with a mapped client certificate (MARU_TLS_CA / _CERT / _KEY),
 # and each refusal: an unknown token, a certificate from another CA, no
 # client certificate, a token file others may read; the fast lane over TCP
-# off by default with TLS, and a TLS client's uid on it when turned on. Real servers, real
-# clients, certificates made here with openssl.
+# off by default with TLS, and a TLS client's uid on it when turned on.
+# Real servers, real clients, certificates made here with openssl.
 #   tests/tcp_auth_test.sh BUILD_DIR
 set -uo pipefail
 build=$(cd "$1" && pwd)

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cinttypes>
 #include <cstring>
 #include <fstream>
@@ -98,6 +99,9 @@ class TcpFastLane : public ::testing::Test {
     ASSERT_TRUE(server_->Start());
     channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(port_),
                                    grpc::InsecureChannelCredentials());
+    // The server answers on its Unix socket before it reaches the TCP one.
+    ASSERT_TRUE(
+        channel_->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(30)));
     stub_ = maru::rpc::Meta::NewStub(channel_);
   }
 
