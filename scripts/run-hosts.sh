@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The main job's trace replay from three hosts sharing one pool, emulated on
+# The main job (the trace replay, then the tiny model) from three hosts
+# sharing one pool, emulated on
 # this machine: each host is a network namespace with its own address on a
 # private bridge and a mount namespace of its own, and all of them map the
 # one pool file in /dev/shm, as hosts behind a CXL switch map one device.
@@ -118,6 +119,17 @@ for i in 0 1 2; do
   sed 's/^/   /' "$work/replay-$i.log"
 done
 [ $rc = 0 ] || exit 1
+
+echo
+echo "== the tiny model: instance i on host i, each turn served by the next host"
+echo "   a host maps in place the blocks the other hosts stored, computes the rest"
+if /usr/bin/python3 -c 'import torch' 2>/dev/null && [ -d "$bin/python/maru" ]; then
+  PYTHONPATH=$bin/python /usr/bin/python3 examples/tiny_llm/demo.py --server "$addr" \
+    --dir /tiny_llm_hosts --host "nsenter -t ${holders[0]} -n -m" \
+    --host "nsenter -t ${holders[1]} -n -m" --host "nsenter -t ${holders[2]} -n -m"
+else
+  echo "(needs Debian's python3-torch and the maru package in $bin/python)"
+fi
 
 echo
 echo "== what host 2 sees through its own mount"

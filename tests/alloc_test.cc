@@ -2,6 +2,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "alloc/extent_allocator.h"
+#include "alloc/pool_control.h"
 #include "alloc/pool_device.h"
 #include "alloc/superblock.h"
 #include "harness.h"
@@ -284,6 +286,105 @@ TEST(FormatPool, KeepsTheCoherenceAndReadsOlderPoolsAsHw) {
   EXPECT_EQ(ParseCoherence("hw").value(), Coherence::kHw);
   EXPECT_EQ(ParseCoherence("flush").value(), Coherence::kFlush);
   EXPECT_FALSE(ParseCoherence("bogus").ok());
+}
+
+TEST(FormatPool, ReservesTheControlPageAndRegionsBeforeTheData) {
+  std::string path = "/dev/shm/" + maru_test::UniqueName("maru-regions") + ".pool";
+  FormatOptions options;
+  options.size = 16 << 20;
+  options.index_bytes = (1 << 20) + 1;  // rounded up to the alignment
+  options.log_bytes = 512 << 10;
+  Result<Superblock> sb = FormatPool(path, options);
+  ASSERT_TRUE(sb.ok()) << sb.status().ToString();
+  EXPECT_EQ(sb->control_offset, kSuperblockBytes);
+  EXPECT_GE(sb->index_offset, kSuperblockBytes + kControlBytes);
+  EXPECT_EQ(sb->index_bytes,
+            (options.index_bytes + sb->alignment - 1) / sb->alignment * sb->alignment);
+  EXPECT_GE(sb->log_offset, sb->index_offset + sb->index_bytes);
+  EXPECT_LE(sb->log_offset + sb->log_bytes, sb->data_offset);
+  EXPECT_EQ(sb->data_offset % sb->unit, 0u);
+  Result<Superblock> read = ReadSuperblock(path);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(read->index_offset, sb->index_offset);
+  EXPECT_EQ(read->log_bytes, sb->log_bytes);
+  EXPECT_NE(read->Describe().find("log:          512K at"), std::string::npos) << read->Describe();
+
+  // A region reaching into the data, or two overlapping, is refused even
+  // with a valid CRC: the server would hand those bytes out as chunks.
+  std::vector<uint8_t> buf(kSuperblockBytes);
+  Superblock bad = *sb;
+  bad.log_bytes = sb->data_offset;
+  bad.Encode(buf.data());
+  Result<Superblock> into_data = Superblock::Decode(buf.data(), sb->size);
+  ASSERT_FALSE(into_data.ok());
+  EXPECT_NE(into_data.status().message().find("overlaps"), std::string::npos);
+  bad = *sb;
+  bad.log_offset = sb->index_offset;
+  bad.Encode(buf.data());
+  EXPECT_FALSE(Superblock::Decode(buf.data(), sb->size).ok());
+
+  // A pool formatted before the regions existed has none, and no control page.
+  options.index_bytes = options.log_bytes = 0;
+  options.force = true;
+  ASSERT_TRUE(FormatPool(path, options).ok());
+  ASSERT_TRUE(maru_test::MakePoolPredateRegions(path));
+  Result<Superblock> old = ReadSuperblock(path);
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  EXPECT_EQ(old->control_offset, 0u);
+  EXPECT_EQ(old->index_bytes, 0u);
+  EXPECT_EQ(old->log_bytes, 0u);
+  unlink(path.c_str());
+}
+
+// The fence between leaders, seen by two processes mapping one pool: the
+// epoch only grows, and a server that led before finds out it no longer does.
+TEST(PoolControl, TheFenceOnlyGrowsAndTellsAnOldLeaderItLost) {
+  std::string path = "/dev/shm/" + maru_test::UniqueName("maru-control") + ".pool";
+  FormatOptions options;
+  options.size = 4 << 20;
+  Result<Superblock> sb = FormatPool(path, options);
+  ASSERT_TRUE(sb.ok()) << sb.status().ToString();
+  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  auto *base = static_cast<uint8_t *>(
+      mmap(nullptr, sb->data_offset, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  close(fd);
+  ASSERT_NE(base, MAP_FAILED);
+  Result<PoolControl> control = PoolControl::At(base, *sb);
+  ASSERT_TRUE(control.ok()) << control.status().ToString();
+  EXPECT_EQ(control->FenceEpoch(), 0u);  // a fresh pool: nobody led it
+  ASSERT_TRUE(control->RaiseFence(5).ok());
+  EXPECT_TRUE(control->Holds(5));
+  control->SetLeader({5, "a", "tcp://10.0.0.1:7000", 1});
+
+  pid_t child = fork();  // a newer leader, in another process
+  if (child == 0) {
+    Result<PoolControl> mine = PoolControl::At(base, *sb);
+    _exit(mine.ok() && mine->RaiseFence(9).ok() ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_EQ(status, 0);
+  EXPECT_FALSE(control->Holds(5));
+  Status late = control->RaiseFence(5);
+  EXPECT_EQ(late.errnum(), ESTALE);
+  EXPECT_NE(late.message().find("ahead"), std::string::npos) << late.message();
+  LeaderRecord leader = control->Leader();
+  EXPECT_EQ(leader.id, "a");
+  EXPECT_EQ(leader.endpoint, "tcp://10.0.0.1:7000");
+
+  // A record left halfway (its writer died) is not waited on forever.
+  reinterpret_cast<std::atomic<uint64_t> *>(base + sb->control_offset)[1].fetch_or(1);
+  EXPECT_EQ(control->Leader().id, "");
+  munmap(base, sb->data_offset);
+
+  ASSERT_TRUE(maru_test::MakePoolPredateRegions(path));
+  Result<Superblock> old = ReadSuperblock(path);
+  ASSERT_TRUE(old.ok());
+  Result<PoolControl> none = PoolControl::At(base, *old);
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("mkpool"), std::string::npos);
+  unlink(path.c_str());
 }
 
 TEST(FormatPool, BindsAFilePoolToANumaNode) {

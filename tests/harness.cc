@@ -301,29 +301,47 @@ uint32_t Crc32c(const uint8_t *p, size_t n) {
 }
 }  // namespace
 
-bool MakePoolPredateCoherence(const std::string &pool) {
+namespace {
+
+// Rewrites a fresh hw pool's superblock as a maructl of an older layout
+// wrote it: a header that ends (CRC included) at `header`, the CRC right
+// before that end, nothing after it.
+bool RewriteSuperblockHeader(const std::string &pool, uint32_t header) {
   // The layout of src/alloc/superblock.cc: the header's size at 12, the
-  // coherence word at 164 (where the CRC was), the CRC at 168.
-  constexpr size_t kHeaderBytesAt = 12, kCoherenceAt = 164, kCrcAt = 168, kNow = 172;
+  // coherence word at 164, the regions from 172, the CRC at 212.
+  constexpr size_t kHeaderBytesAt = 12, kCoherenceAt = 164, kControlAt = 172, kCrcAt = 212,
+                   kNow = 216;
   int fd = open(pool.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) return false;
   uint8_t b[kNow];
   bool ok = pread(fd, b, sizeof(b), 0) == static_cast<ssize_t>(sizeof(b));
-  uint32_t header = 0, coherence = 1, crc = 0;
-  memcpy(&header, b + kHeaderBytesAt, 4);
+  uint32_t now = 0, coherence = 1, crc = 0;
+  memcpy(&now, b + kHeaderBytesAt, 4);
   memcpy(&coherence, b + kCoherenceAt, 4);
   memcpy(&crc, b + kCrcAt, 4);
-  ok = ok && header == kNow && coherence == 0 && crc == Crc32c(b, kCrcAt);
+  uint64_t regions[4];  // index and log: none
+  memcpy(regions, b + kControlAt + 8, sizeof(regions));
+  ok = ok && now == kNow && coherence == 0 && crc == Crc32c(b, kCrcAt) &&
+       !(regions[0] | regions[1] | regions[2] | regions[3]);
   if (ok) {
-    header = kCrcAt;
     memcpy(b + kHeaderBytesAt, &header, 4);
-    crc = Crc32c(b, kCoherenceAt);
-    memcpy(b + kCoherenceAt, &crc, 4);
-    memset(b + kCrcAt, 0, 4);
+    memset(b + header - 4, 0, kNow - (header - 4));
+    crc = Crc32c(b, header - 4);
+    memcpy(b + header - 4, &crc, 4);
     ok = pwrite(fd, b, sizeof(b), 0) == static_cast<ssize_t>(sizeof(b));
   }
   close(fd);
   return ok;
+}
+
+}  // namespace
+
+bool MakePoolPredateCoherence(const std::string &pool) {
+  return RewriteSuperblockHeader(pool, 168);
+}
+
+bool MakePoolPredateRegions(const std::string &pool) {
+  return RewriteSuperblockHeader(pool, 172);
 }
 
 bool MappedFrom(const void *p, uint64_t len, const std::string &file) {

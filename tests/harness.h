@@ -226,6 +226,9 @@ bool MappedFrom(const void *p, uint64_t len, const std::string &file);
 // field is now): what a pool formatted by an older maructl holds. False if
 // the pool is not a hw pool of the current format.
 bool MakePoolPredateCoherence(const std::string &pool);
+// Rewrites a fresh pool's superblock as one formatted before the control
+// page and the regions existed (false if it has an index or log region).
+bool MakePoolPredateRegions(const std::string &pool);
 // The offset in `file` that address `p` maps, or ~0 if none.
 uint64_t OffsetInFile(const void *p, const std::string &file);
 

@@ -15,11 +15,14 @@ ways take turns going first. A request that finds none of its blocks stored
 its blocks for the others cost.
 
   demo.py [--server unix:///path/maru.sock]   (default: start a maru-server of its own)
+  demo.py --server tcp://10.0.0.1:7070 --host "nsenter -t PID1 -n -m" --host ...
+      instance i runs on host i (modulo the hosts given), through that prefix
 """
 from __future__ import annotations
 
 import argparse
 import random
+import shlex
 import sys
 
 from proc import InstanceProcess
@@ -58,11 +61,16 @@ def run(server: str, args) -> bool:
     rng = random.Random(7)
     system = words(rng, args.system)
     convs = [list(system) for _ in range(args.conversations)]
-    insts = [InstanceProcess(server, args.dir, args.block, name=f"tiny-llm-{i}")
+    hosts = [shlex.split(h) for h in args.host] or [[]]
+    insts = [InstanceProcess(server, args.dir, args.block, name=f"tiny-llm-{i}",
+                             prefix=hosts[i % len(hosts)])
              for i in range(args.instances)]
     ok, req = True, 0
     t_hit = t_recompute = t_store = 0.0
     hits = misses = 0
+    if args.host:
+        print(f"   instance i runs on host i mod {len(hosts)}: " +
+              ", ".join(f"{i} on {' '.join(hosts[i % len(hosts)])}" for i in range(args.instances)))
     print(f"   {args.instances} instances, {args.conversations} conversations sharing a "
           f"{args.system}-token system prompt, {args.turns} turns, {args.block}-token blocks")
     print("   each instance warmed first; each request served both ways by the same instance,"
@@ -120,6 +128,8 @@ def main() -> int:
     ap.add_argument("--user", type=int, default=40, help="tokens of each user message")
     ap.add_argument("--decode", type=int, default=16, help="tokens generated per turn")
     ap.add_argument("--block", type=int, default=32)
+    ap.add_argument("--host", action="append", default=[],
+                    help="a command prefix that runs an instance on a host (repeat per host)")
     args = ap.parse_args()
     if args.server:
         return 0 if run(args.server, args) else 1

@@ -16,10 +16,13 @@ HERE = Path(__file__).resolve().parent
 class InstanceProcess:
     def __init__(self, server: str, directory: str = "/tiny_llm", block: int = 32,
                  layout: str = "block", name: str = "tiny-llm", script: str = "instance.py",
-                 extra: Sequence[str] = (), argv: Optional[List[str]] = None):
+                 extra: Sequence[str] = (), argv: Optional[List[str]] = None,
+                 prefix: Sequence[str] = ()):
         """Starts ``script`` (instance.py, or another of the same protocol:
         the standard flags plus ``extra``, or its own ``argv``) and waits for
-        its {"ready": true}."""
+        its {"ready": true}. ``prefix`` runs it elsewhere: on another host,
+        e.g. ``nsenter -t PID -n -m`` (a command that execs what follows, so
+        that the pid is the instance's)."""
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in [str(HERE), env.get("PYTHONPATH", "")] if p)
@@ -27,7 +30,7 @@ class InstanceProcess:
             argv = ["--server", server, "--dir", directory, "--block", str(block),
                     "--layout", layout, "--name", name, *extra]
         self.proc = subprocess.Popen(
-            [sys.executable, str(HERE / script), *argv],
+            [*prefix, sys.executable, str(HERE / script), *argv],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
         self._read()  # {"ready": true}: the model is built, the store connected
 

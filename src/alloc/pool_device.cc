@@ -110,13 +110,15 @@ Status Preallocate(int fd, uint64_t size, int numa_node, const std::string &path
   return Status::Ok();
 }
 
-// hugetlbfs has no write(): the superblock goes through a mapping of the
-// first page.
-Status WriteThroughMapping(int fd, const uint8_t *buf, size_t len, uint64_t page) {
-  void *p = mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) return Status::Error(errno, "cannot map the superblock");
-  memcpy(p, buf, len);
-  munmap(p, page);
+// hugetlbfs has no write(): the bytes go through a mapping of the pages
+// that hold them.
+Status WriteThroughMapping(int fd, const uint8_t *buf, size_t len, uint64_t off, uint64_t page) {
+  const uint64_t start = off / page * page;
+  const uint64_t bytes = RoundUp(off + len, page) - start;
+  void *p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(start));
+  if (p == MAP_FAILED) return Status::Error(errno, "cannot map the pool's first pages");
+  memcpy(static_cast<uint8_t *>(p) + (off - start), buf, len);
+  munmap(p, bytes);
   return Status::Ok();
 }
 
@@ -131,6 +133,27 @@ Status WriteAll(int fd, const uint8_t *buf, size_t len, off_t off) {
   }
   return Status::Ok();
 }
+
+// The control page and the regions follow the superblock, each aligned for
+// a mapping of its own; the data starts at the next unit after them.
+void LayRegions(const FormatOptions &options, Superblock *sb) {
+  sb->control_offset = kSuperblockBytes;
+  uint64_t end = kSuperblockBytes + kControlBytes;
+  if (options.index_bytes) {
+    sb->index_offset = RoundUp(end, sb->alignment);
+    sb->index_bytes = RoundUp(options.index_bytes, sb->alignment);
+    end = sb->index_offset + sb->index_bytes;
+  }
+  if (options.log_bytes) {
+    sb->log_offset = RoundUp(end, sb->alignment);
+    sb->log_bytes = RoundUp(options.log_bytes, sb->alignment);
+    end = sb->log_offset + sb->log_bytes;
+  }
+  sb->data_offset = RoundUp(end, std::max(sb->unit, sb->alignment));
+}
+
+// Each region's owner finds an all-zero header on a new pool: empty.
+constexpr uint64_t kRegionHeaderBytes = 64 << 10;
 
 Status ReadAll(int fd, uint8_t *buf, size_t len, off_t off) {
   while (len > 0) {
@@ -212,7 +235,7 @@ Result<Superblock> FormatPool(const std::string &path, const FormatOptions &opti
     return Status::Error(EINVAL, std::string("allocation unit must be at least the ") +
                                      (geo->devdax ? "device alignment" : "huge page size") + " (" +
                                      FormatSize(geo->align) + ")");
-  sb.data_offset = RoundUp(kSuperblockBytes, std::max(sb.unit, sb.alignment));
+  LayRegions(options, &sb);
   size = size / sb.unit * sb.unit;
   if (size < sb.data_offset + sb.unit)
     return Status::Error(EINVAL, "pool too small: at least " +
@@ -238,10 +261,19 @@ Result<Superblock> FormatPool(const std::string &path, const FormatOptions &opti
       MARU_RETURN_IF_ERROR(s);
     }
   }
-  std::vector<uint8_t> buf(kSuperblockBytes);
+  // A reformatted pool's control page and regions start empty: a server
+  // must not read an old leader's fence or an old index as this pool's.
+  auto write = [&](const uint8_t *bytes, size_t len, uint64_t off) {
+    return geo->hugetlbfs ? WriteThroughMapping(fd, bytes, len, off, geo->align)
+                          : WriteAll(fd, bytes, len, static_cast<off_t>(off));
+  };
+  const std::vector<uint8_t> zeros(kRegionHeaderBytes, 0);
+  for (auto [offset, bytes] :
+       {std::pair{sb.index_offset, sb.index_bytes}, std::pair{sb.log_offset, sb.log_bytes}})
+    if (bytes) MARU_RETURN_IF_ERROR(write(zeros.data(), std::min(bytes, zeros.size()), offset));
+  std::vector<uint8_t> buf(kSuperblockBytes + kControlBytes, 0);
   sb.Encode(buf.data());
-  MARU_RETURN_IF_ERROR(geo->hugetlbfs ? WriteThroughMapping(fd, buf.data(), buf.size(), geo->align)
-                                      : WriteAll(fd, buf.data(), buf.size(), 0));
+  MARU_RETURN_IF_ERROR(write(buf.data(), buf.size(), 0));
   if (fsync(fd) < 0 && errno != EINVAL) return Status::Error(errno, "cannot sync " + path);
   return sb;
 }

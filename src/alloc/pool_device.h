@@ -19,7 +19,11 @@ struct FormatOptions {
   uint32_t mode = 0660;  // permissions of a created pool file
   std::string label;
   Coherence coherence = Coherence::kHw;  // what every host of the pool does
-  bool force = false;                    // reformat a device that already holds a pool
+  // Regions reserved between the superblock and the data (rounded up to the
+  // mapping alignment; 0: none). The control page is always reserved.
+  uint64_t index_bytes = 0;  // the shared lookup index
+  uint64_t log_bytes = 0;    // the metadata replication log
+  bool force = false;        // reformat a device that already holds a pool
   // A file pool's memory is not allocated up front (pages come as they are
   // touched): for measuring metadata at sizes the host's memory cannot hold.
   bool sparse = false;

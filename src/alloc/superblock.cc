@@ -31,13 +31,22 @@ struct __attribute__((packed)) RawSuperblock {
   int32_t numa_node;
   char label[64];
   uint32_t coherence;  // a Coherence
-  uint32_t crc;        // CRC32C of every byte above
+  uint32_t reserved;
+  uint64_t control_offset;
+  uint64_t index_offset;
+  uint64_t index_bytes;
+  uint64_t log_offset;
+  uint64_t log_bytes;
+  uint32_t crc;  // CRC32C of every byte above
 };
 static_assert(sizeof(RawSuperblock) <= kSuperblockBytes);
 
 // Pools formatted before `coherence` existed have their CRC in its place
 // and a header that ends there; they were all on coherent memory (hw).
 constexpr uint32_t kHeaderBytesBeforeCoherence = offsetof(RawSuperblock, coherence) + 4;
+// Pools formatted before the regions existed have their CRC after
+// `coherence` and no control page, index or log in the pool.
+constexpr uint32_t kHeaderBytesBeforeRegions = offsetof(RawSuperblock, reserved) + 4;
 
 bool IsPowerOfTwo(uint64_t v) {
   return v && !(v & (v - 1));
@@ -51,6 +60,38 @@ void RandomBytes(void *out, size_t len) {
     p += n;
     len -= n;
   }
+}
+
+// The regions lie one after another between the superblock and the data,
+// each aligned for a mapping of its own; a region that reached into the
+// data or another region would let the server hand its bytes out as a chunk.
+Status CheckRegions(const RawSuperblock &raw) {
+  auto bad = [](const std::string &what) {
+    return Status::Error(EINVAL, "superblock regions are inconsistent: " + what);
+  };
+  uint64_t end = kSuperblockBytes;
+  if (raw.control_offset) {
+    if (raw.control_offset != kSuperblockBytes) return bad("control page not after superblock");
+    end = kSuperblockBytes + kControlBytes;
+  }
+  struct Region {
+    const char *name;
+    uint64_t offset, bytes;
+  };
+  for (const Region &r : {Region{"index", raw.index_offset, raw.index_bytes},
+                          Region{"log", raw.log_offset, raw.log_bytes}}) {
+    if (r.bytes == 0) {
+      if (r.offset) return bad(std::string(r.name) + " has an offset but no bytes");
+      continue;
+    }
+    if (r.offset % raw.alignment || r.bytes % raw.alignment)
+      return bad(std::string(r.name) + " region is not aligned to " +
+                 std::to_string(raw.alignment));
+    if (r.offset < end || r.bytes > raw.data_offset || r.offset > raw.data_offset - r.bytes)
+      return bad(std::string(r.name) + " region overlaps another or the data");
+    end = r.offset + r.bytes;
+  }
+  return Status::Ok();
 }
 
 // A CRC only proves the bytes are the ones someone wrote, not that they
@@ -73,7 +114,7 @@ Status CheckGeometry(const RawSuperblock &raw) {
                " is not a whole number of units past the superblock");
   if (raw.size % raw.unit || raw.data_offset >= raw.size || raw.size - raw.data_offset < raw.unit)
     return bad("size " + std::to_string(raw.size) + " does not hold whole units of data");
-  return Status::Ok();
+  return CheckRegions(raw);
 }
 
 }  // namespace
@@ -95,6 +136,11 @@ void Superblock::Encode(uint8_t *out) const {
   raw.numa_node = numa_node;
   snprintf(raw.label, sizeof(raw.label), "%s", label.c_str());
   raw.coherence = static_cast<uint32_t>(coherence);
+  raw.control_offset = control_offset;
+  raw.index_offset = index_offset;
+  raw.index_bytes = index_bytes;
+  raw.log_offset = log_offset;
+  raw.log_bytes = log_bytes;
   raw.crc = Crc32c(&raw, offsetof(RawSuperblock, crc));
   memcpy(out, &raw, sizeof(raw));
 }
@@ -107,15 +153,19 @@ Result<Superblock> Superblock::Decode(const uint8_t *in, uint64_t device_size) {
   if (raw.version != kSuperblockVersion)
     return Status::Error(EINVAL, "unsupported superblock version " + std::to_string(raw.version));
   const bool before_coherence = raw.header_bytes == kHeaderBytesBeforeCoherence;
-  if (raw.header_bytes != sizeof(RawSuperblock) && !before_coherence)
+  const bool before_regions = raw.header_bytes == kHeaderBytesBeforeRegions;
+  if (raw.header_bytes != sizeof(RawSuperblock) && !before_coherence && !before_regions)
     return Status::Error(EINVAL, "superblock header size mismatch");
-  const size_t crc_at =
-      before_coherence ? offsetof(RawSuperblock, coherence) : offsetof(RawSuperblock, crc);
+  const size_t crc_at = before_coherence ? offsetof(RawSuperblock, coherence)
+                        : before_regions ? offsetof(RawSuperblock, reserved)
+                                         : offsetof(RawSuperblock, crc);
   uint32_t crc;
   memcpy(&crc, in + crc_at, sizeof(crc));
   if (Crc32c(in, crc_at) != crc)
     return Status::Error(EINVAL, "superblock CRC mismatch (corrupted)");
   if (before_coherence) raw.coherence = static_cast<uint32_t>(Coherence::kHw);
+  if (before_coherence || before_regions)
+    raw.control_offset = raw.index_offset = raw.index_bytes = raw.log_offset = raw.log_bytes = 0;
   if (raw.coherence > static_cast<uint32_t>(Coherence::kFlush))
     return Status::Error(EINVAL, "superblock names an unknown coherence mode " +
                                      std::to_string(raw.coherence) + " (a newer Maru's pool?)");
@@ -135,10 +185,24 @@ Result<Superblock> Superblock::Decode(const uint8_t *in, uint64_t device_size) {
   sb.created_ns = raw.created_ns;
   sb.numa_node = raw.numa_node;
   sb.coherence = static_cast<Coherence>(raw.coherence);
+  sb.control_offset = raw.control_offset;
+  sb.index_offset = raw.index_offset;
+  sb.index_bytes = raw.index_bytes;
+  sb.log_offset = raw.log_offset;
+  sb.log_bytes = raw.log_bytes;
   raw.label[sizeof(raw.label) - 1] = '\0';
   sb.label = raw.label;
   return sb;
 }
+
+namespace {
+
+std::string DescribeRegion(uint64_t offset, uint64_t bytes) {
+  if (bytes == 0) return "none";
+  return FormatSize(bytes) + " at " + std::to_string(offset);
+}
+
+}  // namespace
 
 std::string Superblock::Describe() const {
   char buf[1024];
@@ -164,10 +228,16 @@ std::string Superblock::Describe() const {
            "\n"
            "numa node:    %d\n"
            "coherence:    %s\n"
+           "control page: %s\n"
+           "index:        %s\n"
+           "log:          %s\n"
            "created:      %s\n",
            kSuperblockVersion, UuidToString(pool_uuid).c_str(), UuidToString(device_uuid).c_str(),
            label.c_str(), size, FormatSize(size).c_str(), data_bytes(), data_offset, unit,
-           FormatSize(unit).c_str(), alignment, epoch, numa_node, CoherenceName(coherence), when);
+           FormatSize(unit).c_str(), alignment, epoch, numa_node, CoherenceName(coherence),
+           control_offset ? ("at " + std::to_string(control_offset)).c_str() : "none",
+           DescribeRegion(index_offset, index_bytes).c_str(),
+           DescribeRegion(log_offset, log_bytes).c_str(), when);
   return buf;
 }
 

@@ -15,6 +15,8 @@ using Uuid = std::array<uint8_t, 16>;
 
 constexpr uint32_t kSuperblockVersion = 1;
 constexpr uint64_t kSuperblockBytes = 4096;
+// The control page follows the superblock in pools that have one.
+constexpr uint64_t kControlBytes = 4096;
 // Allocation units (and mapping alignments) a superblock may declare.
 constexpr uint64_t kMinUnit = 4096;
 constexpr uint64_t kMaxUnit = 1ull << 30;
@@ -42,6 +44,13 @@ struct Superblock {
   int32_t numa_node = -1;  // node the memory was bound to at format time, -1 if none
   std::string label;       // up to 63 bytes
   Coherence coherence = Coherence::kHw;
+  // Regions between the superblock and the data, reserved at mkpool so that
+  // every host that maps the pool finds them (0: the pool has none).
+  uint64_t control_offset = 0;  // the control page (alloc/pool_control.h)
+  uint64_t index_offset = 0;    // the shared lookup index
+  uint64_t index_bytes = 0;
+  uint64_t log_offset = 0;  // the metadata replication log
+  uint64_t log_bytes = 0;
 
   uint64_t data_bytes() const { return size - data_offset; }
 

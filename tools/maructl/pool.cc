@@ -11,7 +11,7 @@
 namespace maru::ctl {
 
 int Mkpool(int argc, char **argv) {
-  uint64_t size = 0, unit = 0;
+  uint64_t size = 0, unit = 0, index_size = 0, log_size = 0;
   int64_t numa = -1;
   std::string label, mode = "660", coherence = "hw";
   bool force = false, sparse = false;
@@ -28,6 +28,12 @@ int Mkpool(int argc, char **argv) {
   flags.String("coherence", &coherence,
                "hw (the hardware keeps hosts' caches coherent: one host, CXL 3) or flush\n"
                "(it does not: a CXL 2.0 switch; writers flush, readers invalidate)");
+  flags.Size("index-size", &index_size,
+             "reserve this much of the pool for the shared lookup index, so that every\n"
+             "host that maps the pool looks up without a message (default 0: none)");
+  flags.Size("log-size", &log_size,
+             "reserve this much of the pool for the metadata replication log that hot\n"
+             "standby servers tail (docs/ha.md; default 0: none)");
   flags.Bool("force", &force, "reformat a device that already holds a pool (its chunks are lost)");
   flags.Bool("sparse", &sparse,
              "do not allocate a pool file's memory up front (benchmarks of metadata)");
@@ -44,6 +50,8 @@ int Mkpool(int argc, char **argv) {
   options.unit = unit;
   options.numa_node = static_cast<int>(numa);
   options.label = label;
+  options.index_bytes = index_size;
+  options.log_bytes = log_size;
   options.force = force;
   options.sparse = sparse;
   char *end = nullptr;
@@ -75,6 +83,11 @@ Json SuperblockJson(const std::string &device, const Superblock &sb) {
   j["epoch"] = epoch;
   j["numa_node"] = sb.numa_node;
   j["coherence"] = CoherenceName(sb.coherence);
+  j["control_offset"] = sb.control_offset;
+  j["index_offset"] = sb.index_offset;
+  j["index_bytes"] = sb.index_bytes;
+  j["log_offset"] = sb.log_offset;
+  j["log_bytes"] = sb.log_bytes;
   j["created_ns"] = sb.created_ns;
   return j;
 }
