@@ -18,11 +18,12 @@ pool=/dev/shm/maru-tcp-bench-$$.pool
 pids=()
 original_pid=
 cleanup() {
+  set +e  # a killed child's status must not end the cleanup
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
   # The original's server does not exit on SIGTERM while a client socket
   # lingers: it is killed outright.
-  [ -n "$original_pid" ] && kill -9 "$original_pid" 2>/dev/null && wait "$original_pid" 2>/dev/null
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
-  rm -f "$pool"
+  if [ -n "$original_pid" ]; then kill -KILL "$original_pid" 2>/dev/null || true; fi
+  rm -f "$pool" "$pool.index"
   rm -rf "$work"
 }
 trap cleanup EXIT
