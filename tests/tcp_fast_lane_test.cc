@@ -31,20 +31,6 @@ namespace {
 using maru_test::Server;
 using maru_test::TestPool;
 
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr *>(&addr), &len) == 0)
-    port = ntohs(addr.sin_port);
-  close(fd);
-  return port;
-}
-
 // A TCP connection to 127.0.0.1:`port` from address `from`; -1 if refused.
 int Connect(int port, const char *from = "127.0.0.1") {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -85,7 +71,7 @@ struct Ticket {
 class TcpFastLane : public ::testing::Test {
  protected:
   void SetUp() override {
-    port_ = FreePort();
+    port_ = maru_test::FreePort();
     ASSERT_NE(port_, 0);
     tcp_ = "tcp://127.0.0.1:" + std::to_string(port_);
     const std::string d = dir_.path();
