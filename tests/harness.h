@@ -231,6 +231,8 @@ std::string BinDir(const std::string &name);
 // A file of the source tree.
 std::string SourcePath(const std::string &name);
 std::string UniqueName(const std::string &prefix);
+// A TCP port on 127.0.0.1 that nothing listens on now (0 if none found).
+int FreePort();
 
 // True if [p, p+len) lies in a mapping of `file` in /proc/self/maps.
 bool MappedFrom(const void *p, uint64_t len, const std::string &file);

@@ -3,8 +3,9 @@
 # "TCP"): plain TCP without credentials, a bearer token (MARU_TOKEN_FILE),
 # mutual TLS with a mapped client certificate (MARU_TLS_CA / _CERT / _KEY),
 # and each refusal: an unknown token, a certificate from another CA, no
-# client certificate, a token file others may read. Real servers, real
-# clients, certificates made here with openssl.
+# client certificate, a token file others may read; the fast lane over TCP
+# off by default with TLS, and a TLS client's uid on it when turned on.
+# Real servers, real clients, certificates made here with openssl.
 #   tests/tcp_auth_test.sh BUILD_DIR
 set -uo pipefail
 build=$(cd "$1" && pwd)
@@ -14,10 +15,11 @@ fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 work=$(mktemp -d /tmp/maru-tcp-auth-test.XXXXXX)
 plain_pool=/dev/shm/maru-tcp-auth-test-$$-plain.pool
 tls_pool=/dev/shm/maru-tcp-auth-test-$$-tls.pool
+tls_lane_pool=/dev/shm/maru-tcp-auth-test-$$-tls-lane.pool
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
-  rm -f "$plain_pool" "$tls_pool"
+  rm -f "$plain_pool" "$tls_pool" "$tls_lane_pool"
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -117,6 +119,23 @@ for case in stranger nocert; do
 done
 out=$(MARU_TIMEOUT_MS=2000 "$client" "$tls_tcp" load /t/pub 4096 "$tls_pool" 2>&1) &&
   fail "plain client against the TLS port: '$out'"
+
+# --- the fast lane over TCP with mutual TLS: off unless asked, then the ---------
+# --- certificate's uid through a ticket -------------------------------------------
+lane_count() {  # lane_count SERVER: requests served on its TCP fast lane
+  "$bin_ctl" stats --server "unix://$work/$1.sock" | awk '$1=="FastLaneTcp"{n=$2} END{print n+0}'
+}
+[ "$(lane_count tls)" = 0 ] || fail "a TLS server offered the TCP fast lane by default"
+"$bin_ctl" mkpool "$tls_lane_pool" --size 64M --mode 666 >/dev/null || fail "mkpool"
+tls_lane_tcp=tcp://127.0.0.1:$((base + 2))
+start tlslane "$tls_lane_pool" "$tls_lane_tcp" --tls-cert server.pem --tls-key server.key \
+  --tls-client-ca maru-ca.pem --tls-identity "CN=vllm-0=1000:1000" --tcp-fast-lane on || exit 1
+"$client" "unix://$work/tlslane.sock" store-mode /t/secret 4096 600 >/dev/null || fail "setup"
+out=$(env "${tls_env[@]}" "$client" "$tls_lane_tcp" open-errno /t/secret 13 \
+  + store /by-cert 4096 + load /by-cert 4096 "$tls_lane_pool" 2>&1) || fail "TLS lane caller: $out"
+[ "$(owner tlslane /by-cert)" = "uid: 1000  gid: 1000" ] ||
+  fail "TLS lane create owned by '$(owner tlslane /by-cert)'"
+[ "$(lane_count tlslane)" -gt 0 ] || fail "a TLS client with --tcp-fast-lane on did not use it"
 
 # --- a token file others may read: the server does not start --------------------
 chmod 644 tokens

@@ -33,22 +33,6 @@ std::string Name(Proof p) {
   return p == Proof::kNone ? "plain" : p == Proof::kToken ? "token" : "mtls";
 }
 
-// A port nothing listens on now.
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  if (bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr *>(&addr), &len) != 0) {
-    close(fd);
-    return 0;
-  }
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 std::string ReadFile(const std::string &path) {
   std::ifstream in(path);
   std::stringstream s;
@@ -75,7 +59,7 @@ pid_t Spawn(const std::string &command, const std::string &out_file) {
 class TcpFlood : public ::testing::TestWithParam<Proof> {
  protected:
   void SetUp() override {
-    port_ = FreePort();
+    port_ = maru_test::FreePort();
     ASSERT_NE(port_, 0);
     tcp_ = "tcp://127.0.0.1:" + std::to_string(port_);
     std::vector<std::string> args = {"--listen", tcp_};
@@ -192,7 +176,7 @@ INSTANTIATE_TEST_SUITE_P(Proofs, TcpFlood,
 // A listener that asks no proof says so when the server starts.
 TEST(TcpListener, WithoutTlsOrTokensTheServerWarns) {
   TestPool pool{32ull << 20};
-  const int port = FreePort();
+  const int port = maru_test::FreePort();
   Server server{pool.path(), {"--listen", "tcp://127.0.0.1:" + std::to_string(port)}};
   ASSERT_TRUE(server.Start());
   // The server answers on its Unix socket as soon as that listens, which

@@ -241,14 +241,7 @@ int MetaClient::OpenSession(bool resume) {
     }
     resuming_.fetch_add(1);
   }
-  // Not with a list of servers: the lane is to one server, and a call
-  // answered on it could not move to the next.
-  if (!fast_ && !rep.fast_lane().empty() && targets_.size() == 1 &&
-      address_.rfind("unix://", 0) == 0) {
-    const char *env = getenv("MARU_FAST_LANE");
-    if (!env || strcmp(env, "0") != 0)
-      fast_ = std::make_unique<FastLaneClient>(rep.fast_lane(), options_.call_timeout_ms);
-  }
+  UseFastLane(rep);
   MutexLock lock(&session_mu_);
   info_ = rep;
   session_.store(rep.session());
@@ -256,6 +249,27 @@ int MetaClient::OpenSession(bool resume) {
   // Half the session timeout of silence is the most a lease may be trusted.
   lease_trust_ms_.store(std::max<int64_t>(rep.timeout_ms() / 2, 1));
   return 0;
+}
+
+void MetaClient::UseFastLane(const rpc::OpenSessionReply &rep) {
+  const char *env = getenv("MARU_FAST_LANE");
+  if (env && strcmp(env, "0") == 0) return;
+  // Not with a list of servers: the lane is to one server, and a call
+  // answered on it could not move to the next.
+  if (targets_.size() > 1) return;
+  if (address_.rfind("unix://", 0) == 0) {
+    if (!fast_ && !rep.fast_lane().empty())
+      fast_ = std::make_unique<FastLaneClient>(rep.fast_lane(), options_.call_timeout_ms);
+    return;
+  }
+  // Over TCP the lane admits a connection by a ticket of this session.
+  if (rep.fast_lane_port() == 0 || rep.fast_lane_ticket().empty()) return;
+  if (fast_) return fast_->SetTicket(rep.fast_lane_ticket());
+  Result<Address> server = ParseAddress(address_);
+  if (!server.ok()) return;
+  server->port = static_cast<int>(rep.fast_lane_port());
+  fast_ = std::make_unique<FastLaneClient>(*server, token_, rep.fast_lane_ticket(),
+                                           options_.call_timeout_ms);
 }
 
 void MetaClient::ListHeld(rpc::OpenSessionRequest *req) {

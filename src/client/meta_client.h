@@ -145,6 +145,9 @@ class MetaClient {
 
   MetaClient(std::string address, ClientOptions options);
   int OpenSession(bool resume) EXCLUDES(session_mu_, lease_mu_);
+  // Takes the fast lane the session reply offers (a Unix socket, or a TCP
+  // port and ticket), unless MARU_FAST_LANE=0.
+  void UseFastLane(const rpc::OpenSessionReply &rep);
   // For a resume: lists the leases held in `req`, and drops the queued
   // releases (they would name leases the resume drops), with every shard's
   // lock and lease_mu_ held. Unchecked: the shards' locks are taken in a

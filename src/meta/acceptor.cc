@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -92,6 +93,15 @@ Result<std::unique_ptr<Acceptor>> Acceptor::ListenTcp(const std::string &host_po
   }
   MARU_RETURN_IF_ERROR(a->Prepare(fd, host_port));
   return a;
+}
+
+int Acceptor::port() const {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (getsockname(fd_, reinterpret_cast<sockaddr *>(&addr), &len) != 0) return 0;
+  if (addr.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in *>(&addr)->sin_port);
+  if (addr.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6 *>(&addr)->sin6_port);
+  return 0;
 }
 
 Acceptor::~Acceptor() {

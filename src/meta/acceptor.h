@@ -27,6 +27,8 @@ class Acceptor {
   void Start(std::function<void(int fd)> on_connection, bool nonblocking = false);
   void Stop();
   const std::string &name() const { return name_; }
+  // The TCP port bound (the one the kernel chose for port 0); 0 for Unix.
+  int port() const;
 
  private:
   Acceptor() = default;

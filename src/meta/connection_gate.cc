@@ -1,5 +1,8 @@
 #include "meta/connection_gate.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -7,6 +10,18 @@
 #include "util/clock.h"
 
 namespace maru {
+
+std::string TcpPeerAddress(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (getpeername(fd, reinterpret_cast<sockaddr *>(&addr), &len) != 0) return "";
+  char text[INET6_ADDRSTRLEN] = "";
+  if (addr.ss_family == AF_INET)
+    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in *>(&addr)->sin_addr, text, sizeof(text));
+  else if (addr.ss_family == AF_INET6)
+    inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6 *>(&addr)->sin6_addr, text, sizeof(text));
+  return text;
+}
 
 ConnectionGate::ConnectionGate(uint64_t descriptors, Limits limits) : limits_(limits) {
   reserve_ = std::max<uint64_t>(64, descriptors / 8);

@@ -27,6 +27,10 @@
 
 namespace maru {
 
+// The address of a TCP socket's peer without its port: what one peer is,
+// for the gate ("" if unknown).
+std::string TcpPeerAddress(int fd);
+
 class ConnectionGate {
  public:
   struct Limits {

@@ -49,14 +49,25 @@ Result<Caller> MetaService::CallerOf(grpc::CallbackServerContext *ctx,
   return ResolveCaller(*tcp, header, policy_);
 }
 
-void MetaService::StampEpoch(rpc::OpenSessionReply *rep) const {
-  if (gate_) rep->set_leader_epoch(gate_->epoch());
-}
-
 bool MetaService::RefusedAsStandby(grpc::ServerUnaryReactor *reactor) const {
   if (!gate_ || gate_->leading()) return false;
   reactor->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, gate_->Refusal()));
   return true;
+}
+
+void MetaService::Decorate(grpc::CallbackServerContext *ctx, rpc::OpenSessionReply *rep) {
+  if (gate_) rep->set_leader_epoch(gate_->epoch());
+  if (!tickets_ || rep->error() != 0) return;
+  const std::string peer = ctx->peer();
+  if (peer.rfind("fd:", 0) == 0) return;  // Unix: the socket beside gRPC's
+  // The peer's own proven identity (not whom a root peer asserts): the
+  // lane resolves each request's caller from it, as gRPC does.
+  Result<Peer> tcp = peers_->Identify(peer, ProofOf(ctx), policy_);
+  if (!tcp.ok() || tcp->kind() != Peer::Kind::kTcpAuthenticated) return;
+  const std::string ticket = tickets_->Mint({rep->session(), tcp->creds().uid, tcp->creds().gid});
+  if (ticket.empty()) return;
+  rep->set_fast_lane_port(static_cast<uint32_t>(tcp_fast_lane_port_));
+  rep->set_fast_lane_ticket(ticket);
 }
 
 #define MARU_RPC(Name, Req, Rep)                                                           \
@@ -72,7 +83,7 @@ bool MetaService::RefusedAsStandby(grpc::ServerUnaryReactor *reactor) const {
       return reactor;                                                                      \
     }                                                                                      \
     engine_->Name(*caller, *req, rep);                                                     \
-    StampEpoch(rep);                                                                       \
+    Decorate(ctx, rep);                                                                    \
     engine_->op_stats().Record(slots_[k##Name], MonotonicNs() - start, rep->error() != 0); \
     reactor->Finish(grpc::Status::OK);                                                     \
     return reactor;                                                                        \

@@ -7,6 +7,7 @@
 #include <grpcpp/support/message_allocator.h>
 
 #include "ha/leader_gate.h"
+#include "meta/fast_lane_tickets.h"
 #include "meta/identity.h"
 #include "meta/meta_engine.h"
 #include "proto/maru.grpc.pb.h"
@@ -19,6 +20,13 @@ class MetaService final : public rpc::Meta::CallbackService {
   // With a gate, every call is refused while the gate says this server does
   // not lead (ha/leader_gate.h); without one (a server alone), none is.
   void set_leader_gate(const LeaderGate *gate) { gate_ = gate; }
+
+  // Hands each authenticated TCP caller's new session a ticket to the fast
+  // lane over TCP (meta/fast_lane_tickets.h), which listens on `port`.
+  void EnableTcpFastLane(FastLaneTickets *tickets, int port) {
+    tickets_ = tickets;
+    tcp_fast_lane_port_ = port;
+  }
 
 #define MARU_RPC(Name, Req, Rep)                                                        \
   grpc::ServerUnaryReactor *Name(grpc::CallbackServerContext *ctx, const rpc::Req *req, \
@@ -57,16 +65,19 @@ class MetaService final : public rpc::Meta::CallbackService {
   // True (the call finished with FAILED_PRECONDITION, naming the leader if
   // known) when a gate says this server does not lead.
   bool RefusedAsStandby(grpc::ServerUnaryReactor *reactor) const;
-  // Tells a session the epoch this server leads with; other replies carry
-  // none.
-  void StampEpoch(rpc::OpenSessionReply *rep) const;
+  // What a reply gets besides the engine's: nothing, but for a session the
+  // epoch this server leads with and, opened over TCP, the fast lane's port
+  // and a ticket to it.
   template <typename Rep>
-  void StampEpoch(Rep *) const {}
+  void Decorate(grpc::CallbackServerContext *, Rep *) {}
+  void Decorate(grpc::CallbackServerContext *ctx, rpc::OpenSessionReply *rep);
 
   MetaEngine *engine_;
   const PeerRegistry *peers_;
   IdentityPolicy policy_;
   const LeaderGate *gate_ = nullptr;
+  FastLaneTickets *tickets_ = nullptr;
+  int tcp_fast_lane_port_ = 0;
   std::vector<int> slots_;
 #define MARU_RPC(Name, Req, Rep) ArenaAllocator<rpc::Req, rpc::Rep> allocator_##Name;
 #include "meta/rpc_list.inc"

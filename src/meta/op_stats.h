@@ -29,7 +29,7 @@ class OpStats {
     std::atomic<uint64_t> count{0}, errors{0}, sum_ns{0};
     std::array<std::atomic<uint64_t>, kBuckets + 1> buckets{};
   };
-  static constexpr int kMaxOps = 40;
+  static constexpr int kMaxOps = 48;  // the RPCs (41), and room for a few counters
   std::array<Slot, kMaxOps> slots_;
   std::atomic<int> used_{0};
 };

@@ -61,6 +61,8 @@ struct ServerFlags {
   double high_watermark = 0.95, low_watermark = 0.90;
   bool sync = false, squash_tcp = true, no_fast_lane = false, no_index = false,
        no_idle_poll = false;
+  std::string tcp_fast_lane = "auto";
+  int64_t tcp_fast_lane_port = 0;
   std::string index_path;
   int64_t index_entries = 0, index_sessions = 256, index_sessions_per_uid = 0;
   ConnectionGate::Limits g;
@@ -241,6 +243,11 @@ int main(int argc, char **argv) {
                "'authorization: Bearer TOKEN' acts as that user");
   flags.Bool("no-fast-lane", &f.no_fast_lane,
              "serve lookups, opens and releases over gRPC only (no SOCKET.fast)");
+  flags.String("tcp-fast-lane", &f.tcp_fast_lane,
+               "auto|on|off: serve the fast lane over TCP too, to callers that proved who they "
+               "are (auto: on unless --tls-cert, as the lane is not encrypted; docs/security.md)");
+  flags.Int("tcp-fast-lane-port", &f.tcp_fast_lane_port,
+            "port of the TCP fast lane, on the first TCP listener's host (0: any free one)");
   flags.Bool("no-idle-poll", &f.no_idle_poll,
              "do not keep idle CPUs polling while fast-lane requests come (a PM QoS request, "
              "root only)");
@@ -324,6 +331,13 @@ int main(int argc, char **argv) {
   if (!policy.ok()) return Fail(policy.status().message());
   Result<std::shared_ptr<grpc::ServerCredentials>> tcp_credentials = TcpServerCredentials(f.tcp);
   if (!tcp_credentials.ok()) return Fail(tcp_credentials.status().message());
+  if (f.tcp_fast_lane != "auto" && f.tcp_fast_lane != "on" && f.tcp_fast_lane != "off")
+    return Fail("--tcp-fast-lane is auto, on or off, not '" + f.tcp_fast_lane + "'");
+  if (f.tcp_fast_lane_port < 0 || f.tcp_fast_lane_port > 65535)
+    return Fail("--tcp-fast-lane-port is 0 to 65535");
+  const bool tcp_fast_lane_wanted =
+      !f.no_fast_lane &&
+      (f.tcp_fast_lane == "on" || (f.tcp_fast_lane == "auto" && f.tcp.tls_cert.empty()));
 
   // Signals are taken synchronously by the main thread.
   sigset_t stop_signals;
@@ -360,6 +374,7 @@ int main(int argc, char **argv) {
   if (!engine.ok()) return Fail(engine.status().message());
 
   PeerRegistry peers;
+  FastLaneTickets tickets;  // outlives the service and the lane that use it
   MetaService service(engine->get(), &peers, *policy);
   if (!f.etcd.empty()) service.set_leader_gate(&(*member)->gate());
   grpc::ServerBuilder builder;
@@ -376,7 +391,7 @@ int main(int argc, char **argv) {
   // milliseconds apart (the copy between them), further than a mount's
   // requests, and each found the server's CPU halted without it.
   CpuWakeLatency wake(!f.no_fast_lane && !f.no_idle_poll, std::chrono::seconds(1));
-  std::unique_ptr<FastLaneServer> fast_lane;
+  std::unique_ptr<FastLaneServer> fast_lane, tcp_fast_lane;
   for (size_t i = 0; i < addresses.size(); ++i) {
     if (addresses[i].kind == Address::Kind::kUnix) {
       Result<std::unique_ptr<Acceptor>> l = Acceptor::ListenUnix(addresses[i].path);
@@ -401,6 +416,16 @@ int main(int argc, char **argv) {
       tcp_listeners.push_back(std::move(*relay));
       builder.AddListeningPort("unix:" + target, *tcp_credentials);
       WarnAboutPlainTcp(f.tcp, addresses[i]);
+      if (!tcp_fast_lane && tcp_fast_lane_wanted) {
+        const std::string host_port = addresses[i].ToString().substr(6);
+        tcp_fast_lane = std::make_unique<FastLaneServer>(
+            host_port.substr(0, host_port.rfind(':') + 1) + std::to_string(f.tcp_fast_lane_port),
+            engine->get(), *policy, FastLaneServer::TcpDoor{&gate, &tickets},
+            gate.fast_lane_connections(), &wake);
+        s = tcp_fast_lane->Bind();
+        if (!s.ok()) return Fail("the TCP fast lane: " + s.message());
+        service.EnableTcpFastLane(&tickets, tcp_fast_lane->port());
+      }
     }
   }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
@@ -418,6 +443,7 @@ int main(int argc, char **argv) {
         },
         /*nonblocking=*/true);  // gRPC needs non-blocking sockets
   if (fast_lane) fast_lane->Start();
+  if (tcp_fast_lane) tcp_fast_lane->Start();
 
   std::unique_ptr<MetricsServer> metrics;
   if (!f.metrics_listen.empty()) {
@@ -467,6 +493,7 @@ int main(int argc, char **argv) {
   for (auto &l : unix_listeners) l->Stop();
   for (auto &l : tcp_listeners) l->Stop();
   if (fast_lane) fast_lane->Stop();
+  if (tcp_fast_lane) tcp_fast_lane->Stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   metrics.reset();
   return 0;

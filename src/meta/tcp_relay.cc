@@ -1,6 +1,5 @@
 #include "meta/tcp_relay.h"
 
-#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -17,19 +16,6 @@
 
 namespace maru {
 namespace {
-
-// The client's address without its port: what one peer is, for the gate.
-std::string PeerAddress(int fd) {
-  sockaddr_storage addr{};
-  socklen_t len = sizeof(addr);
-  if (getpeername(fd, reinterpret_cast<sockaddr *>(&addr), &len) != 0) return "";
-  char text[INET6_ADDRSTRLEN] = "";
-  if (addr.ss_family == AF_INET)
-    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in *>(&addr)->sin_addr, text, sizeof(text));
-  else if (addr.ss_family == AF_INET6)
-    inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6 *>(&addr)->sin6_addr, text, sizeof(text));
-  return text;
-}
 
 int ConnectUnix(const std::string &path) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -142,7 +128,7 @@ void TcpRelay::Reap() {
 }
 
 void TcpRelay::Accept(int fd) {
-  std::string peer = PeerAddress(fd);
+  std::string peer = TcpPeerAddress(fd);
   if (!gate_->AdmitTcp(id_, peer)) {
     close(fd);
     // Said at most once a second: a flood must not flood the log too.

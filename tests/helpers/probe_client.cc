@@ -49,6 +49,9 @@
 //                                 latency's p50, p99 and max in µs ("ping
 //                                 p50 X p99 Y max Z"); over TCP with the
 //                                 client's MARU_TLS_* and MARU_TOKEN_FILE
+//   fast-hello PORT TICKET_HEX TOKEN  presents a ticket (and TOKEN) to the
+//                                 fast lane on 127.0.0.1:PORT; prints
+//                                 "admitted" (exit 0) or "refused" (1)
 //   tcp-flood PORT SOURCES EACH GO  opens EACH connections to 127.0.0.1:PORT
 //                                 from each of SOURCES addresses 127.2.x.y
 //                                 and holds them, idle; prints "opened N"
@@ -84,7 +87,9 @@
 #include "client/tcp_auth.h"
 #include "index_layout.h"
 #include "maru.grpc.pb.h"
+#include "proto/fast_lane.h"
 #include "util/address.h"
+#include "util/frame.h"
 
 namespace maru_test {
 
@@ -190,6 +195,28 @@ int Ping(Stub *stub, uint64_t session, int n) {
   printf("ping p50 %ld p99 %ld max %ld\n", static_cast<long>(us[us.size() / 2]),
          static_cast<long>(us[us.size() * 99 / 100]), static_cast<long>(us.back()));
   return 0;
+}
+
+// What a process holding someone else's fast-lane ticket can do with it.
+int FastHello(int port, const std::string &ticket_hex, const std::string &token) {
+  std::string hello;
+  for (size_t i = 0; i + 1 < ticket_hex.size(); i += 2)
+    hello += static_cast<char>(strtoul(ticket_hex.substr(i, 2).c_str(), nullptr, 16));
+  hello += token;
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<uint16_t>(port));
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  uint8_t code = 0;
+  std::string reply;
+  const bool admitted = connect(fd, reinterpret_cast<sockaddr *>(&to), sizeof(to)) == 0 &&
+                        maru::WriteFrame(fd, maru::fastlane::kHello, hello).ok() &&
+                        maru::ReadFrame(fd, &code, &reply, maru::fastlane::kMaxHello).ok() &&
+                        code == maru::fastlane::kReplyOk;
+  close(fd);
+  printf("%s\n", admitted ? "admitted" : "refused");
+  return admitted ? 0 : 1;
 }
 
 // Opens connections and keeps them, saying nothing on them: what an
@@ -498,6 +525,7 @@ int Run(const std::string &address, const std::vector<std::string> &cmd) {
     n.push_back(strtoull(arg(i).c_str(), nullptr, 0));
   if (op == "index-set") return IndexSet(arg(1), arg(2), n[2]);
   if (op == "index-forge-notes") return IndexForgeNotes(arg(1), static_cast<uint32_t>(n[1]));
+  if (op == "fast-hello") return FastHello(static_cast<int>(n[0]), arg(2), arg(3));
   if (op == "tcp-flood")
     return TcpFlood(static_cast<int>(n[0]), static_cast<int>(n[1]), static_cast<int>(n[2]), arg(4));
   std::unique_ptr<Stub> stub = Dial(address);
