@@ -49,9 +49,6 @@ class EtcdCluster {
   std::vector<pid_t> pids_;
 };
 
-// A TCP port on 127.0.0.1 that nothing listens on now.
-int FreePort();
-
 // Starts `args` (args[0] a path) with stdout and stderr appended to `log`;
 // it is killed if the test dies. Returns its pid.
 pid_t SpawnLogged(std::vector<std::string> args, const std::string &log);
