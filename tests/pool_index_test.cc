@@ -20,20 +20,13 @@
 
 #include "alloc/pool_device.h"
 #include "harness.h"
+#include "index_helpers.h"
 #include "index_layout.h"
 
 namespace maru_test {
 namespace {
 
-constexpr uint64_t kSize = 256 << 10;
 constexpr int kPort = 7413;  // free in host 0's namespace
-
-std::string Maructl(const std::string &args, int *rc = nullptr) {
-  std::string out;
-  const int r = maru_test::Run(MaructlBinary() + " " + args, &out);
-  if (rc) *rc = r;
-  return out;
-}
 
 // Calls the server answered that a read through the index would not make.
 uint64_t ReadCalls(const std::string &server) {
@@ -153,18 +146,17 @@ TEST_F(PoolIndexHostsTest, ALeaseInTheRegionKeepsAChunkAnotherHostUnlinks) {
   // Opened through the pool's index on host 1 (its lease is a slot in the
   // pool), held while the name is unlinked: the server keeps the extents
   // (deferred) until the slot is cleared.
-  const pid_t holder = Fork([&] {
-    std::string said;
-    return Client(1, "hold-read /pi/held " + size + " " + go, &said) == 0 &&
-                   said.find("read ok") != std::string::npos
-               ? 0
-               : 1;
-  });
+  const std::string said = dir_.path() + "/holder.out";
+  const pid_t holder =
+      Spawn(hosts_[1].Exec() + "MARU_TOKEN_FILE=" + dir_.path() + "/client-token " +
+                ClientCommand(address_, "hold-read /pi/held " + size + " " + go),
+            said);
   ASSERT_TRUE(WaitFor([&] { return Region(pool_.path()).SlotsHeld().size() == 1; }, 30000));
   ASSERT_EQ(Client(1, "unlink-errno /pi/held 0", &out), 0) << out;
   EXPECT_GE(Deferred(), kSize);
   std::ofstream(go).close();
   EXPECT_EQ(Wait(holder), 0);
+  EXPECT_NE(ReadFile(said).find("read ok"), std::string::npos) << ReadFile(said);
   EXPECT_TRUE(WaitFor([&] { return Region(pool_.path()).SlotsHeld().empty(); }));
   EXPECT_TRUE(WaitFor([&] { return Deferred() == 0; }, 30000));
 }
@@ -188,9 +180,8 @@ TEST_F(PoolIndexTest, ARestartEmptiesTheRegionAndRebuildsIt) {
   EXPECT_EQ(region.header()->state.load(), maru::index::kLive);
   // A client killed holding a lease in its slot leaves it filled.
   const std::string go = dir_.path() + "/never";
-  const pid_t holder = Fork([&] {
-    return maru_test::Run(ClientCommand(server_.address(), "hold-read /r/a " + size + " " + go));
-  });
+  const pid_t holder = Spawn(ClientCommand(server_.address(), "hold-read /r/a " + size + " " + go),
+                             dir_.path() + "/holder.out");
   ASSERT_TRUE(WaitFor([&] { return region.SlotsHeld().size() == 1; }, 30000));
   server_.Kill9();
   kill(holder, SIGKILL);
@@ -254,10 +245,9 @@ TEST_F(PoolIndexTest, ADeadSessionsRegionIsClearedBeforeItPassesOn) {
   ASSERT_TRUE(region.ok());
   // A client killed with a lease in its slot: its session expires, and the
   // region goes, emptied, to the next session that asks.
-  const pid_t holder = Fork([&] {
-    return maru_test::Run(
-        ClientCommand(server_.address(), "hold-read /s/a " + size + " /nonexistent/go"));
-  });
+  const pid_t holder =
+      Spawn(ClientCommand(server_.address(), "hold-read /s/a " + size + " /nonexistent/go"),
+            dir_.path() + "/holder.out");
   ASSERT_TRUE(WaitFor([&] { return region.SlotsHeld().size() == 1; }, 30000));
   kill(holder, SIGKILL);
   Wait(holder);

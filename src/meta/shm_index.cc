@@ -233,7 +233,7 @@ Result<std::unique_ptr<ShmIndex>> ShmIndex::CreateInPool(const IndexOptions &opt
   // group and bits would say).
   made->file_uid_ = st.st_uid;
   made->file_gid_ = st.st_gid;
-  made->file_mode_ = st.st_mode & 0660;
+  made->file_mode_ = st.st_mode & 0666;
   return made;
 }
 
