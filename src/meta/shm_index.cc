@@ -227,13 +227,8 @@ Result<std::unique_ptr<ShmIndex>> ShmIndex::CreateInPool(const IndexOptions &opt
   index::Written(base, options.pool_bytes, layout.flush);
   auto made = std::unique_ptr<ShmIndex>(new ShmIndex("", base, layout, instance, key, tree));
   made->pool_ = std::move(*pool);
-  made->set_regions_per_uid(options.regions_per_uid ? options.regions_per_uid
-                                                    : std::max<uint32_t>(layout.regions / 4, 1));
-  // Whoever may map the pool read-write may use the index (as the file's
-  // group and bits would say).
-  made->file_uid_ = st.st_uid;
-  made->file_gid_ = st.st_gid;
-  made->file_mode_ = st.st_mode & 0666;
+  // Whoever may map the pool read-write may use the index.
+  made->SetAccess(options, st, 0666);
   return made;
 }
 
@@ -285,12 +280,16 @@ Result<std::unique_ptr<ShmIndex>> ShmIndex::CreateFile(const IndexOptions &optio
     return where.status();
   }
   auto index = std::unique_ptr<ShmIndex>(new ShmIndex(*where, base, layout, instance, key, tree));
-  index->set_regions_per_uid(options.regions_per_uid ? options.regions_per_uid
-                                                     : std::max<uint32_t>(layout.regions / 4, 1));
-  index->file_uid_ = made.st_uid;
-  index->file_gid_ = made.st_gid;
-  index->file_mode_ = made.st_mode & 07777;
+  index->SetAccess(options, made, 07777);
   return index;
+}
+
+void ShmIndex::SetAccess(const IndexOptions &options, const struct stat &st, uint32_t bits) {
+  set_regions_per_uid(options.regions_per_uid ? options.regions_per_uid
+                                              : std::max<uint32_t>(layout_.regions / 4, 1));
+  file_uid_ = st.st_uid;
+  file_gid_ = st.st_gid;
+  file_mode_ = st.st_mode & bits;
 }
 
 bool ShmIndex::MayOpen(const Caller &c) const {

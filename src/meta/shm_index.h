@@ -16,6 +16,8 @@
 // writer of entries, so the index needs no lock of its own.
 #pragma once
 
+#include <sys/stat.h>
+
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -129,6 +131,9 @@ class ShmIndex {
                                                         const std::string &pool_path,
                                                         const index::Layout &layout,
                                                         const NamespaceTree &tree);
+  // Who may use the index (MayOpen): the owner, group and `bits` of the
+  // mode in `st` (the file's, or the pool's); and regions a uid may hold.
+  void SetAccess(const IndexOptions &options, const struct stat &st, uint32_t bits);
   // A chunk that could not be entered: counted here, and shown to clients.
   void Overflowed();
   // Whether the entry at `pos` holds the version the server put there.
