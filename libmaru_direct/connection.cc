@@ -89,6 +89,19 @@ int ReachAgents(maru_t *m, const rpc::OpenSessionReply &info, int64_t timeout_ms
   return 0;
 }
 
+// The pool's region for the index in this process's mapping of its first
+// device, by this process's own read of the superblock; none if the pool
+// has none or this process may not write it (lease slots are written).
+maru::PoolIndex PoolIndexOf(const maru::PoolMap *pool) {
+  const maru::PoolDevice *d = pool && pool->writable() ? pool->device(0) : nullptr;
+  if (!d) return {};
+  const maru::Superblock &sb = d->superblock();
+  if (sb.index_bytes == 0 || sb.index_offset > d->mapped_bytes() ||
+      sb.index_bytes > d->mapped_bytes() - sb.index_offset)
+    return {};
+  return {d->base() + sb.index_offset, static_cast<size_t>(sb.index_bytes)};
+}
+
 }  // namespace
 
 extern "C" {
@@ -138,14 +151,15 @@ int maru_connect_ex(const char *target, const maru_connect_opts_t *opts, maru_t 
     if (control.ok()) m->client->set_pool_control(*control);
   }
   m->stream_writes = EnvInt("MARU_STREAM_WRITES", 1) != 0;
-  // The index is read where the pool is mapped, from a local server.
+  // The index is read where the pool is mapped: from the pool's region on
+  // any host, or from the file of a server on this one.
   const char *use_index = getenv("MARU_INDEX");
-  // Not with a list of servers: the index file is the one server's.
-  const bool index_ok = m->pool && m->client->targets() == 1 &&
-                        m->client->address().rfind("unix://", 0) == 0 &&
-                        !(use_index && strcmp(use_index, "0") == 0);
-  m->index =
-      std::make_unique<maru::IndexSession>(m->client.get(), index_ok, m->pool && m->pool->flush());
+  const bool index_ok = m->pool && !(use_index && strcmp(use_index, "0") == 0);
+  // The index file is one server's: read only with that server alone. The
+  // pool's region is every leader's in turn.
+  const bool local = m->client->targets() == 1 && m->client->address().rfind("unix://", 0) == 0;
+  m->index = std::make_unique<maru::IndexSession>(
+      m->client.get(), index_ok, m->pool && m->pool->flush(), PoolIndexOf(m->pool.get()), local);
   *out = m.release();
   return 0;
 }

@@ -50,8 +50,10 @@
  * then); multiprocessing "spawn" and fork+exec are fine. Any number of
  * processes may connect to the same server.
  *
- * Where the server publishes its shared-memory index (the default, next to
- * the pool file, with its group), maru_open(), maru_lookup_prefix(),
+ * Where the server publishes its shared-memory index (the default: in the
+ * pool's own region, found by every process that maps the pool, over a
+ * Unix socket or TCP; for a pool without one, a file next to the pool that
+ * only clients of a local server read), maru_open(), maru_lookup_prefix(),
  * maru_count_prefix() and maru_release() of a sealed chunk send no message:
  * the lease is a slot in shared memory the server scans before it reuses
  * extents. They answer as the server would (same errors, same permission

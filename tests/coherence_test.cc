@@ -65,7 +65,7 @@ TEST(Coherence, AFlushPoolStoresAndLoadsBitExact) {
 // A pool formatted before pools named their coherence serves as before,
 // as hw: the server starts on it, and stores and loads work.
 TEST(Coherence, APoolFromBeforeTheSettingIsHw) {
-  TestPool pool(64ull << 20);
+  TestPool pool(64ull << 20, 64u << 10, "", "--index-size 0");  // no regions then either
   ASSERT_TRUE(maru_test::MakePoolPredateCoherence(pool.path()));
   EXPECT_NE(PoolShow(pool.path()).find("coherence:    hw"), std::string::npos);
   EXPECT_NE(PoolShow(pool.path(), "--json").find("\"coherence\":\"hw\""), std::string::npos);

@@ -48,7 +48,8 @@ class EngineFixture : public ::testing::Test {
   }
 
   maru_test::TempDir dir_;
-  maru_test::TestPool pool_{64ull << 20};
+  // Its whole size for data, and the index in a file (read by the tests).
+  maru_test::TestPool pool_{64ull << 20, 64u << 10, "", "--index-size 0"};
   std::unique_ptr<MetaEngine> engine_;
   Caller root_{0, 0, {}, 0};
   Caller alice_{1000, 1000, {}, 0};

@@ -96,14 +96,14 @@ void ForgetOnSignal(const std::string &path) {
 }  // namespace
 
 TestPool::TestPool(uint64_t size, uint64_t unit, const std::string &coherence,
-                   const std::string &extra) {
+                   const std::string &more) {
   path_ = "/dev/shm/" + UniqueName("maru-test") + ".pool";
   RemoveOnSignal(path_);
   RemoveOnSignal(path_ + ".index");  // the server's shared-memory index, after a kill -9
   std::string out;
   int rc = Run(MaructlBinary() + " mkpool " + path_ + " --size " + std::to_string(size) +
                    " --unit " + std::to_string(unit) + " --mode 666" +
-                   (coherence.empty() ? "" : " --coherence " + coherence) + extra,
+                   (coherence.empty() ? "" : " --coherence " + coherence) + " " + more,
                &out);
   if (rc != 0) {
     fprintf(stderr, "mkpool failed: %s\n", out.c_str());

@@ -31,9 +31,9 @@ class TempDir {
 class TestPool {
  public:
   // `coherence`: mkpool's --coherence (hw or flush); empty: its default.
-  // `extra`: more mkpool options (" --log-size 16M").
+  // `more`: more mkpool options (e.g. "--index-size 0": an index file).
   explicit TestPool(uint64_t size = 256ull << 20, uint64_t unit = 64u << 10,
-                    const std::string &coherence = "", const std::string &extra = "");
+                    const std::string &coherence = "", const std::string &more = "");
   ~TestPool();
   const std::string &path() const { return path_; }
 

@@ -32,6 +32,8 @@ namespace {
 // them: here it tries to take all 8.
 TEST(IndexRegions, AUidThatCannotOpenTheIndexCannotTakeTheRegions) {
   TestPool pool{32ull << 20};
+  // Only the pool's owner and group may map it (and so use its index).
+  ASSERT_EQ(chmod(pool.path().c_str(), 0660), 0);
   Server server{pool.path(), {"--index-sessions", "8", "--session-timeout-ms", "60000"}};
   ASSERT_TRUE(server.Start());
   struct stat st;
@@ -114,7 +116,7 @@ long Hits(const Server &server, const std::string &path) {
 // (a huge `entries` crashed the next seal; a forged `regions_offset` had
 // the next session's token written wherever it pointed).
 TEST(IndexHostile, TheServerIgnoresWhatTheGroupWritesInTheHeader) {
-  TestPool pool{32ull << 20};
+  TestPool pool{32ull << 20, 64u << 10, "", "--index-size 0"};  // an index file
   Server server{pool.path(), {"--index-sessions", "8"}};
   ASSERT_TRUE(server.Start());
   maru_t *m = nullptr;
@@ -152,7 +154,7 @@ TEST(IndexHostile, TheServerIgnoresWhatTheGroupWritesInTheHeader) {
 // former owner's notes (here forged, stamped a day ahead) made every later
 // read in that region look older than them, and eviction ignored them.
 TEST(IndexReads, ANewOwnerOfARegionHasEveryReadCounted) {
-  TestPool pool{32ull << 20};
+  TestPool pool{32ull << 20, 64u << 10, "", "--index-size 0"};  // an index file
   Server server{pool.path(), {"--index-sessions", "1"}};
   ASSERT_TRUE(server.Start());
   maru_t *m = nullptr;
@@ -224,7 +226,7 @@ bool OpensThroughTheIndex(const Server &server, maru_t *m, const std::string &pa
 // (where the index used to be made, then renamed into place) left the
 // server without an index. It is made unnamed now, and linked in.
 TEST(IndexSquat, ANameMadeBeforeTheStartDoesNotDisableTheIndex) {
-  TestPool pool{32ull << 20};
+  TestPool pool{32ull << 20, 64u << 10, "", "--index-size 0"};  // an index file
   const std::string squat = pool.path() + ".index.new";
   ASSERT_EQ(AsAnyUser("mkdir " + squat + " && touch " + squat + "/x"), 0);
   Server server{pool.path()};
@@ -242,7 +244,7 @@ TEST(IndexSquat, ANameMadeBeforeTheStartDoesNotDisableTheIndex) {
 // so loudly and serves the index under a name of its own, which clients
 // are told; a clean stop removes it.
 TEST(IndexSquat, TheIndexsNameTakenIsReportedAndTheIndexServesElsewhere) {
-  TestPool pool{32ull << 20};
+  TestPool pool{32ull << 20, 64u << 10, "", "--index-size 0"};  // an index file
   const std::string squat = pool.path() + ".index";
   ASSERT_EQ(AsAnyUser("mkdir " + squat), 0);
   Server server{pool.path()};
@@ -265,7 +267,7 @@ TEST(IndexSquat, TheIndexsNameTakenIsReportedAndTheIndexServesElsewhere) {
 // never written: a server used to map whatever file it found there and
 // mark it dead, so that root wrote into another user's file.
 TEST(IndexSquat, AnotherUsersFileAtTheNameIsNeitherWrittenNorUsed) {
-  TestPool pool{32ull << 20};
+  TestPool pool{32ull << 20, 64u << 10, "", "--index-size 0"};  // an index file
   const std::string squat = pool.path() + ".index", kept = pool.path() + ".kept";
   {
     // A live index's header, as a previous server would have left it.

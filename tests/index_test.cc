@@ -43,7 +43,11 @@ class IndexTest : public ::testing::Test {
   maru_t *m_ = nullptr;
 };
 
-TEST_F(IndexTest, TheServerPublishesItNextToThePoolWithThePoolsGroupAndBits) {
+// A pool without a region for the index (mkpool --index-size 0): a file.
+TEST(IndexFile, TheServerPublishesItNextToThePoolWithThePoolsGroupAndBits) {
+  TestPool pool_{32ull << 20, 64u << 10, "", "--index-size 0"};
+  Server server_{pool_.path()};
+  ASSERT_TRUE(server_.Start());
   struct stat pool, index;
   ASSERT_EQ(stat(pool_.path().c_str(), &pool), 0);
   ASSERT_EQ(stat((pool_.path() + ".index").c_str(), &index), 0);
@@ -561,7 +565,7 @@ TEST(IndexReads, AReconnectedClientsReadsStillCountForEviction) {
 }
 
 TEST(IndexFull, AStartFillsSevenEighthsAndTheRestAreAskedFor) {
-  TestPool pool{32ull << 20, 4u << 10};
+  TestPool pool{32ull << 20, 4u << 10, "", "--index-size 0"};
   Server server{pool.path(), {"--index-entries", "4096"}};
   ASSERT_TRUE(server.Start());
   maru_t *m = nullptr;

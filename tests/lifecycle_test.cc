@@ -161,7 +161,7 @@ TEST(Lifecycle, FsckAndVerifyFindCorruptedBytes) {
 }
 
 TEST(Lifecycle, PinsHoldUntilUnpinnedOrTheirTtl) {
-  TestPool pool(16ull << 20);
+  TestPool pool(16ull << 20, 64u << 10, "", "--index-size 0");  // all 16 MiB for chunks
   Server server(pool.path(), {"--high-watermark", "1", "--low-watermark", "1"});
   ASSERT_TRUE(server.Start());
   maru_t *m;

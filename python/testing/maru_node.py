@@ -75,7 +75,8 @@ class MaruNode:
     """
 
     def __init__(self, pool_size: int = 256 << 20, unit: int = 64 << 10,
-                 extra: Optional[List[str]] = None, mode: str = "600") -> None:
+                 extra: Optional[List[str]] = None, mode: str = "600",
+                 index_size: Optional[str] = "0") -> None:
         build = build_root()
         self.maructl = str(build / "tools" / "maructl")
         self.binary = str(build / "src" / "meta" / "maru-server")
@@ -88,6 +89,10 @@ class MaruNode:
         self.extra = extra or []
         self.proc: Optional[subprocess.Popen] = None
         self.pool_size, self.unit, self.mode = pool_size, unit, mode
+        # mkpool's --index-size: "0" (an index file) keeps all of a small
+        # pool for chunks, which the full-pool tests count on; None: the
+        # region mkpool reserves by default.
+        self.index_size = index_size
 
     def _answers(self) -> bool:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
@@ -101,7 +106,8 @@ class MaruNode:
         """Formats the pool and starts the server; raises if it does not answer."""
         try:
             subprocess.run([self.maructl, "mkpool", self.pool, "--size", str(self.pool_size),
-                            "--unit", str(self.unit), "--mode", self.mode],
+                            "--unit", str(self.unit), "--mode", self.mode,
+                            *([] if self.index_size is None else ["--index-size", self.index_size])],
                            check=True, capture_output=True)
             with open(self.log, "ab") as log:
                 self.proc = subprocess.Popen(

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "alloc/dax_device.h"
+#include "proto/index_layout.h"
 #include "util/clock.h"
 #include "util/units.h"
 
@@ -235,7 +236,9 @@ Result<Superblock> FormatPool(const std::string &path, const FormatOptions &opti
     return Status::Error(EINVAL, std::string("allocation unit must be at least the ") +
                                      (geo->devdax ? "device alignment" : "huge page size") + " (" +
                                      FormatSize(geo->align) + ")");
-  LayRegions(options, &sb);
+  FormatOptions laid = options;
+  if (laid.index_bytes == kIndexForServer) laid.index_bytes = index::DefaultBytes(size / sb.unit);
+  LayRegions(laid, &sb);
   size = size / sb.unit * sb.unit;
   if (size < sb.data_offset + sb.unit)
     return Status::Error(EINVAL, "pool too small: at least " +

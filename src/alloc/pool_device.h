@@ -21,13 +21,17 @@ struct FormatOptions {
   Coherence coherence = Coherence::kHw;  // what every host of the pool does
   // Regions reserved between the superblock and the data (rounded up to the
   // mapping alignment; 0: none). The control page is always reserved.
-  uint64_t index_bytes = 0;  // the shared lookup index
+  uint64_t index_bytes = 0;  // the shared lookup index (kIndexForServer: see below)
   uint64_t log_bytes = 0;    // the metadata replication log
   bool force = false;        // reformat a device that already holds a pool
   // A file pool's memory is not allocated up front (pages come as they are
   // touched): for measuring metadata at sizes the host's memory cannot hold.
   bool sparse = false;
 };
+
+// FormatOptions::index_bytes for what maru-server's default index (its
+// default --index-entries and --index-sessions) needs for the pool's size.
+constexpr uint64_t kIndexForServer = ~0ull;
 
 // Writes a fresh superblock (maructl mkpool). Creates or resizes a file
 // pool and allocates its memory up front, so no client pays first-touch

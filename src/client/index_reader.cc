@@ -11,8 +11,16 @@
 
 namespace maru {
 
-std::unique_ptr<IndexReader> IndexReader::Attach(const rpc::OpenSessionReply &session, bool flush) {
-  if (session.index_path().empty() || session.index_region() == 0) return nullptr;
+std::unique_ptr<IndexReader> IndexReader::Attach(const rpc::OpenSessionReply &session, bool flush,
+                                                 const PoolIndex &pool) {
+  if (session.index_region() == 0) return nullptr;
+  if (session.index_in_pool()) {
+    // In this process's own mapping of the pool, where its own read of
+    // the superblock says: nothing to open or unmap.
+    if (!pool.base || pool.bytes < index::kPage) return nullptr;
+    return AttachAt(session, flush, pool.base, pool.bytes, false);
+  }
+  if (session.index_path().empty()) return nullptr;
   int fd = open(session.index_path().c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return nullptr;
   struct stat st;
@@ -24,7 +32,13 @@ std::unique_ptr<IndexReader> IndexReader::Attach(const rpc::OpenSessionReply &se
   void *base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
   if (base == MAP_FAILED) return nullptr;
+  return AttachAt(session, flush, base, bytes, true);
+}
+
+std::unique_ptr<IndexReader> IndexReader::AttachAt(const rpc::OpenSessionReply &session, bool flush,
+                                                   void *base, size_t bytes, bool owned) {
   std::unique_ptr<IndexReader> r(new IndexReader());
+  if (owned) r->mapped_ = base;
   // Thread-locals name the reader by it: a reader's address, or its
   // region's, may be another's of the past (the same memory mapped anew).
   static std::atomic<uint64_t> readers{0};
@@ -41,6 +55,7 @@ std::unique_ptr<IndexReader> IndexReader::Attach(const rpc::OpenSessionReply &se
       h->instance != session.index_instance() || h->entries == 0 ||
       (h->entries & (h->entries - 1)) || h->slots_per_region > index::kSlotsPerRegion ||
       region >= h->regions || h->entries_offset != index::kPage ||
+      h->entries > bytes / sizeof(index::Entry) ||
       h->regions_offset != index::kPage + h->entries * sizeof(index::Entry) ||
       index::FileBytes(h->entries, h->regions) > bytes)
     return nullptr;
@@ -51,14 +66,13 @@ std::unique_ptr<IndexReader> IndexReader::Attach(const rpc::OpenSessionReply &se
   r->token_ = session.index_token();
   r->region_number_ = session.index_region();
   r->slots_ = h->slots_per_region;  // and at most the region's limit, below
-  // The identity the server sees on this process's socket (SO_PEERCRED).
-  r->uid_ = geteuid();
-  r->gid_ = getegid();
-  int n = getgroups(0, nullptr);
-  if (n > 0) {
-    std::vector<gid_t> g(static_cast<size_t>(n));
-    n = getgroups(n, g.data());
-    for (int i = 0; i < n; ++i) r->groups_.push_back(g[static_cast<size_t>(i)]);
+  if (session.index_in_pool()) {
+    // The identity the server named: a token's, over TCP.
+    r->uid_ = session.index_uid();
+    r->gid_ = session.index_gid();
+    r->groups_.assign(session.index_groups().begin(), session.index_groups().end());
+  } else {
+    r->IdentityOfProcess();
   }
   if (!r->Live()) return nullptr;
   // Written before the owner: what the server honours (--max-leases).
@@ -66,15 +80,29 @@ std::unique_ptr<IndexReader> IndexReader::Attach(const rpc::OpenSessionReply &se
   return r;
 }
 
+void IndexReader::IdentityOfProcess() {
+  // What the server sees on this process's socket (SO_PEERCRED).
+  uid_ = geteuid();
+  gid_ = getegid();
+  int n = getgroups(0, nullptr);
+  if (n > 0) {
+    std::vector<gid_t> g(static_cast<size_t>(n));
+    n = getgroups(n, g.data());
+    for (int i = 0; i < n; ++i) groups_.push_back(g[static_cast<size_t>(i)]);
+  }
+}
+
 IndexReader::~IndexReader() {
-  if (base_) munmap(base_, bytes_);
+  if (mapped_) munmap(mapped_, bytes_);
 }
 
 bool IndexReader::Live() const {
   index::Fresh(&header_->state, sizeof(header_->state), flush_);
   index::Fresh(&region_->owner, sizeof(region_->owner), flush_);
+  // The instance too: a server that restarts on a pool's region writes a
+  // new one over the same memory.
   return header_->state.load(std::memory_order_acquire) == index::kLive &&
-         region_->owner.load(std::memory_order_acquire) == token_;
+         header_->instance == instance_ && region_->owner.load(std::memory_order_acquire) == token_;
 }
 
 // The mode bits, as the server's MayAccess reads them.
@@ -218,7 +246,11 @@ bool IndexReader::Take(const Hit &hit, int slot) {
   // FreeSlot's store of `used`, must stay seq_cst.)
   const bool same = entries_[hit.pos].seq.load(std::memory_order_seq_cst) == hit.seq;
   if (same && Live()) return true;
-  Drop(slot, gen);
+  // Undone, live or not: the generation there is the one just written.
+  expected = gen;
+  region_->slots[slot].compare_exchange_strong(expected, 0, std::memory_order_release);
+  index::Written(&region_->slots[slot], sizeof(region_->slots[slot]), flush_);
+  GiveBack(&slot, 1);
   return false;
 }
 
@@ -259,7 +291,11 @@ void IndexReader::NoteReads(const Hit *hits, size_t n) {
 }
 
 void IndexReader::Drop(const int *slots, const uint64_t *gens, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
+  // A region no longer this session's (taken back, or emptied by a server
+  // that restarted on the pool's region) may hold another session's lease
+  // of the same version in the same slot: that is not ours to clear.
+  const bool live = Live();
+  for (size_t i = 0; live && i < n; ++i) {
     uint64_t expected = gens[i];
     region_->slots[slots[i]].compare_exchange_strong(expected, 0, std::memory_order_release);
     index::Written(&region_->slots[slots[i]], sizeof(uint64_t), flush_);

@@ -22,14 +22,23 @@
 
 namespace maru {
 
+// The pool's region for the index, in this process's mapping of the pool
+// (its first device, where the superblock says); null: none.
+struct PoolIndex {
+  void *base = nullptr;
+  size_t bytes = 0;
+};
+
 class IndexReader {
  public:
   // The index the session reply names, mapped; null when there is none, or
   // this process may not open it (not in the pool's group), or may not
   // write lease slots (it may not write the pool either). `flush`: the
   // pool's hosts do not keep caches coherent (PoolMap::flush), so what is
-  // read is invalidated first and what is written is flushed.
-  static std::unique_ptr<IndexReader> Attach(const rpc::OpenSessionReply &session, bool flush);
+  // read is invalidated first and what is written is flushed. An index the
+  // reply says is in the pool is read from `pool`, whatever the transport.
+  static std::unique_ptr<IndexReader> Attach(const rpc::OpenSessionReply &session, bool flush,
+                                             const PoolIndex &pool);
   ~IndexReader();
   IndexReader(const IndexReader &) = delete;
   IndexReader &operator=(const IndexReader &) = delete;
@@ -85,7 +94,14 @@ class IndexReader {
 
  private:
   IndexReader() = default;
+  // Attach, once the index is mapped at [base, base+bytes): checks what
+  // the header says (the pool's group may write it) before using it.
+  // `owned`: this reader's own mapping, unmapped with it.
+  static std::unique_ptr<IndexReader> AttachAt(const rpc::OpenSessionReply &session, bool flush,
+                                               void *base, size_t bytes, bool owned);
   bool MayRead(const index::EntryData &e) const;
+  // Takes this process's uid, gid and groups as the caller's.
+  void IdentityOfProcess();
   // A free slot for this thread, or -1 (every slot is in use).
   int FreeSlot() EXCLUDES(grow_mu_);
 
@@ -97,6 +113,7 @@ class IndexReader {
   };
 
   void *base_ = nullptr;
+  void *mapped_ = nullptr;  // base_, when this reader mapped it (a file)
   size_t bytes_ = 0;
   const index::Header *header_ = nullptr;
   const index::Entry *entries_ = nullptr;

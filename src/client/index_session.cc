@@ -4,8 +4,8 @@
 
 namespace maru {
 
-IndexSession::IndexSession(MetaClient *client, bool enabled, bool flush)
-    : client_(client), enabled_(enabled), flush_(flush) {}
+IndexSession::IndexSession(MetaClient *client, bool enabled, bool flush, PoolIndex pool, bool local)
+    : client_(client), enabled_(enabled), flush_(flush), pool_(pool), local_(local) {}
 
 IndexReader *IndexSession::Current() {
   IndexReader *r = current_.load(std::memory_order_acquire);
@@ -23,7 +23,8 @@ IndexReader *IndexSession::Current() {
   if (r && r->instance() == info.index_instance() && r->region() == info.index_region() &&
       r->token() == info.index_token())
     return r->Live() ? r : nullptr;
-  std::unique_ptr<IndexReader> fresh = IndexReader::Attach(info, flush_);
+  if (!info.index_in_pool() && !local_) return nullptr;
+  std::unique_ptr<IndexReader> fresh = IndexReader::Attach(info, flush_, pool_);
   if (!fresh) return nullptr;
   r = fresh.get();
   readers_.push_back(std::move(fresh));

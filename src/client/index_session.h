@@ -21,9 +21,12 @@ namespace maru {
 
 class IndexSession {
  public:
-  // `enabled` false (MARU_INDEX=0, a remote pool, a TCP server): never used.
+  // `enabled` false (MARU_INDEX=0, a remote pool): never used.
   // `flush`: the pool is not kept coherent by the hardware (PoolMap::flush).
-  IndexSession(MetaClient *client, bool enabled, bool flush);
+  // `pool`: the pool's index region as this process maps it. `local`: the
+  // server is on this host (a Unix socket), so the index file it names is
+  // the one it writes; a remote server's is read only from the pool.
+  IndexSession(MetaClient *client, bool enabled, bool flush, PoolIndex pool, bool local);
   // The live index to read, or null: ask the server.
   IndexReader *Current();
 
@@ -31,6 +34,8 @@ class IndexSession {
   MetaClient *client_;
   const bool enabled_;
   const bool flush_;
+  const PoolIndex pool_;
+  const bool local_;
   std::atomic<IndexReader *> current_{nullptr};
   std::atomic<uint64_t> seen_epoch_{UINT64_MAX};
   Mutex mu_;  // one attach at a time

@@ -17,11 +17,21 @@ Result<std::unique_ptr<ShmIndex>> MetaEngine::CreateIndex() const {
   // The pool says it (every host reads the same superblock).
   for (const SpaceManager::Device &d : space_.devices())
     if (d.superblock.coherence == Coherence::kFlush) o.flush = true;
+  // A region reserved for it in the first device (maructl mkpool
+  // --index-size): the index goes there, where every host finds it. The
+  // superblock was read and checked at start: the region's bounds are the
+  // server's own copy, whatever the pool holds now.
+  if (!space_.devices().empty()) {
+    const Superblock &sb = space_.devices().front().superblock;
+    o.pool_offset = sb.index_offset;
+    o.pool_bytes = sb.index_bytes;
+  }
   const uint64_t units = space_.unit() ? space_.capacity() / space_.unit() : 0;
   Result<std::unique_ptr<ShmIndex>> made =
       ShmIndex::Create(o, options_.pool_paths.front(), units, tree_);
   if (made.ok())
-    LOG_INFO("shared-memory index at %s made in %.0f ms (cpu %.0f)", (*made)->path().c_str(),
+    LOG_INFO("shared-memory index at %s made in %.0f ms (cpu %.0f)",
+             (*made)->in_pool() ? "the pool's index region" : (*made)->path().c_str(),
              clock.total_ms(), clock.total_cpu_ms());
   return made;
 }
@@ -36,15 +46,21 @@ Result<std::unique_ptr<ShmIndex>> MetaEngine::FillIndex(Result<std::unique_ptr<S
   return made;
 }
 
-void MetaEngine::InstallIndex(Result<std::unique_ptr<ShmIndex>> made) {
+Status MetaEngine::InstallIndex(Result<std::unique_ptr<ShmIndex>> made) {
+  // A pool made with a region for the index gets it or nothing: its
+  // operator asked for lookups on every host.
+  const bool in_pool =
+      !space_.devices().empty() && space_.devices().front().superblock.index_bytes != 0;
+  if (!made.ok() && in_pool) return made.status();
   if (!made.ok()) {
     LOG_WARN("no shared-memory index (clients will use messages): %s",
              made.status().ToString().c_str());
-    return;
+    return Status::Ok();
   }
   index_ = std::move(*made);
   space_.set_outside_readers({[this](uint64_t gen) { index_->Retiring(gen); },
                               [this](uint64_t gen) { return index_->Held(gen); }});
+  return Status::Ok();
 }
 
 void MetaEngine::AssignIndexRegion(const Caller &c, Session *s, rpc::OpenSessionReply *rep) {
@@ -59,6 +75,12 @@ void MetaEngine::AssignIndexRegion(const Caller &c, Session *s, rpc::OpenSession
   const uint32_t limit = s->uid == 0 || max == 0 ? index_->slots_per_region() : max;
   LeaseSlots::Assigned a = index_->AssignRegion(s->id, s->uid, limit);
   rep->set_index_path(index_->path());
+  rep->set_index_in_pool(index_->in_pool());
+  if (index_->in_pool()) {
+    rep->set_index_uid(c.uid);
+    rep->set_index_gid(c.gid);
+    for (uint32_t g : c.groups) rep->add_index_groups(g);
+  }
   rep->set_index_instance(index_->instance());
   rep->set_index_region(a.region);
   rep->set_index_token(a.token);

@@ -141,7 +141,7 @@ Status MetaEngine::Load() {
   malloc_trim(0);
   clock.Lap("trim");
   if (index.valid()) {
-    InstallIndex(index.get());
+    MARU_RETURN_IF_ERROR(InstallIndex(index.get()));
     clock.Lap("index (the rest of it)");
   }
   db_->StartCompactions();

@@ -234,7 +234,9 @@ class MetaEngine {
   Result<std::unique_ptr<ShmIndex>> FillIndex(Result<std::unique_ptr<ShmIndex>> made,
                                               const std::vector<Inode *> &order) const
       NO_THREAD_SAFETY_ANALYSIS;
-  void InstallIndex(Result<std::unique_ptr<ShmIndex>> made) REQUIRES(mu_);
+  // An error only for a pool with a region for the index that could not
+  // be made there (too small for --index-entries/--index-sessions).
+  Status InstallIndex(Result<std::unique_ptr<ShmIndex>> made) REQUIRES(mu_);
   void AssignIndexRegion(const Caller &c, Session *s, rpc::OpenSessionReply *rep) REQUIRES(mu_);
   // CheckLease, counting the leases the session holds in its index slots too.
   int CheckLeaseCount(const Session &s) const REQUIRES(mu_);

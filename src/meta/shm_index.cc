@@ -31,12 +31,6 @@ uint64_t Random64() {
   return v;
 }
 
-uint64_t EntriesFor(uint64_t units) {
-  uint64_t want = std::clamp<uint64_t>(units * 2, 4096, 4u << 20), n = 1;
-  while (n < want) n <<= 1;
-  return n;
-}
-
 // Marks an index left by an earlier server dead, so that clients still
 // mapping it stop trusting it. Only a regular file this server's user
 // owns: anything else at the name was put there by someone else, and is
@@ -137,12 +131,30 @@ bool PathOpen(const NamespaceTree &tree, const Inode &inode) {
 // lock: a start's other threads, which grow the heap meanwhile, would wait
 // for all 2 GiB of it (MAP_POPULATE) rather than for a piece. Where the
 // kernel cannot (before 5.14), pages are made as they are touched.
-void Populate(void *base, size_t bytes) {
+void PopulatePages(void *base, size_t bytes) {
   constexpr size_t kPiece = 32 << 20;
   for (size_t at = 0; at < bytes; at += kPiece)
     if (madvise(static_cast<char *>(base) + at, std::min(kPiece, bytes - at),
                 MADV_POPULATE_WRITE) != 0)
       return;
+}
+
+// Writes the header clients read (the server never reads it back). The
+// state stays kStarting until PublishAll.
+void WriteHeader(void *base, const index::Layout &layout, uint64_t instance,
+                 const uint64_t key[2]) {
+  auto *h = static_cast<index::Header *>(base);
+  h->magic = index::kMagic;
+  h->version = index::kVersion;
+  h->state.store(index::kStarting);
+  h->instance = instance;
+  h->key[0] = key[0];
+  h->key[1] = key[1];
+  h->entries = layout.entries;
+  h->entries_offset = layout.entries_offset();
+  h->regions = layout.regions;
+  h->slots_per_region = layout.slots_per_region;
+  h->regions_offset = layout.regions_offset();
 }
 
 }  // namespace
@@ -167,12 +179,66 @@ std::string DefaultIndexPath(const std::string &pool_path, const std::string &po
 Result<std::unique_ptr<ShmIndex>> ShmIndex::Create(const IndexOptions &options,
                                                    const std::string &pool_path,
                                                    uint64_t pool_units, const NamespaceTree &tree) {
+  index::Layout layout;
+  layout.entries = options.entries ? options.entries : index::DefaultEntries(pool_units);
+  if (layout.entries & (layout.entries - 1))
+    return Status::Error(EINVAL, "index entries: a power of two");
+  layout.regions = std::max<uint32_t>(options.regions, 1);
+  layout.flush = options.flush;
+  return options.pool_bytes ? CreateInPool(options, pool_path, layout, tree)
+                            : CreateFile(options, pool_path, layout, tree);
+}
+
+Result<std::unique_ptr<ShmIndex>> ShmIndex::CreateInPool(const IndexOptions &options,
+                                                         const std::string &pool_path,
+                                                         const index::Layout &layout,
+                                                         const NamespaceTree &tree) {
+  // Checked against the server's own numbers (read from the superblock at
+  // start, CRC-checked), never against what the region holds.
+  if (layout.bytes() > options.pool_bytes)
+    return Status::Error(
+        ENOSPC, "--index-entries " + std::to_string(layout.entries) + " and --index-sessions " +
+                    std::to_string(layout.regions) + " need " + std::to_string(layout.bytes()) +
+                    " bytes of index; the pool's index region has " +
+                    std::to_string(options.pool_bytes) +
+                    " (lower them, or make the pool with a larger maructl mkpool --index-size)");
+  PoolDevice::OpenOptions open;
+  open.writable = true;
+  Result<std::unique_ptr<PoolDevice>> pool = PoolDevice::Open(pool_path, open);
+  if (!pool.ok()) return pool.status();
+  PoolDevice &d = **pool;
+  if (options.pool_offset < kSuperblockBytes || options.pool_offset > d.mapped_bytes() ||
+      options.pool_bytes > d.mapped_bytes() - options.pool_offset)
+    return Status::Error(EINVAL, "the pool's index region lies outside its mapping");
+  struct stat st;
+  if (fstat(d.fd(), &st) != 0) return Errno("stat " + pool_path);
+  uint8_t *base = d.base() + options.pool_offset;
+  // Clients of a predecessor let go first (the state, then a new instance:
+  // IndexReader::Live checks both); then every byte a predecessor or a
+  // client left goes, so that the region starts as a new file would.
+  auto *h = reinterpret_cast<index::Header *>(base);
+  h->state.store(index::kDead);
+  index::Written(&h->state, sizeof(h->state), layout.flush);
+  memset(base + index::kPage, 0, options.pool_bytes - index::kPage);
+  const uint64_t instance = Random64();
+  const uint64_t key[2] = {Random64(), Random64()};
+  WriteHeader(base, layout, instance, key);
+  memset(reinterpret_cast<char *>(h + 1), 0, index::kPage - sizeof(*h));
+  index::Written(base, options.pool_bytes, layout.flush);
+  auto made = std::unique_ptr<ShmIndex>(new ShmIndex("", base, layout, instance, key, tree));
+  made->pool_ = std::move(*pool);
+  // Whoever may map the pool read-write may use the index.
+  made->SetAccess(options, st, 0666);
+  return made;
+}
+
+Result<std::unique_ptr<ShmIndex>> ShmIndex::CreateFile(const IndexOptions &options,
+                                                       const std::string &pool_path,
+                                                       const index::Layout &layout,
+                                                       const NamespaceTree &tree) {
   struct stat pool;
   if (stat(pool_path.c_str(), &pool) != 0) return Errno("stat " + pool_path);
-  const uint64_t entries = options.entries ? options.entries : EntriesFor(pool_units);
-  if (entries & (entries - 1)) return Status::Error(EINVAL, "index entries: a power of two");
-  const uint32_t regions = std::max<uint32_t>(options.regions, 1);
-  const size_t bytes = index::FileBytes(entries, regions);
+  const size_t bytes = layout.bytes();
   MarkOldDead(options.path, options.flush);
   std::string named;
   int fd = MakeFile(DirOf(options.path), options.path + ".new.", &named);
@@ -194,30 +260,15 @@ Result<std::unique_ptr<ShmIndex>> ShmIndex::Create(const IndexOptions &options,
     s = Errno("size the index");
   else if ((base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED)
     s = Errno("map the index");
-  if (s.ok()) Populate(base, bytes);
+  if (s.ok()) PopulatePages(base, bytes);
   if (!s.ok()) {
     close(fd);
     if (!named.empty()) unlink(named.c_str());
     return s;
   }
-  index::Layout layout;
-  layout.entries = entries;
-  layout.regions = regions;
-  layout.flush = options.flush;
   const uint64_t instance = Random64();
   const uint64_t key[2] = {Random64(), Random64()};
-  auto *h = static_cast<index::Header *>(base);
-  h->magic = index::kMagic;
-  h->version = index::kVersion;
-  h->state.store(index::kStarting);
-  h->instance = instance;
-  h->key[0] = key[0];
-  h->key[1] = key[1];
-  h->entries = layout.entries;
-  h->entries_offset = layout.entries_offset();
-  h->regions = layout.regions;
-  h->slots_per_region = layout.slots_per_region;
-  h->regions_offset = layout.regions_offset();
+  WriteHeader(base, layout, instance, key);
   // In memory before a client on another host can find the file.
   index::Written(base, bytes, layout.flush);
   // Named only now: a client that opens it finds a complete header.
@@ -229,12 +280,16 @@ Result<std::unique_ptr<ShmIndex>> ShmIndex::Create(const IndexOptions &options,
     return where.status();
   }
   auto index = std::unique_ptr<ShmIndex>(new ShmIndex(*where, base, layout, instance, key, tree));
-  index->set_regions_per_uid(options.regions_per_uid ? options.regions_per_uid
-                                                     : std::max<uint32_t>(regions / 4, 1));
-  index->file_uid_ = made.st_uid;
-  index->file_gid_ = made.st_gid;
-  index->file_mode_ = made.st_mode & 07777;
+  index->SetAccess(options, made, 07777);
   return index;
+}
+
+void ShmIndex::SetAccess(const IndexOptions &options, const struct stat &st, uint32_t bits) {
+  set_regions_per_uid(options.regions_per_uid ? options.regions_per_uid
+                                              : std::max<uint32_t>(layout_.regions / 4, 1));
+  file_uid_ = st.st_uid;
+  file_gid_ = st.st_gid;
+  file_mode_ = st.st_mode & bits;
 }
 
 bool ShmIndex::MayOpen(const Caller &c) const {
@@ -263,6 +318,7 @@ ShmIndex::ShmIndex(std::string path, void *base, const index::Layout &layout, ui
 ShmIndex::~ShmIndex() {
   header_->state.store(index::kDead);
   index::Written(&header_->state, sizeof(header_->state), layout_.flush);
+  if (pool_) return;  // the region stays, dead, until the next server empties it
   // Only our own file: a newer server may have replaced it already.
   int fd = open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd >= 0) {

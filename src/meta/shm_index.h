@@ -16,12 +16,15 @@
 // writer of entries, so the index needs no lock of its own.
 #pragma once
 
+#include <sys/stat.h>
+
 #include <memory>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
+#include "alloc/pool_device.h"
 #include "meta/identity.h"
 #include "meta/lease_slots.h"
 #include "meta/namespace_tree.h"
@@ -32,15 +35,19 @@
 namespace maru {
 
 struct IndexOptions {
-  std::string path;        // empty: next to the pool (see DefaultIndexPath)
-  uint64_t entries = 0;    // 0: twice the pool's units, between 4Ki and 4Mi
-  uint32_t regions = 256;  // sessions with lease slots at once
+  std::string path;                           // empty: next to the pool (see DefaultIndexPath)
+  uint64_t entries = 0;                       // 0: twice the pool's units, between 4Ki and 4Mi
+  uint32_t regions = index::kDefaultRegions;  // sessions with lease slots at once
   // Regions one uid other than root may hold (0: regions / 4, at least 1),
   // so that one member of the pool's group cannot take them all.
   uint32_t regions_per_uid = 0;
   // The pool's hosts do not keep caches coherent: flush what is written,
   // invalidate what clients wrote before reading it (Coherence::kFlush).
   bool flush = false;
+  // The pool's own region for the index (its first device's superblock):
+  // when `bytes` is nonzero the index lives there, in the pool mapping that
+  // every host shares, instead of in a file only this host sees.
+  uint64_t pool_offset = 0, pool_bytes = 0;
 };
 
 // `<pool>.index` for a pool file; /dev/shm/maru-<uuid>.index for a device.
@@ -51,6 +58,10 @@ class ShmIndex {
   // Replaces any index at the path (marking the old one dead, so that its
   // readers let go) with an empty one; the file gets the pool file's group
   // and at most its mode (without x): it opens no door the pool does not.
+  // With a pool region (options.pool_bytes), the region is emptied and
+  // made the index instead: no file, the pool's own permissions. A region
+  // too small for the entries and sessions asked for is an error (ENOSPC)
+  // that names the flags.
   static Result<std::unique_ptr<ShmIndex>> Create(const IndexOptions &options,
                                                   const std::string &pool_path, uint64_t pool_units,
                                                   const NamespaceTree &tree);
@@ -101,7 +112,9 @@ class ShmIndex {
   size_t SlotLeases(uint64_t session) const { return slots_.Held(session); }
   uint32_t slots_per_region() const { return layout_.slots_per_region; }
 
+  // The file clients open; empty when the index is in the pool.
   const std::string &path() const { return path_; }
+  bool in_pool() const { return pool_ != nullptr; }
   uint64_t instance() const { return instance_; }
   size_t entries_used() const { return by_gen_.size(); }
   uint64_t overflow() const { return overflow_; }
@@ -109,6 +122,18 @@ class ShmIndex {
  private:
   ShmIndex(std::string path, void *base, const index::Layout &layout, uint64_t instance,
            const uint64_t key[2], const NamespaceTree &tree);
+  // Create's two places: a new file, or the pool's region.
+  static Result<std::unique_ptr<ShmIndex>> CreateFile(const IndexOptions &options,
+                                                      const std::string &pool_path,
+                                                      const index::Layout &layout,
+                                                      const NamespaceTree &tree);
+  static Result<std::unique_ptr<ShmIndex>> CreateInPool(const IndexOptions &options,
+                                                        const std::string &pool_path,
+                                                        const index::Layout &layout,
+                                                        const NamespaceTree &tree);
+  // Who may use the index (MayOpen): the owner, group and `bits` of the
+  // mode in `st` (the file's, or the pool's); and regions a uid may hold.
+  void SetAccess(const IndexOptions &options, const struct stat &st, uint32_t bits);
   // A chunk that could not be entered: counted here, and shown to clients.
   void Overflowed();
   // Whether the entry at `pos` holds the version the server put there.
@@ -125,6 +150,7 @@ class ShmIndex {
   std::string path_;
   uint32_t file_uid_ = 0, file_gid_ = 0, file_mode_ = 0;  // the index file's, as made
   void *base_;
+  std::unique_ptr<PoolDevice> pool_;  // the pool mapping base_ lies in, if in the pool
   // What the server made, in its own memory: every place in the file is
   // computed from these, never from the header, which the pool's group
   // may write (docs/security.md, "The shared-memory index").

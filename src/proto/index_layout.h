@@ -123,6 +123,21 @@ inline uint64_t FileBytes(uint64_t entries, uint32_t regions) {
   return kPage + entries * sizeof(Entry) + static_cast<uint64_t>(regions) * kRegionBytes;
 }
 
+// The server's defaults, which `maructl mkpool` sizes a pool's index region
+// for: entries twice the pool's allocation units (a power of two, 4Ki to
+// 4Mi), and regions for this many sessions.
+constexpr uint32_t kDefaultRegions = 256;
+inline uint64_t DefaultEntries(uint64_t units) {
+  const uint64_t want = units < 2048 ? 4096 : units > (2u << 20) ? 4u << 20 : units * 2;
+  uint64_t n = 1;
+  while (n < want) n <<= 1;
+  return n;
+}
+// The bytes of an index with the server's defaults for a pool of `units`.
+inline uint64_t DefaultBytes(uint64_t units) {
+  return FileBytes(DefaultEntries(units), kDefaultRegions);
+}
+
 // Where the parts of an index file lie, as its server made it. The server
 // keeps this in its own memory and never reads the Header back: the
 // Header is for clients, and every member of the pool's group may write

@@ -30,7 +30,10 @@ int Mkpool(int argc, char **argv) {
                "(it does not: a CXL 2.0 switch; writers flush, readers invalidate)");
   flags.Size("index-size", &index_size,
              "reserve this much of the pool for the shared lookup index, so that every\n"
-             "host that maps the pool looks up without a message (default 0: none)");
+             "host that maps the pool looks up without a message (default: what the\n"
+             "server's default --index-entries and --index-sessions need for the pool's\n"
+             "size; 0: none, the server keeps an index file beside the pool)");
+  index_size = kIndexForServer;  // after the flag took its (empty) default text
   flags.Size("log-size", &log_size,
              "reserve this much of the pool for the metadata replication log that hot\n"
              "standby servers tail (docs/ha.md; default 0: none)");
