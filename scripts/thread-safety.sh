@@ -32,6 +32,8 @@ DROP_WITH_ARG = {"-o", "-MQ", "-MF", "-MT"}
 
 def command(entry):
     args = shlex.split(entry["command"]) if "command" in entry else list(entry["arguments"])
+    if os.path.basename(args[0]) in ("ccache", "sccache"):  # a compiler launcher
+        args = args[1:]
     out, skip = [clang], False
     for a in args[1:]:
         if skip:

@@ -7,7 +7,7 @@
 
 namespace maru_test {
 
-HaGroup::HaGroup() : pool_(256ull << 20, 64u << 10, "", " --log-size 16M --index-size 8M") {
+HaGroup::HaGroup() : pool_(256ull << 20, 64u << 10, "", "--log-size 16M") {
   const std::string token = UniqueName("ha-token");
   token_file_ = dir_.path() + "/tokens";
   std::ofstream(token_file_) << token << " 0:0\n";

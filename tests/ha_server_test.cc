@@ -24,9 +24,13 @@ namespace {
 // A maru-server's RPC layer in this process: engine, service, gate.
 class GatedServer {
  public:
-  GatedServer() {
+  // The servers of one pool (a client refuses to resume with a server of
+  // another). Without the shared index: two live engines would each claim
+  // the pool's index region.
+  explicit GatedServer(const std::string &pool) {
     EngineOptions options;
-    options.pool_paths = {pool_.path()};
+    options.pool_paths = {pool};
+    options.index = false;
     options.db_dir = dir_.path() + "/db";
     options.grace_ms = 0;
     Result<std::unique_ptr<MetaEngine>> e = MetaEngine::Open(options);
@@ -60,7 +64,6 @@ class GatedServer {
 
  private:
   maru_test::TempDir dir_;
-  maru_test::TestPool pool_{64ull << 20};
   std::unique_ptr<MetaEngine> engine_;
   PeerRegistry peers_;
   LeaderGate gate_;
@@ -82,7 +85,8 @@ ClientOptions Quick() {
 }
 
 TEST(HaServerTest, AServerThatDoesNotLeadNamesTheLeader) {
-  GatedServer standby;
+  maru_test::TestPool pool(64ull << 20);
+  GatedServer standby(pool.path());
   ASSERT_TRUE(standby.ok());
   standby.gate().Follow("unix:///run/maru/leader.sock");
   auto channel = grpc::CreateChannel(standby.address(), grpc::InsecureChannelCredentials());
@@ -98,7 +102,8 @@ TEST(HaServerTest, AServerThatDoesNotLeadNamesTheLeader) {
 }
 
 TEST(HaServerTest, ClientsSkipAndLeaveServersThatDoNotLead) {
-  GatedServer a, b;
+  maru_test::TestPool pool(64ull << 20);
+  GatedServer a(pool.path()), b(pool.path());
   ASSERT_TRUE(a.ok() && b.ok());
   a.gate().Follow(b.address());
   b.gate().Lead(1);
@@ -120,7 +125,8 @@ TEST(HaServerTest, ClientsSkipAndLeaveServersThatDoNotLead) {
 }
 
 TEST(HaServerTest, ClientsRefuseAServerThePoolFencedOut) {
-  GatedServer old_leader, new_leader;
+  maru_test::TestPool pool(64ull << 20);
+  GatedServer old_leader(pool.path()), new_leader(pool.path());
   ASSERT_TRUE(old_leader.ok() && new_leader.ok());
   // Both still answer, as a deposed leader that has not noticed would.
   old_leader.gate().Lead(4);
@@ -130,7 +136,6 @@ TEST(HaServerTest, ClientsRefuseAServerThePoolFencedOut) {
   EXPECT_EQ((*client)->current_address(), old_leader.address());
 
   // The pool the client maps says epoch 5 leads.
-  maru_test::TestPool pool(64ull << 20);
   auto device = PoolDevice::Open(pool.path(), PoolDevice::OpenOptions());
   ASSERT_TRUE(device.ok());
   auto control = PoolControl::At((*device)->base(), (*device)->superblock());
