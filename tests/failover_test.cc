@@ -13,6 +13,7 @@
 
 #include "ha_group.h"
 #include "harness.h"
+#include "helpers/etcd_cluster.h"
 
 namespace {
 
@@ -155,6 +156,43 @@ TEST_F(FailoverTest, AllEtcdMembersLostStopsWritesAndFailoversNotReads) {
   std::getline(in, opened);
   std::getline(in, read);
   EXPECT_EQ(read, "read ok");
+}
+
+}  // namespace
+
+namespace {
+
+using maru_test::Server;
+using maru_test::TestPool;
+
+// Without etcd, one server leads a pool: a second is refused while the
+// first lives, and a pool once led through etcd is refused to both.
+TEST(LeadAloneTest, ASecondServerWithoutEtcdIsRefused) {
+  TestPool pool;
+  Server first(pool.path());
+  ASSERT_TRUE(first.Start()) << first.log();
+  Server second(pool.path());
+  std::string out;
+  EXPECT_NE(second.RunToExit(&out), 0);
+  EXPECT_NE(out.find("another maru-server"), std::string::npos) << out;
+  first.Kill9();  // gone: the next one is not refused
+  ASSERT_TRUE(second.Start()) << second.log();
+}
+
+TEST(LeadAloneTest, APoolFencedAheadIsRefused) {
+  TestPool pool(256ull << 20, 64u << 10, "", "--log-size 4M");
+  maru_test::EtcdCluster etcd(1);
+  ASSERT_TRUE(etcd.Start());
+  ASSERT_TRUE(maru_test::RaisePoolFence(pool.path(), 1000));
+  // Through etcd: the epoch etcd gives (1) is behind the pool's.
+  Server elected(pool.path(), {"--etcd", etcd.endpoints(), "--member", "a"});
+  std::string out;
+  EXPECT_NE(elected.RunToExit(&out), 0);
+  EXPECT_NE(out.find("ahead"), std::string::npos) << out;
+  // Without etcd: the pool is led through it.
+  Server alone(pool.path());
+  EXPECT_NE(alone.RunToExit(&out), 0);
+  EXPECT_NE(out.find("--etcd"), std::string::npos) << out;
 }
 
 }  // namespace

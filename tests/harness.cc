@@ -383,6 +383,16 @@ bool MakePoolPredateRegions(const std::string &pool) {
   return RewriteSuperblockHeader(pool, 172);
 }
 
+bool RaisePoolFence(const std::string &pool, uint64_t epoch) {
+  // The layout of src/alloc/pool_control.cc: the fence is the first word of
+  // the control page, right after the 4 KiB superblock.
+  int fd = open(pool.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool ok = pwrite(fd, &epoch, sizeof(epoch), 4096) == sizeof(epoch);
+  close(fd);
+  return ok;
+}
+
 bool MappedFrom(const void *p, uint64_t len, const std::string &file) {
   // Every byte must lie in some mapping of `file`; a fragmented chunk spans
   // several mappings back to back.

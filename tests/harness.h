@@ -244,6 +244,9 @@ bool MakePoolPredateCoherence(const std::string &pool);
 // Rewrites a fresh pool's superblock as one formatted before the control
 // page and the regions existed (false if it has an index or log region).
 bool MakePoolPredateRegions(const std::string &pool);
+// Sets the pool's fencing epoch (its control page) to `epoch`, as a leader
+// elected through etcd would have.
+bool RaisePoolFence(const std::string &pool, uint64_t epoch);
 // The offset in `file` that address `p` maps, or ~0 if none.
 uint64_t OffsetInFile(const void *p, const std::string &file);
 

@@ -159,6 +159,13 @@ Result<std::unique_ptr<HaMember>> HaMember::FollowUntilLeading(const HaMemberOpt
   member->leadership_ = std::move(*leadership);
   LagPublisher lag(&member->leadership_->election(), &standby);
   while (elected.load() == 0) {
+    // A pool fenced past the epoch etcd gave: etcd is behind the pool, and
+    // only an operator can say which is right. Refuse to lead.
+    if (Status s = member->leadership_->status(); s.errnum() == ESTALE) {
+      member->leadership_.reset();
+      standby.Stop();
+      return s;
+    }
     lag.Tick();
     const timespec tick = {0, 20 * 1000 * 1000};
     if (sigtimedwait(&stop, nullptr, &tick) > 0) {

@@ -87,6 +87,9 @@ std::string RenderPrometheus(const rpc::StatsReply &st) {
         << "\n";
     out << "maru_operation_duration_seconds_count{op=\"" << op.op() << "\"} " << op.count() << "\n";
   }
+  Metric(out, "maru_leader_epoch", "gauge",
+         "The fencing epoch this server leads its pool with (0: a server without etcd).");
+  out << "maru_leader_epoch " << st.leader_epoch() << "\n";
   Metric(out, "maru_stored_bytes_total", "counter", "Bytes of chunks sealed.");
   out << "maru_stored_bytes_total " << st.bytes_stored() << "\n";
   Metric(out, "maru_loaded_bytes_total", "counter", "Bytes of chunks opened for reading.");

@@ -9,6 +9,7 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
@@ -121,6 +122,9 @@ std::vector<std::string> Render(const std::string &server, const Sample &now, co
   auto rate = [&](uint64_t a, uint64_t b) { return static_cast<double>(a - b) / secs; };
   snprintf(buf, sizeof(buf), "marutop  %-34.34s up %-7s sessions %-4" PRIu64 " pins %" PRIu64,
            server.c_str(), Uptime(st.uptime_ns()).c_str(), st.sessions(), st.pins());
+  if (st.leader_epoch())  // one of several servers of the pool (docs/ha.md)
+    snprintf(buf + strlen(buf), sizeof(buf) - strlen(buf), "  leads at epoch %" PRIu64,
+             st.leader_epoch());
   lines.push_back(buf);
   for (const auto &d : now.statfs.devices()) {
     double frac = d.size() ? static_cast<double>(d.used()) / static_cast<double>(d.size()) : 0;
