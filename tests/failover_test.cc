@@ -72,6 +72,29 @@ class FailoverTest : public ::testing::Test {
   pid_t writer_ = -1;
 };
 
+// What an operator sees: the leader at its epoch, the pool fenced at it,
+// two standbys not behind.
+TEST_F(FailoverTest, ClusterStatusShowsTheLeaderAndItsStandbys) {
+  std::string out;
+  ASSERT_EQ(maru_test::Run(maru_test::MaructlBinary() + " cluster status --json --pool " +
+                               group_.pool() + " --etcd " + group_.etcd().endpoints(),
+                           &out),
+            0)
+      << out;
+  const std::string leader = "\"id\":\"h" + std::to_string(leader_) + "\"";
+  EXPECT_NE(out.find("\"leader\":{" + leader), std::string::npos) << out;
+  EXPECT_NE(out.find("\"fence_epoch\":" + std::to_string(epoch_)), std::string::npos) << out;
+  for (int i = 0; i < 3; ++i)
+    EXPECT_NE(out.find("\"id\":\"h" + std::to_string(i) + "\""), std::string::npos) << out;
+  // etcd gone: said in one line, and a non-zero exit.
+  group_.etcd().KillAll();
+  EXPECT_NE(maru_test::Run(maru_test::MaructlBinary() + " cluster status --pool " + group_.pool() +
+                               " --etcd " + group_.etcd().endpoints(),
+                           &out),
+            0);
+  EXPECT_NE(out.find("etcd         unreachable"), std::string::npos) << out;
+}
+
 TEST_F(FailoverTest, KillNineOfTheLeaderUnderLoad) {
   StartWriter(200);
   ASSERT_TRUE(WaitForStored(40));
