@@ -19,43 +19,17 @@ bin=$PWD/build
 seconds=${1:-3}
 work=$(mktemp -d /tmp/maru-pool-index.XXXXXX)
 pool=/dev/shm/maru-pool-index-$$.pool
-lan=maru-lan-pix-$$
-ips=(10.213.7.10 10.213.7.11)
-hosts=() holders=() server_pid=
+server_pid=
+. scripts/lib/hosts.sh
 cleanup() {
   set +e
   [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
-  for p in "${holders[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
-  for ns in "${hosts[@]}" "$lan"; do ip netns del "$ns" 2>/dev/null; done
+  hosts_down
   rm -f "$pool" "$pool.index"
   rm -rf "$work"
 }
 trap cleanup EXIT
-
-on() {
-  local h=$1
-  shift
-  nsenter -t "${holders[$h]}" -n -m "$@"
-}
-
-ip netns add "$lan"
-ip -n "$lan" link add br0 type bridge
-ip -n "$lan" link set br0 up
-for i in 0 1; do
-  ns=maru-ns-pix-$$-$i
-  ip netns add "$ns"
-  hosts+=("$ns")
-  ip link add "p$i" netns "$lan" type veth peer name eth0 netns "$ns"
-  ip -n "$lan" link set "p$i" master br0 up
-  ip -n "$ns" addr add "${ips[$i]}/24" dev eth0
-  ip -n "$ns" link set eth0 up
-  ip -n "$ns" link set lo up
-  ip netns exec "$ns" sleep infinity &
-  holders+=($!)
-done
-for i in 0 1; do
-  until [ "$(readlink "/proc/${holders[$i]}/exe")" = "$(command -v sleep)" ]; do sleep 0.05; done
-done
+hosts_up pix 2 10.213.7
 
 # mkpool's default --index-size: the region the server's defaults need.
 "$bin"/tools/maructl mkpool "$pool" --size 1G --label pool-index >/dev/null

@@ -29,51 +29,23 @@ trace=$(readlink -f "$trace")  # a host's commands start in its root directory
 
 work=$(mktemp -d /tmp/maru-hosts.XXXXXX)
 pool=/dev/shm/maru-hosts-$$.pool
-lan=maru-lan-hosts-$$
-# The network lives in namespaces only (the machine has no address on it),
-# so its subnet cannot clash with the machine's or another run's.
-ips=(10.213.0.10 10.213.0.11 10.213.0.12)
-hosts=() holders=() server_pid=
+server_pid=
+. scripts/lib/hosts.sh
 cleanup() {
   set +e
   for i in "${!holders[@]}"; do
     nsenter -t "${holders[$i]}" -m sh -c "mountpoint -q $work/mnt && fusermount3 -u $work/mnt"
   done
   [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
-  for p in "${holders[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
-  for ns in "${hosts[@]}" "$lan"; do ip netns del "$ns" 2>/dev/null; done
+  hosts_down
   rm -f "$pool" "$pool.index"
   rm -rf "$work"
 }
 trap cleanup EXIT
 
-# Runs a command on host $1.
-on() {
-  local h=$1
-  shift
-  nsenter -t "${holders[$h]}" -n -m "$@"
-}
-
 echo "== three hosts: network namespaces on one bridge, each with its own mount namespace"
-ip netns add "$lan"
-ip -n "$lan" link add br0 type bridge
-ip -n "$lan" link set br0 up
+hosts_up hosts 3 10.213.0
 for i in 0 1 2; do
-  ns=maru-ns-hosts-$$-$i
-  ip netns add "$ns"
-  hosts+=("$ns")
-  ip link add "h$i" netns "$lan" type veth peer name eth0 netns "$ns"
-  ip -n "$lan" link set "h$i" master br0 up
-  ip -n "$ns" addr add "${ips[$i]}/24" dev eth0
-  ip -n "$ns" link set eth0 up
-  ip -n "$ns" link set lo up
-  # `ip netns exec` gives what it runs a mount namespace of its own; this
-  # process holds it, and every later command of the host enters it.
-  ip netns exec "$ns" sleep infinity &
-  holders+=($!)
-done
-for i in 0 1 2; do
-  until [ "$(readlink "/proc/${holders[$i]}/exe")" = "$(command -v sleep)" ]; do sleep 0.05; done
   echo "   host $i: ${ips[$i]}, namespaces held by pid ${holders[$i]} (nsenter -t ${holders[$i]} -n -m CMD)"
 done
 
