@@ -745,5 +745,26 @@ TEST_F(EngineTest, PerSessionCapsRefuseWithEmfileButSpareRoot) {
     EXPECT_EQ(Create("/r/" + std::to_string(i), 4096, root_, session_).error(), 0);
 }
 
+// The pool's servers, as the leader's /metrics shows them (docs/ha.md).
+TEST(MetricsTest, ShowTheLeadersEpochAndEachServersLag) {
+  rpc::StatsReply st;
+  st.set_leader_epoch(7);
+  rpc::ServerMember *leader = st.add_members();
+  leader->set_id("a");
+  leader->set_leads(true);
+  leader->set_electable(true);
+  rpc::ServerMember *behind = st.add_members();
+  behind->set_id("b\"");
+  behind->set_lag_bytes(4096);
+  const std::string text = RenderPrometheus(st);
+  EXPECT_NE(text.find("maru_leader_epoch 7\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("maru_server_lag_bytes{member=\"a\",role=\"leader\"} 0\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("maru_server_lag_bytes{member=\"b\\\"\",role=\"standby\"} 4096\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("maru_server_electable{member=\"b\\\"\"} 0\n"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace maru

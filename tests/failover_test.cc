@@ -86,6 +86,17 @@ TEST_F(FailoverTest, ClusterStatusShowsTheLeaderAndItsStandbys) {
   EXPECT_NE(out.find("\"fence_epoch\":" + std::to_string(epoch_)), std::string::npos) << out;
   for (int i = 0; i < 3; ++i)
     EXPECT_NE(out.find("\"id\":\"h" + std::to_string(i) + "\""), std::string::npos) << out;
+  // The leader's own stats (what marutop and /metrics show) list them too.
+  ASSERT_TRUE(WaitFor([&] {
+    maru_test::Run(group_.host(writer_host_).Exec() + group_.ClientEnv() +
+                       maru_test::MaructlBinary() + " stats --json --server " + group_.servers(),
+                   &out);
+    return out.find("\"servers\"") != std::string::npos;
+  })) << out;
+  EXPECT_NE(out.find("\"leader_epoch\":" + std::to_string(epoch_)), std::string::npos) << out;
+  const size_t at = out.find("\"id\":\"h" + std::to_string(leader_) + "\"");
+  ASSERT_NE(at, std::string::npos) << out;
+  EXPECT_EQ(out.find("\"leads\":true", at), out.find("\"leads\"", at)) << out;
   // etcd gone: said in one line, and a non-zero exit.
   group_.etcd().KillAll();
   EXPECT_NE(maru_test::Run(maru_test::MaructlBinary() + " cluster status --pool " + group_.pool() +

@@ -178,6 +178,8 @@ Result<std::unique_ptr<HaMember>> HaMember::FollowUntilLeading(const HaMemberOpt
   // The pool is fenced at our epoch: the old leader's checks fail from
   // here on, so the log's head cannot move while we apply up to it.
   MARU_RETURN_IF_ERROR(standby.Promote());
+  HaMember *m = member.get();
+  member->lister_ = std::thread([m] { m->ListMembers(); });
   LOG_INFO("leading at epoch %llu from log record %llu",
            static_cast<unsigned long long>(member->epoch_),
            static_cast<unsigned long long>(standby.applied().seq));
@@ -187,6 +189,23 @@ Result<std::unique_ptr<HaMember>> HaMember::FollowUntilLeading(const HaMemberOpt
 HaMember::~HaMember() {
   stop_.store(true);
   if (heartbeat_.joinable()) heartbeat_.join();
+  if (lister_.joinable()) lister_.join();
+}
+
+std::vector<MemberInfo> HaMember::Members() const {
+  MutexLock lock(&members_mu_);
+  return members_;
+}
+
+void HaMember::ListMembers() {
+  for (int64_t next = 0; !stop_.load(); usleep(100 * 1000)) {
+    if (MonotonicMs() < next) continue;
+    next = MonotonicMs() + 1000;
+    Result<std::vector<MemberInfo>> members = leadership_->election().Members();
+    if (!members.ok()) continue;  // etcd away: the last list stands
+    MutexLock lock(&members_mu_);
+    members_ = std::move(*members);
+  }
 }
 
 void HaMember::Announce() {

@@ -20,12 +20,14 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "alloc/pool_control.h"
 #include "alloc/pool_device.h"
 #include "ha/leader_election.h"
 #include "ha/leader_gate.h"
 #include "ha/leadership.h"
+#include "util/mutex.h"
 #include "util/status.h"
 
 namespace maru {
@@ -61,6 +63,9 @@ class HaMember {
   bool MayWrite() const { return leadership_ ? leadership_->MayWrite() : control_.Holds(epoch_); }
   // What the service tells clients: the epoch it leads with.
   const LeaderGate &gate() const { return gate_; }
+  // The pool's servers as etcd last listed them (refreshed every second
+  // while this one leads): for the stats, marutop and /metrics.
+  std::vector<MemberInfo> Members() const EXCLUDES(members_mu_);
 
  private:
   HaMember(std::unique_ptr<PoolDevice> device, PoolControl control)
@@ -69,6 +74,8 @@ class HaMember {
   // and keeps its heartbeat there.
   void Announce();
   void Beat();
+  // Keeps members_ current, until stop_.
+  void ListMembers() EXCLUDES(members_mu_);
 
   // Who this process is, in the leader record: "PID@HOST/BOOT".
   static std::string ProcessId();
@@ -81,6 +88,9 @@ class HaMember {
   uint64_t epoch_ = 0;
   std::atomic<bool> stop_{false};
   std::thread heartbeat_;
+  std::thread lister_;
+  mutable Mutex members_mu_;
+  std::vector<MemberInfo> members_ GUARDED_BY(members_mu_);
 };
 
 }  // namespace maru

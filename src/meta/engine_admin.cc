@@ -64,6 +64,7 @@ void MetaEngine::FillStats(rpc::StatsReply *rep) {
   rep->set_lookups(lookups_);
   rep->set_lookup_hits(lookup_hits_);
   rep->set_leader_epoch(options_.log_epoch);
+  if (options_.fill_server_stats) options_.fill_server_stats(rep);
   evictor_->FillStats(rep);
   quotas_.Fill(rep->mutable_quotas());
   rep->set_bytes_stored(bytes_stored_);

@@ -90,6 +90,15 @@ std::string RenderPrometheus(const rpc::StatsReply &st) {
   Metric(out, "maru_leader_epoch", "gauge",
          "The fencing epoch this server leads its pool with (0: a server without etcd).");
   out << "maru_leader_epoch " << st.leader_epoch() << "\n";
+  Metric(out, "maru_server_lag_bytes", "gauge",
+         "How far each of the pool's servers is behind the leader's log (docs/ha.md).");
+  for (const auto &m : st.members())
+    out << "maru_server_lag_bytes{member=\"" << Escape(m.id()) << "\",role=\""
+        << (m.leads() ? "leader" : "standby") << "\"} " << (m.leads() ? 0 : m.lag_bytes()) << "\n";
+  Metric(out, "maru_server_electable", "gauge", "1 for a server that may be elected to lead.");
+  for (const auto &m : st.members())
+    out << "maru_server_electable{member=\"" << Escape(m.id()) << "\"} " << (m.electable() ? 1 : 0)
+        << "\n";
   Metric(out, "maru_stored_bytes_total", "counter", "Bytes of chunks sealed.");
   out << "maru_stored_bytes_total " << st.bytes_stored() << "\n";
   Metric(out, "maru_loaded_bytes_total", "counter", "Bytes of chunks opened for reading.");

@@ -369,6 +369,17 @@ int main(int argc, char **argv) {
     HaMember *m = member->get();
     options.log_epoch = m->epoch();
     options.log_fence = [m] { return m->MayWrite(); };
+    options.fill_server_stats =
+        [m, id = MemberOptions(f, addresses).election.id](rpc::StatsReply *rep) {
+          for (const MemberInfo &info : m->Members()) {
+            rpc::ServerMember *out = rep->add_members();
+            out->set_id(info.id);
+            out->set_endpoint(info.endpoint);
+            out->set_lag_bytes(info.lag);
+            out->set_electable(info.electable);
+            out->set_leads(info.id == id);
+          }
+        };
   }
   Result<std::unique_ptr<MetaEngine>> engine = MetaEngine::Open(options);
   if (!engine.ok()) return Fail(engine.status().message());

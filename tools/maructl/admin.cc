@@ -264,6 +264,13 @@ Json StatsJson(const rpc::StatsReply &st) {
   j["sessions"] = st.sessions();
   j["leases"] = st.leases();
   j["pins"] = st.pins();
+  if (st.leader_epoch()) j["leader_epoch"] = st.leader_epoch();
+  for (const auto &m : st.members())
+    j["servers"].push_back({{"id", m.id()},
+                            {"endpoint", m.endpoint()},
+                            {"leads", m.leads()},
+                            {"lag_bytes", m.lag_bytes()},
+                            {"electable", m.electable()}});
   j["lookups"] = st.lookups();
   j["lookup_hits"] = st.lookup_hits();
   j["hit_ratio"] = HitRatio(st);

@@ -126,6 +126,15 @@ std::vector<std::string> Render(const std::string &server, const Sample &now, co
     snprintf(buf + strlen(buf), sizeof(buf) - strlen(buf), "  leads at epoch %" PRIu64,
              st.leader_epoch());
   lines.push_back(buf);
+  if (st.members_size()) {
+    std::string servers = "servers ";
+    for (const auto &m : st.members())
+      servers += " " + m.id() +
+                 (m.leads() ? " (leader)"
+                            : " lag " + std::to_string(m.lag_bytes()) + "B" +
+                                  (m.electable() ? "" : " behind"));
+    lines.push_back(servers);
+  }
   for (const auto &d : now.statfs.devices()) {
     double frac = d.size() ? static_cast<double>(d.used()) / static_cast<double>(d.size()) : 0;
     std::string path =
