@@ -7,7 +7,8 @@
 
 namespace maru_test {
 
-HaGroup::HaGroup() : pool_(256ull << 20, 64u << 10, "", "--log-size 16M") {
+HaGroup::HaGroup(int lease_ttl_s)
+    : pool_(256ull << 20, 64u << 10, "", "--log-size 16M"), lease_ttl_s_(lease_ttl_s) {
   const std::string token = UniqueName("ha-token");
   token_file_ = dir_.path() + "/tokens";
   std::ofstream(token_file_) << token << " 0:0\n";
@@ -23,9 +24,10 @@ bool HaGroup::Start() {
   for (int i = 0; i < 3; ++i) {
     const std::string tcp = "tcp://" + hosts_[i].ip() + ":" + std::to_string(kPort);
     servers_.push_back(std::make_unique<Server>(
-        pool_.path(), std::vector<std::string>{"--etcd", etcd_->endpoints(), "--member",
-                                               "h" + std::to_string(i), "--listen", tcp,
-                                               "--advertise", tcp, "--token-file", token_file_}));
+        pool_.path(),
+        std::vector<std::string>{"--etcd", etcd_->endpoints(), "--member", "h" + std::to_string(i),
+                                 "--listen", tcp, "--advertise", tcp, "--token-file", token_file_,
+                                 "--lease-ttl-s", std::to_string(lease_ttl_s_)}));
     servers_[i]->RunOn(&hosts_[i]);
     if (!StartStandby(i)) return false;
   }

@@ -18,7 +18,8 @@ class HaGroup {
  public:
   static constexpr int kPort = 7413;  // free in each host's own namespace
 
-  HaGroup();
+  // `lease_ttl_s`: the leader's etcd lease (maru-server --lease-ttl-s).
+  explicit HaGroup(int lease_ttl_s = 1);
   // Starts etcd and the three servers (as standbys), and waits until one
   // leads; false (with the logs) if not.
   bool Start();
@@ -50,6 +51,7 @@ class HaGroup {
   TestPool pool_;
   TempDir dir_;
   std::string token_file_;
+  int lease_ttl_s_;
   std::unique_ptr<EtcdCluster> etcd_;
   std::vector<std::unique_ptr<Server>> servers_;
 };
