@@ -10,7 +10,7 @@ packages=(
   librocksdb-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libgtest-dev
-  libxxhash-dev libucx-dev
+  libxxhash-dev libucx-dev libssl-dev
   fio tmux man-db groff-base iproute2 rsync attr jq
   redis-server gnuplot-nox
   etcd-server etcd-client

@@ -14,6 +14,10 @@ HaGroup::HaGroup(int lease_ttl_s)
   std::ofstream(token_file_) << token << " 0:0\n";
   chmod(token_file_.c_str(), 0600);
   std::ofstream(dir_.path() + "/token") << token << "\n";
+  // The servers sign the replication log's records with a shared secret.
+  key_file_ = dir_.path() + "/replication.key";
+  std::ofstream(key_file_) << UniqueName("replication-key-of-the-test-group") << "\n";
+  chmod(key_file_.c_str(), 0600);
 }
 
 bool HaGroup::Start() {
@@ -27,7 +31,8 @@ bool HaGroup::Start() {
         pool_.path(),
         std::vector<std::string>{"--etcd", etcd_->endpoints(), "--member", "h" + std::to_string(i),
                                  "--listen", tcp, "--advertise", tcp, "--token-file", token_file_,
-                                 "--lease-ttl-s", std::to_string(lease_ttl_s_)}));
+                                 "--lease-ttl-s", std::to_string(lease_ttl_s_),
+                                 "--replication-key-file", key_file_}));
     servers_[i]->RunOn(&hosts_[i]);
     if (!StartStandby(i)) return false;
   }

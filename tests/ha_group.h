@@ -50,7 +50,7 @@ class HaGroup {
   Hosts hosts_{3};
   TestPool pool_;
   TempDir dir_;
-  std::string token_file_;
+  std::string token_file_, key_file_;
   int lease_ttl_s_;
   std::unique_ptr<EtcdCluster> etcd_;
   std::vector<std::unique_ptr<Server>> servers_;

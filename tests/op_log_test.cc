@@ -127,6 +127,42 @@ TEST(OpLog, ACorruptedOrLyingRecordIsRefused) {
   EXPECT_EQ(log.ReadNext({}).status().errnum(), EBADMSG);
 }
 
+// A crc proves no author. With the servers' key, a record that a member of
+// the pool's group wrote (a valid crc, no key) is refused, and so is one
+// signed by another key; the signed ones read back as they were written,
+// where the writer said they would end.
+TEST(OpLog, WithAKeyOnlyTheServersRecordsAreApplied) {
+  ShmRegion region(OpLog::kMinBytes);
+  OpLog leader = Attach(region);
+  leader.Authenticate("the pool's servers' secret");
+  ASSERT_TRUE(leader.StartWriter({}, 1, nullptr).ok());
+  const OpLogPosition after = leader.After(300);
+  ASSERT_TRUE(leader.Append(Payload(1, 300)).ok());
+  EXPECT_EQ(after.pos, leader.Head().pos);
+  OpLog standby = Attach(region);
+  standby.Authenticate("the pool's servers' secret");
+  Result<OpLogRecord> first = standby.ReadNext({});
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(first->data, Payload(1, 300));
+
+  OpLog other_key = Attach(region);
+  other_key.Authenticate("not the servers' secret");
+  Result<OpLogRecord> refused = other_key.ReadNext({});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().errnum(), EBADMSG);
+
+  // A forger without the key takes the log over as its writer: its record
+  // has a valid crc, and the standby refuses it.
+  OpLog forger = Attach(region);
+  OpLogPosition at{first->generation, first->seq, first->next_pos};
+  ASSERT_TRUE(forger.StartWriter(at, 1, nullptr).ok());
+  ASSERT_TRUE(forger.Append(Payload(2, 300) + std::string(OpLog::kMacBytes, 'x')).ok());
+  Result<OpLogRecord> forged = standby.ReadNext(at);
+  ASSERT_FALSE(forged.ok());
+  EXPECT_EQ(forged.status().errnum(), EBADMSG);
+  EXPECT_NE(forged.status().message().find("not signed"), std::string::npos);
+}
+
 TEST(OpLog, AFenceThatSaysNoWritesNothing) {
   ShmRegion region(OpLog::kMinBytes);
   OpLog log = Attach(region);

@@ -138,6 +138,7 @@ Result<std::unique_ptr<HaMember>> HaMember::FollowUntilLeading(const HaMemberOpt
   if (!log.ok()) return log.status();
   Result<std::unique_ptr<MetaDb>> db = MetaDb::Open(options.db, options.sync_writes);
   if (!db.ok()) return db.status();
+  (*log)->log().Authenticate(options.log_key);
   Standby standby(db->get(), &(*log)->log());
   MARU_RETURN_IF_ERROR(standby.Open());
   standby.Start();

@@ -36,6 +36,7 @@ struct HaMemberOptions {
   std::string pool;  // the pool's path (the first --pool)
   std::string db;    // this server's own metadata database
   bool sync_writes = false;
+  std::string log_key;       // the log records' signing key (OpLog::Authenticate)
   ElectionOptions election;  // etcd, id, endpoint, TTL (the pool's UUID is filled in)
 };
 

@@ -1,5 +1,9 @@
 #include "ha/op_log.h"
 
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
@@ -148,10 +152,33 @@ uint64_t OpLog::Placed(size_t len) const {
 }
 
 OpLogPosition OpLog::After(size_t len) const {
+  len = Stored(len);
   return {generation_, next_seq_, Placed(len) + sizeof(RecordHeader) + Align8(len)};
 }
 
-Status OpLog::Append(std::string_view data) {
+std::string OpLog::Mac(uint64_t generation, uint64_t seq, uint64_t epoch,
+                       std::string_view data) const {
+  std::string message(24, '\0');
+  std::memcpy(message.data(), &generation, 8);
+  std::memcpy(message.data() + 8, &seq, 8);
+  std::memcpy(message.data() + 16, &epoch, 8);
+  message.append(data);
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), key_.data(), static_cast<int>(key_.size()),
+       reinterpret_cast<const unsigned char *>(message.data()), message.size(), mac, &len);
+  return std::string(reinterpret_cast<const char *>(mac), kMacBytes);
+}
+
+Status OpLog::Append(std::string_view unsigned_data) {
+  std::string signed_data;
+  std::string_view data = unsigned_data;
+  if (!key_.empty()) {
+    signed_data.reserve(data.size() + kMacBytes);
+    signed_data.append(data);
+    signed_data.append(Mac(generation_, next_seq_, epoch_, unsigned_data));
+    data = signed_data;
+  }
   if (data.size() > max_record_bytes())
     return Status::Error(EMSGSIZE, "a metadata write of " + std::to_string(data.size()) +
                                        " bytes is larger than the replication log allows");
@@ -271,6 +298,17 @@ Result<OpLogRecord> OpLog::ReadNext(const OpLogPosition &at) const {
     rec.seq = rh.seq;
     rec.epoch = rh.epoch;
     rec.next_pos = pos + sizeof rh + Align8(rh.length);
+    if (!key_.empty()) {
+      if (rec.data.size() < kMacBytes)
+        return Status::Error(EBADMSG, "a record in the replication log is not signed");
+      const std::string_view body(rec.data.data(), rec.data.size() - kMacBytes);
+      const std::string mac = Mac(rec.generation, rec.seq, rec.epoch, body);
+      if (CRYPTO_memcmp(mac.data(), rec.data.data() + body.size(), kMacBytes) != 0)
+        return Status::Error(EBADMSG,
+                             "a record in the replication log is not signed by the pool's "
+                             "servers (--replication-key-file): not applied");
+      rec.data.resize(body.size());
+    }
     return rec;
   }
   return Status::Error(EBADMSG, "the replication log wraps twice without a record");

@@ -6,7 +6,10 @@
 //
 // The region is group-writable memory: a reader validates every record
 // (magic, crc, lengths, seq continuity, epochs that never go back) and the
-// writer keeps its own copy of the layout, never reading it back.
+// writer keeps its own copy of the layout, never reading it back. A crc
+// proves no author: with a key shared by the pool's servers (Authenticate)
+// every record also carries a MAC, and a record a member of the pool's
+// group forged is refused rather than applied as metadata.
 #pragma once
 
 #include <atomic>
@@ -48,6 +51,13 @@ class OpLog {
   // log lives. Nothing is read or written yet.
   static Result<OpLog> Attach(uint8_t *base, uint64_t bytes, Coherence coherence);
 
+  // Records are signed (the writer) and must be (the readers) with `key`:
+  // HMAC-SHA256 over the generation, seq, epoch and bytes, 16 bytes kept.
+  // Empty: neither (a log only this host's servers can be trusted with).
+  void Authenticate(std::string key) { key_ = std::move(key); }
+  bool authenticated() const { return !key_.empty(); }
+  static constexpr size_t kMacBytes = 16;
+
   // --- the leader ---
   // Takes the log over as its writer. `last` is what the leader's database
   // holds: when the log's head is that record, appends continue after it;
@@ -86,6 +96,9 @@ class OpLog {
   void Refresh(const void *p, size_t len) const;
   void Format(uint64_t generation, uint64_t first_seq);
   uint64_t Placed(size_t len) const;
+  // A record's bytes for `len` bytes of data: the MAC follows them.
+  size_t Stored(size_t len) const { return len + (key_.empty() ? 0 : kMacBytes); }
+  std::string Mac(uint64_t generation, uint64_t seq, uint64_t epoch, std::string_view data) const;
 
   uint8_t *base_;
   uint64_t bytes_;
@@ -97,6 +110,7 @@ class OpLog {
   uint64_t pos_ = 0;
   uint64_t epoch_ = 0;
   std::function<bool()> fence_;
+  std::string key_;
 };
 
 }  // namespace maru

@@ -62,6 +62,7 @@ Result<bool> RunStandby(const StandbyServerOptions &options) {
   sigemptyset(&signals);
   for (int s : {SIGINT, SIGTERM, SIGUSR1}) sigaddset(&signals, s);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  (*log)->log().Authenticate(options.log_key);
   Standby standby(db->get(), &(*log)->log());
   MARU_RETURN_IF_ERROR(standby.Open());
   standby.Start();

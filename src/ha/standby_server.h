@@ -19,6 +19,7 @@ struct StandbyServerOptions {
   // The leader to take a snapshot from when behind (empty: none; the
   // standby then says it is behind and waits).
   std::string snapshot_from;
+  std::string log_key;  // the records' signing key (OpLog::Authenticate)
 };
 
 // True: promoted (the caller starts the server on options.db); false:

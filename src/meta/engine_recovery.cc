@@ -103,6 +103,11 @@ Status MetaEngine::AttachReplicationLog() {
   if (!log.ok()) return log.status();
   if (!*log) return Status::Ok();
   pool_log_ = std::move(*log);
+  pool_log_->log().Authenticate(options_.log_key);
+  if (options_.log_key.empty())
+    LOG_WARN(
+        "the replication log is not signed: a member of the pool's group could forge metadata "
+        "for standbys (give the servers --replication-key-file)");
   return db_->AttachLog(&pool_log_->log(), options_.log_epoch, options_.log_fence);
 }
 

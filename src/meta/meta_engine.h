@@ -90,6 +90,7 @@ struct EngineOptions {
   // still leads at `log_epoch`.
   uint64_t log_epoch = 0;
   std::function<bool()> log_fence;
+  std::string log_key;  // signs each record (OpLog::Authenticate); empty: unsigned
   // Adds what the engine does not know to its stats: the pool's other
   // servers (ha/ha_member.h). Called under the engine's lock: it must only
   // copy what it holds.

@@ -43,7 +43,7 @@ struct ServerFlags {
   bool standby = false;
   std::string etcd, member, advertise;
   int64_t lease_ttl_s = 1, leader_silence_ms = 400;
-  std::string snapshot_from;
+  std::string snapshot_from, replication_key_file;
   std::string config;
   std::string log_level = "info";
   std::string root_mode = "1777";
@@ -70,8 +70,10 @@ struct ServerFlags {
   TcpAuthConfig tcp;
 };
 
-HaMemberOptions MemberOptions(const ServerFlags &f, const std::vector<Address> &addresses) {
+HaMemberOptions MemberOptions(const ServerFlags &f, const std::vector<Address> &addresses,
+                              const std::string &log_key) {
   HaMemberOptions m;
+  m.log_key = log_key;
   m.pool = f.pools[0];
   m.db = f.db;
   m.sync_writes = f.sync;
@@ -186,6 +188,10 @@ int main(int argc, char **argv) {
   flags.Int("leader-silence-ms", &f.leader_silence_ms,
             "a standby revokes the lease of a leader whose heartbeat in the pool stood "
             "still this long, and takes over (0: wait for the lease to expire)");
+  flags.String("replication-key-file", &f.replication_key_file,
+               "a secret the pool's servers share (mode 0600): each record of the "
+               "replication log is signed with it, and a record a member of the pool's "
+               "group forged is refused (docs/ha.md)");
   flags.String("snapshot-from", &f.snapshot_from,
                "with --standby: the leader (unix://PATH) to take a snapshot from when behind");
   flags.Strings("listen", &f.listen,
@@ -353,16 +359,26 @@ int main(int argc, char **argv) {
     for (const Address &a : addresses)
       if (a.kind == Address::Kind::kUnix && options.fast_lane.empty())
         options.fast_lane = a.path + fastlane::kSuffix;
+  if (!f.replication_key_file.empty()) {
+    Result<std::string> key = ReadSecretFile("replication key file", f.replication_key_file);
+    if (!key.ok()) return Fail(key.status().message());
+    options.log_key = key->substr(0, key->find_last_not_of(" \t\r\n") + 1);
+    if (options.log_key.size() < 16)
+      return Fail("replication key file " + f.replication_key_file +
+                  ": at least 16 bytes of secret (head -c 32 /dev/urandom | base64)");
+  }
   if (f.standby && !f.etcd.empty()) return Fail("--standby is for a server without --etcd");
   if (f.standby) {
-    Result<bool> promoted = RunStandby({f.pools[0], f.db, f.sync, f.snapshot_from});
+    Result<bool> promoted =
+        RunStandby({f.pools[0], f.db, f.sync, f.snapshot_from, options.log_key});
     if (!promoted.ok()) return Fail(promoted.status().message());
     if (!*promoted) return 0;
   }
   // One server leads a pool at a time: elected through etcd, or alone.
   Result<std::unique_ptr<HaMember>> member =
       f.etcd.empty() ? HaMember::LeadAlone(f.pools[0], addresses[0].ToString())
-                     : HaMember::FollowUntilLeading(MemberOptions(f, addresses), stop_signals);
+                     : HaMember::FollowUntilLeading(MemberOptions(f, addresses, options.log_key),
+                                                    stop_signals);
   if (!member.ok()) return Fail(member.status().message());
   if (!f.etcd.empty() && !*member) return 0;  // stopped while a standby
   if (!f.etcd.empty()) {
@@ -370,7 +386,7 @@ int main(int argc, char **argv) {
     options.log_epoch = m->epoch();
     options.log_fence = [m] { return m->MayWrite(); };
     options.fill_server_stats =
-        [m, id = MemberOptions(f, addresses).election.id](rpc::StatsReply *rep) {
+        [m, id = MemberOptions(f, addresses, "").election.id](rpc::StatsReply *rep) {
           for (const MemberInfo &info : m->Members()) {
             rpc::ServerMember *out = rep->add_members();
             out->set_id(info.id);

@@ -68,20 +68,24 @@ Status AddIdentityMapping(const std::string &line, IdentityPolicy *policy) {
   return Status::Ok();
 }
 
-Status LoadTokenFile(const std::string &path, IdentityPolicy *policy) {
+Result<std::string> ReadSecretFile(const std::string &what, const std::string &path) {
   struct stat st;
-  if (stat(path.c_str(), &st) < 0) return Status::Error(errno, "cannot stat token file " + path);
-  if (!S_ISREG(st.st_mode)) return Status::Error(EINVAL, "token file " + path + " is not a file");
+  if (stat(path.c_str(), &st) < 0) return Status::Error(errno, "cannot stat " + what + " " + path);
+  if (!S_ISREG(st.st_mode)) return Status::Error(EINVAL, what + " " + path + " is not a file");
   if ((st.st_mode & 077) != 0 || (st.st_uid != 0 && st.st_uid != geteuid())) {
     char mode[8];
     snprintf(mode, sizeof(mode), "%04o", st.st_mode & 07777);
-    return Status::Error(EPERM, "token file " + path + " has mode " + mode + " owned by uid " +
+    return Status::Error(EPERM, what + " " + path + " has mode " + mode + " owned by uid " +
                                     std::to_string(st.st_uid) +
                                     ": it must be 0600 or 0400 and owned by root or the server's "
                                     "user (chmod 600 " +
                                     path + ")");
   }
-  Result<std::string> text = ReadWhole(path);
+  return ReadWhole(path);
+}
+
+Status LoadTokenFile(const std::string &path, IdentityPolicy *policy) {
+  Result<std::string> text = ReadSecretFile("token file", path);
   if (!text.ok()) return text.status();
   for (const std::string &line : Lines(*text)) {
     const size_t space = line.find_first_of(" \t");

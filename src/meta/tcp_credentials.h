@@ -30,6 +30,10 @@ Status AddIdentityMapping(const std::string &line, IdentityPolicy *policy);
 // group or other bits) owned by root or by this process's user: anyone who
 // can read it can act as every uid in it.
 Status LoadTokenFile(const std::string &path, IdentityPolicy *policy);
+// The contents of a file of secrets (`what`: "token file", ...): EPERM,
+// saying how to fix it, unless only its owner (root or the server's user)
+// may read it.
+Result<std::string> ReadSecretFile(const std::string &what, const std::string &path);
 
 // The policy the config describes (maps of certificates and tokens).
 Result<IdentityPolicy> LoadIdentityPolicy(const TcpAuthConfig &config);
