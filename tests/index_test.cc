@@ -54,7 +54,8 @@ TEST(IndexFile, TheServerPublishesItNextToThePoolWithThePoolsGroupAndBits) {
   EXPECT_EQ(index.st_gid, pool.st_gid);
   EXPECT_EQ(index.st_mode & 07777, pool.st_mode & 0660);
   server_.Stop();  // a clean stop takes it away
-  EXPECT_NE(access((pool_.path() + ".index").c_str(), F_OK), 0);
+  EXPECT_TRUE(maru_test::WaitFor(
+      [&] { return access((pool_.path() + ".index").c_str(), F_OK) != 0; }, 5000));
 }
 
 TEST_F(IndexTest, LookupsSeeCreatesUnlinksAndEvictionsWithoutAMessage) {
