@@ -87,6 +87,8 @@ HaMemberOptions MemberOptions(const ServerFlags &f, const std::vector<Address> &
   return m;
 }
 
+pthread_t g_main_thread;  // where SIGINT and SIGTERM are taken (sigwait)
+
 int Fail(const std::string &message) {
   fprintf(stderr, "maru-server: %s\n", message.c_str());
   return 1;
@@ -351,6 +353,14 @@ int main(int argc, char **argv) {
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // A thread started before main (a sanitizer's) still takes the signals:
+  // there their default action would end the process without a clean stop
+  // (the index file left behind). Handled there, they go to main's sigwait.
+  g_main_thread = pthread_self();
+  struct sigaction forward = {};
+  forward.sa_handler = [](int sig) { pthread_kill(g_main_thread, sig); };
+  sigaction(SIGINT, &forward, nullptr);
+  sigaction(SIGTERM, &forward, nullptr);
   signal(SIGPIPE, SIG_IGN);
   ConnectionGate gate(RaiseDescriptorLimit(),
                       {limit(f.max_tcp_connections), limit(f.max_tcp_per_peer)});
