@@ -16,7 +16,6 @@
 #include <sstream>
 
 #include "alloc/pool_device.h"
-#include "ha/epoch_fence.h"
 #include "ha/etcd_client.h"
 #include "ha/leader_election.h"
 #include "ha/leader_gate.h"
@@ -244,12 +243,12 @@ TEST_F(HaTest, LeadershipOpensOneGateAndHandsOver) {
   EXPECT_FALSE((*b)->MayWrite());
 
   // The first one's view of the pool, kept past its end.
-  maru::EpochFence old(pool_.control(), first);
+  maru::PoolControl old = pool_.control();
   a->reset();  // leaves: revokes its lease
   ASSERT_TRUE(WaitFor([&] { return gate_b.leading(); }));
   EXPECT_GT((*b)->epoch(), first);
   EXPECT_TRUE((*b)->MayWrite());
-  EXPECT_FALSE(old.Ok());
+  EXPECT_FALSE(old.Holds(first));
   EXPECT_EQ(pool_.control().Leader().id, "b");
   EXPECT_FALSE(gate_a.leading());
 }
@@ -407,17 +406,15 @@ TEST_F(HaTest, PoolEpochAheadRefusesToLead) {
 
 TEST(EpochFenceTest, RaiseOnlyUpAndOkUntilPassed) {
   LedPool pool;
-  ASSERT_TRUE(pool.control().RaiseFence(3).ok());
-  maru::EpochFence old(pool.control(), 2);
-  EXPECT_EQ(old.Raise().errnum(), ESTALE);
-  EXPECT_FALSE(old.Ok());
-  maru::EpochFence mine(pool.control(), 5);
-  ASSERT_TRUE(mine.Raise().ok());
-  EXPECT_TRUE(mine.Ok());
-  EXPECT_TRUE(mine.Raise().ok());  // already ours
-  maru::EpochFence next(pool.control(), 6);
-  ASSERT_TRUE(next.Raise().ok());
-  EXPECT_FALSE(mine.Ok());
+  maru::PoolControl control = pool.control();
+  ASSERT_TRUE(control.RaiseFence(3).ok());
+  EXPECT_EQ(control.RaiseFence(2).errnum(), ESTALE);
+  EXPECT_FALSE(control.Holds(2));
+  ASSERT_TRUE(control.RaiseFence(5).ok());
+  EXPECT_TRUE(control.Holds(5));
+  EXPECT_TRUE(control.RaiseFence(5).ok());  // already ours
+  ASSERT_TRUE(control.RaiseFence(6).ok());
+  EXPECT_FALSE(control.Holds(5));
   EXPECT_EQ(pool.epoch(), 6u);
 }
 

@@ -16,7 +16,7 @@
 // (Leading() false, OnLost called) before anyone else can be elected. A
 // process that was frozen past that time may still run a few instructions
 // before it notices: writers of shared memory check the pool's epoch too
-// (ha/epoch_fence.h).
+// (alloc/pool_control.h: PoolControl::Holds).
 //
 // Thread-safe.
 #pragma once

@@ -19,8 +19,8 @@
 #include <string>
 #include <thread>
 
+#include "alloc/pool_control.h"
 #include "alloc/pool_device.h"
-#include "ha/epoch_fence.h"
 #include "ha/leader_election.h"
 
 namespace {
@@ -99,8 +99,7 @@ int main(int argc, char **argv) {
       Say("campaign: " + epoch.status().ToString());
       return 3;
     }
-    maru::EpochFence fence(*control, *epoch);
-    maru::Status raised = fence.Raise();
+    maru::Status raised = control->RaiseFence(*epoch);
     if (!raised.ok()) {
       Say("refused: " + raised.message());
       e.Resign();
@@ -110,7 +109,7 @@ int main(int argc, char **argv) {
     int64_t said = 0;
     for (;;) {
       // What every writer of shared structures does before each write.
-      if (!fence.Ok()) {
+      if (!control->Holds(*epoch)) {
         Say("fenced");
         return 5;
       }
